@@ -1,0 +1,1 @@
+"""Decoding Playground: watch language models choose their words."""

@@ -1,0 +1,84 @@
+"""One request in, a streamed Trace out: the entry point the CLI and the UI share.
+
+Validation lives here and in each strategy's Params, so every front end
+gives the same message for the same bad value.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
+from playground.trace import Trace
+from strategies.context import DecodeContext
+from strategies.params import InvalidRequest
+from strategies.registry import get_strategy
+
+MAX_PROMPT_CHARS = 20_000
+MAX_SEED = 2**31 - 1
+MAX_TOP_N = 100
+
+
+@dataclass(frozen=True)
+class Request:
+    model: str
+    strategy: str
+    prompt: str
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    max_new_tokens: int = 32
+    system: str = ""
+    chat: bool | None = None  # None: the model's chat template when it has one
+    top_n: int = 20
+
+    def __post_init__(self) -> None:
+        checks = (("seed", self.seed, 0, MAX_SEED), ("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS),
+                  ("top_n", self.top_n, 1, MAX_TOP_N))
+        for name, value, low, high in checks:
+            try:
+                ok = float(value).is_integer() and low <= int(value) <= high
+            except (TypeError, ValueError, OverflowError):
+                ok = False
+            if not ok:
+                shown = value if not isinstance(value, float) or math.isfinite(value) else str(value)
+                raise InvalidRequest(f"{name} must be an integer in [{low}, {high}], got {shown}")
+            object.__setattr__(self, name, int(value))
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise InvalidRequest("prompt must not be empty")
+        if len(self.prompt) > MAX_PROMPT_CHARS:
+            raise InvalidRequest(f"prompt must be at most {MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
+        if len(self.system) > MAX_PROMPT_CHARS:
+            raise InvalidRequest(f"system prompt must be at most {MAX_PROMPT_CHARS} characters, "
+                                 f"got {len(self.system)}")
+
+
+def prepare(store: ModelStore, req: Request, progress: Progress | None = None) -> tuple[Any, Any, DecodeContext]:
+    """Validate everything, load the model, encode the prompt. Raises InvalidRequest on bad input."""
+    spec = get_strategy(req.strategy)
+    params = spec.params.from_dict(dict(req.params))
+    lm = store.get(req.model, progress)
+    prompt_ids = lm.encode(req.prompt, req.system, req.chat)
+    lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
+    ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
+                        max_new_tokens=req.max_new_tokens, top_n=req.top_n,
+                        load_model=lambda key: store.get(key, progress))
+    return spec, params, ctx
+
+
+def stream(store: ModelStore, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
+    """Yield the growing trace after every committed token; the last yield is complete."""
+    spec, params, ctx = prepare(store, req, progress)
+    trace = None
+    for trace in spec.run(ctx, params):
+        yield trace
+    if trace is None:
+        raise RuntimeError(f"strategy {req.strategy} produced no trace")
+
+
+def run(store: ModelStore, req: Request, progress: Progress | None = None) -> Trace:
+    trace = None
+    for trace in stream(store, req, progress):
+        pass
+    assert trace is not None
+    return trace

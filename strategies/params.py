@@ -1,0 +1,124 @@
+"""Declared, validated strategy parameters.
+
+Each strategy owns a frozen dataclass whose fields are made with ``param()``.
+The metadata (range, no-op value, help, choices) is the single source from
+which CLI flags and UI controls are derived, and ``__post_init__`` of
+``Params`` checks every value against it, with messages of the form
+``top_p must be in (0, 1], got 1.5``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+class InvalidRequest(ValueError):
+    """A value a user gave is outside what is allowed. The message names both."""
+
+
+def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
+          low_open: bool = False, high_open: bool = False, noop: Any = None,
+          choices: tuple[Any, ...] | None = None, step: float | None = None,
+          ui_max: float | None = None) -> Any:
+    """A dataclass field with the metadata that validation, CLI and UI read.
+
+    noop: the value at which the parameter changes nothing (documented in help).
+    ui_max: a friendlier slider end than ``high`` (the API still accepts up to high).
+    """
+    meta = dict(help=help, low=low, high=high, low_open=low_open, high_open=high_open,
+                noop=noop, choices=choices, step=step, ui_max=ui_max)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def range_text(meta: dict[str, Any]) -> str:
+    if meta.get("choices"):
+        return "one of " + ", ".join(str(c) for c in meta["choices"])
+    low, high = meta.get("low"), meta.get("high")
+    left = "(" if meta.get("low_open") else "["
+    right = ")" if meta.get("high_open") else "]"
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    return f"in {left}{lo}, {hi}{right}"
+
+
+def check_value(name: str, value: Any, meta: dict[str, Any], kind: type) -> Any:
+    """Coerce ``value`` to ``kind`` and check it against ``meta``; return it."""
+    try:
+        if kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                value = value.lower() in ("true", "1", "yes")
+            else:
+                value = bool(value)
+        elif kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            value = int(value)
+        elif kind is float:
+            value = float(value)
+        else:
+            value = kind(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"{name} must be a {kind.__name__}, got {value!r}") from None
+    choices = meta.get("choices")
+    if choices:
+        if value not in choices:
+            raise InvalidRequest(f"{name} must be {range_text(meta)}, got {value!r}")
+        return value
+    if kind in (int, float):
+        low, high = meta.get("low"), meta.get("high")
+        bad = isinstance(value, float) and math.isnan(value)
+        if low is not None:
+            bad = bad or value < low or (meta.get("low_open") and value == low)
+        if high is not None:
+            bad = bad or value > high or (meta.get("high_open") and value == high)
+        if bad:
+            raise InvalidRequest(f"{name} must be {range_text(meta)}, got {value:g}")
+    return value
+
+
+_KINDS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def field_kind(f: dataclasses.Field) -> type:
+    t = f.type if isinstance(f.type, str) else f.type.__name__
+    return _KINDS[t]
+
+
+@dataclass(frozen=True)
+class Params:
+    """Base of every strategy's parameter dataclass: validates on construction."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = check_value(f.name, getattr(self, f.name), f.metadata, field_kind(f))
+            object.__setattr__(self, f.name, value)
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field checks; override where a strategy needs them."""
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Params":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise InvalidRequest(
+                f"unknown parameter {unknown[0]!r} for this strategy; allowed: {', '.join(sorted(names)) or 'none'}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def describe(cls: type[Params]) -> list[dict[str, Any]]:
+    """Every parameter of ``cls`` as a plain dict: name, type, default, range, help."""
+    out = []
+    for f in dataclasses.fields(cls):
+        m = dict(f.metadata)
+        out.append(dict(name=f.name, type=field_kind(f).__name__, default=f.default,
+                        range=range_text(m), **m))
+    return out

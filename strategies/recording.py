@@ -1,0 +1,66 @@
+"""Turning one decoding step's tensors into trace records.
+
+Kept cheap on purpose (it runs once per token): two top-k calls, one softmax
+per chain stage, no sort of the whole vocabulary.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from playground.trace import Candidate, Stage, Step, Token, Trace
+from strategies.chain import entropy
+
+
+def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: int, top_n: int) -> list[int]:
+    """The step's top-n by the model's own probability, the top-n after the chain, and the chosen
+    token; ordered by final probability, then raw probability. Inputs are [vocab]."""
+    n = min(top_n, raw_probs.shape[-1])
+    ids = set(torch.topk(raw_probs, n).indices.tolist()) | set(torch.topk(final_probs, n).indices.tolist())
+    ids.add(int(chosen))
+    ids = list(ids)
+    idx = torch.tensor(ids, device=raw_probs.device)
+    fp, rp = final_probs[idx].tolist(), raw_probs[idx].tolist()
+    order = sorted(range(len(ids)), key=lambda i: (-fp[i], -rp[i], ids[i]))
+    return [ids[i] for i in order]
+
+
+def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: list[str], chosen: int,
+              top_n: int, noise: torch.Tensor | None = None) -> tuple[Step, Token]:
+    """``stages`` are [vocab] logits: the raw ones, then after each transform (``stage_names``)."""
+    raw, final = stages[0], stages[-1]
+    raw_logp = raw.float().log_softmax(-1)
+    final_logp = final.float().log_softmax(-1)
+    raw_probs, final_probs = raw_logp.exp(), final_logp.exp()
+    ids = candidate_ids(raw_probs, final_probs, chosen, top_n)
+    idx = torch.tensor(ids, device=raw.device)
+    kept = torch.isfinite(final[idx]).tolist()
+    rp, fp = raw_probs[idx].tolist(), final_probs[idx].tolist()
+    extras: list[dict[str, Any]] = [{} for _ in ids]
+    if noise is not None:
+        for e, g, perturbed in zip(extras, noise[idx].tolist(), (final[idx] + noise[idx]).tolist()):
+            e["gumbel"] = g
+            e["perturbed_logit"] = perturbed
+    candidates = [Candidate(i, lm.piece(i), r, f, k, e) for i, r, f, k, e in zip(ids, rp, fp, kept, extras)]
+    recorded = []
+    if len(stages) > 1:
+        names = ["raw", *stage_names]
+        for name, logits in zip(names, stages):
+            probs = logits.float().softmax(-1)
+            recorded.append(Stage(name, probs[idx].tolist(), int(torch.isfinite(logits).sum())))
+    step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
+                entropy=float(entropy(final)), raw_entropy=float(entropy(raw)))
+    token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))
+    return step, token
+
+
+def finish(trace: Trace, lm: Any, started: float, reason: str, target_passes: int) -> Trace:
+    trace.text = lm.decode(trace.token_ids)
+    trace.finish_reason = reason
+    seconds = time.perf_counter() - started
+    trace.timing.seconds = seconds
+    trace.timing.tokens_per_second = len(trace.tokens) / seconds if seconds > 0 else 0.0
+    trace.timing.target_forward_passes = target_passes
+    return trace

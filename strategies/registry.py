@@ -1,0 +1,46 @@
+"""The single list of strategies, filled by the ``@register`` decorator.
+
+A strategy is a generator function ``run(ctx, params) -> Iterator[Trace]``
+that yields the growing trace after every token it commits (so callers can
+stream, and stop it between yields by closing the generator), plus a frozen
+``Params`` dataclass from which CLI flags and UI controls are derived.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from strategies.params import InvalidRequest, Params
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    params: type[Params]
+    run: Callable[..., Iterator[Any]]
+    summary: str
+    family: str  # "sampling", "beam", "speculative", "contrastive"
+
+
+REGISTRY: dict[str, StrategySpec] = {}
+
+
+def register(name: str, params: type[Params], summary: str, family: str = "sampling"):
+    def wrap(fn: Callable[..., Iterator[Any]]):
+        if name in REGISTRY:
+            raise RuntimeError(f"strategy {name!r} registered twice")
+        REGISTRY[name] = StrategySpec(name, params, fn, summary, family)
+        return fn
+    return wrap
+
+
+def get_strategy(name: str) -> StrategySpec:
+    import strategies  # noqa: F401  (imports every strategy module, which registers it)
+    if name not in REGISTRY:
+        raise InvalidRequest(f"strategy must be one of {', '.join(sorted(REGISTRY))}, got {name!r}")
+    return REGISTRY[name]
+
+
+def all_strategies() -> list[StrategySpec]:
+    import strategies  # noqa: F401
+    return list(REGISTRY.values())

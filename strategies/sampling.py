@@ -1,0 +1,80 @@
+"""Greedy, sampling through the transform chain, and the Gumbel-max selector.
+
+One KV-cached loop serves all three: the model runs once on the prompt, then
+once per new token; after every token the trace is yielded so the caller can
+stream it and stop between steps.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from playground.trace import Trace
+from strategies.chain import ChainParams, Greedy, GumbelMax, Multinomial, build_chain, run_chain
+from strategies.context import DecodeContext
+from strategies.params import Params
+from strategies.recording import finish, make_step
+from strategies.registry import register
+
+
+def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector) -> Iterator[Trace]:
+    """The per-step loop: chain the last logits, select, record, feed the token back."""
+    lm = ctx.lm
+    started = time.perf_counter()
+    context = torch.tensor([ctx.prompt_ids], device=lm.device)
+    out = lm.forward(context)
+    passes, reason = 1, "length"
+    names = [t.name for t in chain]
+    for i in range(ctx.max_new_tokens):
+        stages = run_chain(chain, out.logits[:, -1], context)
+        chosen, noise = selector.select(stages[-1])
+        token_id = int(chosen[0])
+        step, token = make_step(lm, len(ctx.prompt_ids) + i, [s[0] for s in stages], names, token_id,
+                                ctx.top_n, None if noise is None else noise[0])
+        trace.steps.append(step)
+        trace.tokens.append(token)
+        if token_id in lm.eos_ids:
+            reason = "eos"
+            finish(trace, lm, started, reason, passes)
+            yield trace
+            return
+        finish(trace, lm, started, "running", passes)
+        yield trace
+        if i + 1 == ctx.max_new_tokens:
+            break
+        new = chosen.view(1, 1)
+        context = torch.cat([context, new], dim=1)
+        out = lm.forward(new, out.cache)
+        passes += 1
+    finish(trace, lm, started, reason, passes)
+    yield trace
+
+
+@dataclass(frozen=True)
+class GreedyParams(Params):
+    """Greedy has no knobs: it always takes the argmax."""
+
+
+@register("greedy", GreedyParams, "Take the most probable token at every step.")
+def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
+    trace = ctx.new_trace("greedy", params.to_dict(), ["greedy"])
+    yield from chain_loop(ctx, trace, [], Greedy())
+
+
+@register("sampling", ChainParams,
+          "Repetition penalty, temperature, top-k, top-p, min-p in a chosen order, then a multinomial draw.")
+def sampling(ctx: DecodeContext, params: ChainParams) -> Iterator[Trace]:
+    chain = build_chain(params)
+    trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
+    yield from chain_loop(ctx, trace, chain, Multinomial(ctx.generator()))
+
+
+@register("gumbel", ChainParams,
+          "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.")
+def gumbel(ctx: DecodeContext, params: ChainParams) -> Iterator[Trace]:
+    chain = build_chain(params)
+    trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
+    yield from chain_loop(ctx, trace, chain, GumbelMax(ctx.generator()))
