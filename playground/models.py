@@ -229,6 +229,57 @@ class LM:
         from transformers import DynamicCache
         return DynamicCache(config=self.model.config)
 
+    # --- early exit: the model's own first layers as a cheaper model ----------------------------
+
+    def _decoder_parts(self) -> tuple[Any, str, Any]:
+        """(the base model, the name of its layer list, its final norm)."""
+        base = self.model.base_model
+        for layers, norm in (("layers", "norm"), ("h", "ln_f")):
+            if hasattr(base, layers) and hasattr(base, norm):
+                return base, layers, getattr(base, norm)
+        raise InvalidRequest(f"early exit is not supported for {type(self.model).__name__}")
+
+    @torch.inference_mode()
+    def logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head on an intermediate hidden state [..., d] -> float32 logits [..., vocab].
+
+        This is how a premature layer is read as a distribution (DoLa, LayerSkip). Do not pass the
+        last entry of ``hidden_states``: transformers has already normed it.
+        """
+        _, _, norm = self._decoder_parts()
+        logits = self.model.get_output_embeddings()(norm(hidden))
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
+
+    def truncated(self, num_layers: int) -> "LM":
+        """The first ``num_layers`` layers + final norm + LM head as a model of its own.
+
+        Shares every weight with this model (no copy); has its own, shorter KV cache.
+        """
+        if not 1 <= num_layers <= self.num_layers:
+            raise InvalidRequest(f"layer must be in [1, {self.num_layers}] for {self.key}, got {num_layers}")
+        import copy
+        base, layers_name, _ = self._decoder_parts()
+        config = copy.deepcopy(self.model.config)
+        config.num_hidden_layers = num_layers
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:num_layers]
+        if hasattr(config, "n_layer"):
+            config.n_layer = num_layers
+        short_base = copy.copy(base)
+        short_base._modules = dict(base._modules)
+        short_base._modules[layers_name] = torch.nn.ModuleList(list(getattr(base, layers_name))[:num_layers])
+        short_base.config = config
+        short = copy.copy(self.model)
+        short._modules = dict(self.model._modules)
+        short._modules[self.model.base_model_prefix] = short_base
+        short.config = config
+        spec = ModelSpec(f"{self.key}@{num_layers}", f"{self.spec.title}, first {num_layers} layers", "early_exit",
+                         chat=self.spec.chat, numeric_prompt=self.spec.numeric_prompt)
+        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache)
+
 
 @dataclass
 class Forward:
