@@ -9,7 +9,6 @@ message naming the offline models.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import threading
@@ -357,26 +356,29 @@ class ModelStore:
             return _load_pretrained(ASSETS / spec.key, self.device)
         if spec.source == "gguf" and not on_space():
             return _load_gguf(spec.key, self.device, progress)
+        try:  # already in the local hub cache: no network needed
+            return _load_pretrained(spec.hub_id, self.device, local_files_only=True)
+        except (OSError, ValueError):
+            pass
+        if not hub_reachable():
+            raise _hub_env_offline_hint(spec.key)
         progress(0.1, f"downloading {spec.hub_id}")
         try:
-            with _quiet_hub():
-                return _load_pretrained(spec.hub_id, self.device)
+            return _load_pretrained(spec.hub_id, self.device)
         except (OSError, ValueError) as err:
-            if spec.source == "hub" and "does not appear to have" in str(err):
-                raise ModelUnavailable(f"{spec.hub_id!r} is not a causal language model on the hub") from None
-            raise _hub_env_offline_hint(spec.key) from None
+            raise ModelUnavailable(f"model {spec.hub_id!r} could not be loaded from the hub: {err}") from None
 
 
-@contextlib.contextmanager
-def _quiet_hub():
-    """Fail fast when the hub is unreachable instead of retrying for minutes."""
-    old = os.environ.get("HF_HUB_ETAG_TIMEOUT")
-    os.environ["HF_HUB_ETAG_TIMEOUT"] = os.environ.get("HF_HUB_ETAG_TIMEOUT", "5")
+def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
+    """One quick TCP connection, so an offline machine fails at once instead of retrying for a minute."""
+    import socket
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
     try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_ETAG_TIMEOUT", None)
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=None)

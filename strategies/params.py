@@ -120,5 +120,6 @@ def describe(cls: type[Params]) -> list[dict[str, Any]]:
     for f in dataclasses.fields(cls):
         m = dict(f.metadata)
         out.append(dict(name=f.name, type=field_kind(f).__name__, default=f.default,
-                        range=range_text(m), **m))
+                        range=range_text(m) if (m.get("choices") or field_kind(f) in (int, float)) else "",
+                        **m))
     return out

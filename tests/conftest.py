@@ -1,0 +1,38 @@
+"""Shared fixtures: one ModelStore for the whole session, so each model loads once."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from playground.models import ModelStore  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def store() -> ModelStore:
+    return ModelStore("cpu")
+
+
+@pytest.fixture(scope="session")
+def toy(store):
+    return store.get("toy")
+
+
+@pytest.fixture(scope="session")
+def toy_small(store):
+    return store.get("toy-small")
+
+
+@pytest.fixture(scope="session")
+def smollm(store):
+    return store.get("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def gemma(store):
+    return store.get("gemma3-270m")

@@ -1,0 +1,140 @@
+"""Each transform: a value table on [0.1, 0.2, 0.3, 0.4], parity with transformers' own
+processors on seeded random logits, and the input is never modified."""
+import math
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
+    TopPLogitsWarper)
+
+from strategies.chain import ChainParams, apply_chain, build_chain, run_chain
+from strategies.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP
+
+PROBS = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
+LOGITS = PROBS.log()
+NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)
+
+
+def after(t, logits=LOGITS, context=NO_CONTEXT):
+    return t.apply(logits, context).softmax(-1)[0].tolist()
+
+
+@pytest.mark.parametrize("transform, expected", [
+    (TopK(1), [0, 0, 0, 1]),
+    (TopK(2), [0, 0, 3 / 7, 4 / 7]),
+    (TopK(4), [0.1, 0.2, 0.3, 0.4]),
+    (TopK(99), [0.1, 0.2, 0.3, 0.4]),  # clamped to the vocabulary
+    (TopP(0.4), [0, 0, 0, 1]),  # the top token alone reaches 0.4
+    (TopP(0.5), [0, 0, 3 / 7, 4 / 7]),  # 0.4 < 0.5, so 0.3 joins
+    (TopP(0.69), [0, 0, 3 / 7, 4 / 7]),
+    (TopP(0.71), [0, 2 / 9, 3 / 9, 4 / 9]),
+    (TopP(1e-9), [0, 0, 0, 1]),  # at least one token always kept
+    (MinP(0.49), [0, 2 / 9, 3 / 9, 4 / 9]),  # threshold 0.196
+    (MinP(0.51), [0, 0, 3 / 7, 4 / 7]),
+    (MinP(1.0), [0, 0, 0, 1]),
+    (Temperature(0), [0, 0, 0, 1]),  # temperature 0 = greedy
+    (Temperature(1.0), [0.1, 0.2, 0.3, 0.4]),
+])
+def test_value_table(transform, expected):
+    got = torch.tensor(after(transform))
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=got.dtype), atol=1e-6, rtol=0)
+
+
+def test_temperature_table():
+    for t in (0.5, 2.0):
+        expected = PROBS[0] ** (1 / t) / (PROBS[0] ** (1 / t)).sum()
+        torch.testing.assert_close(torch.tensor(after(Temperature(t))), expected, atol=1e-6, rtol=0)
+
+
+def test_repetition_penalty_table():
+    # Logits [2, -1, 0.5, -3]; tokens 0 and 1 already seen, penalty 2.
+    logits = torch.tensor([[2.0, -1.0, 0.5, -3.0]])
+    out = RepetitionPenalty(2.0).apply(logits, torch.tensor([[0, 1, 1]]))
+    assert out.tolist() == [[1.0, -2.0, 0.5, -3.0]]  # positive divided, negative multiplied
+
+
+CASES = [
+    (lambda: Temperature(0.7), lambda: TemperatureLogitsWarper(0.7)),
+    (lambda: Temperature(1.9), lambda: TemperatureLogitsWarper(1.9)),
+    (lambda: TopK(5), lambda: TopKLogitsWarper(5)),
+    (lambda: TopK(40), lambda: TopKLogitsWarper(40)),
+    (lambda: TopP(0.3), lambda: TopPLogitsWarper(0.3)),
+    (lambda: TopP(0.9), lambda: TopPLogitsWarper(0.9)),
+    (lambda: TopP(0.995), lambda: TopPLogitsWarper(0.995)),
+    (lambda: MinP(0.05), lambda: MinPLogitsWarper(0.05)),
+    (lambda: MinP(0.3), lambda: MinPLogitsWarper(0.3)),
+    (lambda: RepetitionPenalty(1.3), lambda: RepetitionPenaltyLogitsProcessor(1.3)),
+    (lambda: RepetitionPenalty(0.7), lambda: RepetitionPenaltyLogitsProcessor(0.7)),
+]
+
+
+@pytest.mark.parametrize("ours, theirs", CASES)
+@pytest.mark.parametrize("vocab", [10, 1000, 50000])
+def test_parity_with_transformers(ours, theirs, vocab):
+    g = torch.Generator().manual_seed(vocab)
+    # float64, so that top-p's cumulative sums (summed in opposite directions by the two
+    # implementations) cannot straddle a threshold by rounding.
+    logits = torch.randn((3, vocab), generator=g, dtype=torch.float64) * 3
+    context = torch.randint(0, vocab, (3, 12), generator=g)
+    before = logits.clone()
+    got = ours().apply(logits, context)
+    want = theirs()(context, logits.clone())
+    torch.testing.assert_close(got, want)
+    assert torch.equal(logits, before), "the input logits were modified"
+
+
+def test_chain_default_order_matches_transformers():
+    from transformers.generation.logits_process import LogitsProcessorList
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn((2, 500), generator=g) * 2
+    context = torch.randint(0, 500, (2, 30), generator=g)
+    p = ChainParams(temperature=0.8, top_k=50, top_p=0.9, min_p=0.02, repetition_penalty=1.2)
+    theirs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.2), TemperatureLogitsWarper(0.8),
+                                  TopKLogitsWarper(50), TopPLogitsWarper(0.9), MinPLogitsWarper(0.02)])
+    torch.testing.assert_close(apply_chain(build_chain(p), logits, context), theirs(context, logits.clone()))
+
+
+def test_order_changes_the_result_and_stages_follow_it():
+    logits = torch.tensor([[3.0, 2.5, 2.0, 1.0, 0.0]])
+    a = ChainParams(temperature=3.0, top_p=0.6)  # temperature first: flatter, more tokens reach the nucleus
+    b = ChainParams(temperature=3.0, top_p=0.6, order="penalty,top_p,temperature,top_k,min_p")
+    kept_a = torch.isfinite(apply_chain(build_chain(a), logits, NO_CONTEXT)).sum()
+    kept_b = torch.isfinite(apply_chain(build_chain(b), logits, NO_CONTEXT)).sum()
+    assert kept_a > kept_b
+    assert [t.name for t in build_chain(b)] == ["top_p", "temperature"]
+    stages = run_chain(build_chain(b), logits, NO_CONTEXT)
+    assert len(stages) == 3 and torch.equal(stages[0], logits)
+
+
+def test_noop_values_drop_out_of_the_chain():
+    assert build_chain(ChainParams()) == []
+    assert [t.name for t in build_chain(ChainParams(top_k=3, min_p=0.1))] == ["top_k", "min_p"]
+
+
+def test_top_p_sorts_only_what_it_needs_yet_matches_a_full_sort():
+    # A flat distribution forces the growing top-k search past its first 64 entries.
+    logits = torch.randn((1, 3000), generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.1
+    logits[0, :5] = 4.0
+    out = TopP(0.9).apply(logits, NO_CONTEXT)
+    want = TopPLogitsWarper(0.9)(NO_CONTEXT, logits.clone())
+    assert torch.equal(torch.isfinite(out), torch.isfinite(want))
+    assert int(torch.isfinite(out).sum()) > 64
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=-0.1), "temperature must be in [0, 100], got -0.1"),
+    (dict(temperature=math.nan), "temperature must be in [0, 100], got nan"),
+    (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
+    (dict(top_p=0.0), "top_p must be in (0, 1], got 0"),
+    (dict(top_k=-1), "top_k must be in [0, 1e+06], got -1"),
+    (dict(min_p=1.2), "min_p must be in [0, 1], got 1.2"),
+    (dict(repetition_penalty=0.0), "repetition_penalty must be in (0, 10], got 0"),
+    (dict(order="top_k,top_p"), "order must list each of"),
+    (dict(top_k=2.5), "top_k must be a int, got 2.5"),
+])
+def test_bad_values_name_value_and_range(kwargs, message):
+    from strategies.params import InvalidRequest
+    with pytest.raises(InvalidRequest) as err:
+        ChainParams(**kwargs)
+    assert message in str(err.value)
