@@ -1,0 +1,93 @@
+"""Traced decoding vs transformers generate(), same model, prompt and token count, one process.
+
+Prints the time ratio traced / generate for greedy and for sampling (goal: <= 1.10),
+tokens/s per model, and cold (GGUF dequantisation) and warm (converted cache) start times.
+
+    .venv/bin/python bench/bench_engine.py [--tokens 64] [--repeats 3] [--skip-cold]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from playground import models  # noqa: E402
+from playground.engine import Request, run  # noqa: E402
+
+PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
+
+
+def hf_time(lm, prompt_ids, n, sample):
+    ids = torch.tensor([prompt_ids])
+    kw = dict(do_sample=True, temperature=0.9, top_p=0.95, top_k=0) if sample else dict(do_sample=False)
+    start = time.perf_counter()
+    out = lm.model.generate(ids, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, **kw)
+    return time.perf_counter() - start, out.shape[1] - ids.shape[1]
+
+
+def ours_time(store, key, n, sample):
+    params = {"temperature": 0.9, "top_p": 0.95} if sample else {}
+    req = Request(key, "sampling" if sample else "greedy", PROMPT, params, seed=0, max_new_tokens=n)
+    start = time.perf_counter()
+    trace = run(store, req)
+    return time.perf_counter() - start, len(trace.tokens), trace
+
+
+def compare(store, key, n, repeats):
+    lm = store.get(key)
+    prompt_ids = lm.encode(PROMPT)
+    for sample in (False, True):
+        hf, ours = [], []
+        ours_time(store, key, 4, sample)  # warm-up
+        for _ in range(repeats):
+            t, k = hf_time(lm, prompt_ids, n, sample)
+            hf.append(t / k)
+            t, k, _ = ours_time(store, key, n, sample)
+            ours.append(t / k)
+        h, o = statistics.median(hf), statistics.median(ours)
+        name = "sampling" if sample else "greedy"
+        print(f"{key:14s} {name:9s} generate {1 / h:6.2f} tok/s   traced {1 / o:6.2f} tok/s   "
+              f"ratio traced/generate {o / h:5.3f}")
+
+
+def start_times(key):
+    with tempfile.TemporaryDirectory() as tmp:
+        old = models.os.environ.get("PLAYGROUND_CACHE")
+        models.os.environ["PLAYGROUND_CACHE"] = tmp
+        try:
+            cold = models.ModelStore("cpu").get(key).load_seconds
+            warm = models.ModelStore("cpu").get(key).load_seconds
+        finally:
+            if old is None:
+                models.os.environ.pop("PLAYGROUND_CACHE")
+            else:
+                models.os.environ["PLAYGROUND_CACHE"] = old
+    print(f"{key:14s} start: cold {cold:6.1f} s (GGUF dequantisation)   warm {warm:5.2f} s (converted cache)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-cold", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.tokens} new tokens, "
+          f"median of {args.repeats}")
+    store = models.ModelStore("cpu")
+    compare(store, "smollm2-135m", args.tokens, args.repeats)
+    compare(store, "gemma3-270m", args.tokens // 2, max(1, args.repeats - 1))
+    if not args.skip_cold:
+        for key in ("smollm2-135m", "gemma3-270m"):
+            start_times(key)
+
+
+if __name__ == "__main__":
+    main()
