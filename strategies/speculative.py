@@ -1,0 +1,358 @@
+"""Speculative decoding you can watch: a draft proposes, the target verifies in one pass.
+
+One round (Leviathan et al. 2022; Chen et al. 2023):
+
+1. the draft proposes G tokens autoregressively (G = gamma, fixed or adaptive);
+2. the target runs once on [last committed token, x_1 .. x_G] and gives its
+   distribution at all G + 1 positions (causal attention makes that one pass);
+3. both distributions go through the same transform chain, then
+   ``strategies.verify`` keeps a prefix of the draft and adds one target token
+   (resampled after a rejection, bonus when all passed);
+4. the KV caches of target and draft are cropped back to the accepted text.
+
+Invariant between rounds: the target's cache holds every committed token but
+the last, which is fed at the head of the next verification pass. The trace is
+yielded after every round; with ``measure_baseline`` plain target decoding of
+the same length then runs in the same request, as the wall-clock reference.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from playground.trace import Trace, rnd
+from strategies.chain import ChainParams, build_chain, run_chain
+from strategies.context import DecodeContext
+from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
+from strategies.params import InvalidRequest, param
+from strategies.recording import finish, make_step
+from strategies.registry import register
+from strategies.verify import Verdict, rejection, sample, topk
+
+MAX_GAMMA = 16
+TOP_PER_TOKEN = 8  # alternatives recorded per drafted token, by target and by draft
+TOP_RESIDUAL = 10  # entries of the residual distribution recorded per round
+
+
+@dataclass(frozen=True)
+class SpeculativeParams(ChainParams):
+    """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier."""
+
+    draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
+                       "'prompt_lookup' (copy from the prompt, no model), or a model key with the target's "
+                       "tokenizer (e.g. toy-small for toy).")
+    draft_layer: int = param(0, "Layers the early-exit draft keeps. 0 = a quarter of the target's.",
+                             low=0, high=256, noop=0, step=1, ui_max=32)
+    gamma: int = param(4, "Tokens drafted per round.", low=1, high=MAX_GAMMA, step=1)
+    adaptive_gamma: bool = param(False, "Grow gamma by 2 after a fully accepted round, shrink it by 1 after a "
+                                 "rejection (transformers' heuristic). Off = fixed gamma.", noop=False)
+    verify: str = param("rejection", "rejection: lossless (Leviathan et al. 2022). topk: accept while the draft "
+                        "is in the target's top-K (lossy).", choices=("rejection", "topk"))
+    verify_top_k: int = param(5, "K of topk verification.", low=1, high=1000, step=1, ui_max=50)
+    lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
+    measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
+
+    def validate(self) -> None:
+        super().validate()
+        name = self.draft.strip()
+        if not name or any(c.isspace() for c in name):
+            raise InvalidRequest(f"draft must be {', '.join(KINDS)} or a model key sharing the target's "
+                                 f"tokenizer, got {self.draft!r}")
+        object.__setattr__(self, "draft", name)
+
+
+# --- one round ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    """What one round did. ``target_stages`` are the G + 1 positions' [V] logits per chain stage."""
+
+    proposal: Proposal
+    target_stages: list[list[torch.Tensor]]
+    target_probs: torch.Tensor  # [G + 1, V]
+    verdict: Verdict  # batch of one
+    committed: list[int]  # accepted drafts, then the resampled or bonus token
+    draft_seconds: float
+    verify_seconds: float
+
+
+def verifier(params: SpeculativeParams) -> Callable[..., Verdict]:
+    if params.verify == "topk":
+        return lambda t, d, ids, g: topk(t, d, ids, g, params.verify_top_k)
+    return rejection
+
+
+@dataclass
+class SpeculativeDecoder:
+    """Target, draft and the target's cache; ``step(gamma)`` runs one round and commits its tokens.
+
+    ``ids`` is the prompt plus every committed token. The target's cache covers ``ids[:-1]``.
+    """
+
+    target: Any  # playground.models.LM
+    draft: Draft
+    chain: list
+    verify: Callable[..., Verdict]
+    draft_generator: torch.Generator
+    verify_generator: torch.Generator
+    ids: list[int]
+    cache: Any = None
+    target_passes: int = 0
+
+    def prefill(self) -> None:
+        """Run the prompt (but its last token) through target and draft."""
+        self.cache = rollback_cache(self.target)
+        if len(self.ids) > 1:
+            self.cache = self.target.forward(self._tensor(self.ids[:-1]), self.cache).cache
+            self.target_passes += 1
+        crop(self.cache, 0)
+        self.draft.prefill(self.ids)
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], device=self.target.device)
+
+    def step(self, gamma: int) -> Round:
+        """Draft up to ``gamma`` tokens, verify them in one target pass, commit, roll the caches back."""
+        t0 = time.perf_counter()
+        proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator)
+        t1 = time.perf_counter()
+        stages, target_probs = self._score(proposal.ids)
+        verdict = self.verify(target_probs.unsqueeze(0), proposal.probs.unsqueeze(0),
+                              torch.tensor([proposal.ids], dtype=torch.long, device=target_probs.device),
+                              self.verify_generator)
+        n = int(verdict.n_accepted[0])
+        committed = proposal.ids[:n] + [int(verdict.next_ids[0])]
+        # The target saw ids + all G drafts; it must keep ids + the n accepted ones (the new token is
+        # fed next round). The draft keeps at most the same prefix.
+        crop(self.cache, len(proposal.ids) - n)
+        self.draft.rollback(len(self.ids) + n)
+        self.ids = self.ids + committed
+        t2 = time.perf_counter()
+        return Round(proposal, stages, target_probs, verdict, committed, t1 - t0, t2 - t1)
+
+    def _score(self, drafted: list[int]) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
+        """One target pass over [last token, drafts]: per-position chain stages and [G + 1, V] probs."""
+        out = self.target.forward(self._tensor([self.ids[-1]] + drafted), self.cache)
+        self.cache = out.cache
+        self.target_passes += 1
+        context = self._tensor(self.ids + drafted)
+        n = len(self.ids)
+        # Position i sees the text up to draft i, so the penalty stage gets that context.
+        stages = [[s[0] for s in run_chain(self.chain, out.logits[:, i], context[:, : n + i])]
+                  for i in range(len(drafted) + 1)]
+        target_probs = torch.stack([s[-1] for s in stages]).softmax(-1)
+        return stages, target_probs
+
+
+# --- the trace of a round ----------------------------------------------------------------------
+
+
+def _tok(lm: Any, token_id: int, **fields: float | None) -> dict[str, Any]:
+    return {"id": int(token_id), "text": lm.piece(int(token_id)),
+            **{k: (None if v is None else rnd(v)) for k, v in fields.items()}}
+
+
+def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
+    """The top tokens of target and draft at one position, by the larger of the two probabilities."""
+    ids = {token}
+    for row in (target_row, draft_row):  # only tokens with mass: a one-hot lookup draft adds none
+        top = torch.topk(row, min(TOP_PER_TOKEN, row.shape[-1]))
+        ids.update(i for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+    rows = [(i, float(target_row[i]), float(draft_row[i])) for i in ids]
+    rows.sort(key=lambda r: (-max(r[1], r[2]), r[0]))
+    return [_tok(lm, i, p_target=p, q_draft=q) for i, p, q in rows]
+
+
+def round_record(lm: Any, index: int, start: int, r: Round, committed: int) -> dict[str, Any]:
+    """The JSON-ready record of one round (see the trace contract in DESIGN.md).
+
+    ``committed``: how many of the round's tokens made it into the text (the budget or an EOS can
+    cut the round short).
+    """
+    v, g = r.verdict, len(r.proposal.ids)
+    n = int(v.n_accepted[0])
+    lossless = not torch.isnan(v.u).any()
+    draft = []
+    for i, token in enumerate(r.proposal.ids):
+        evaluated = i <= n  # drafts after the first rejection were never looked at
+        draft.append({**_tok(lm, token, p_target=float(v.p_target[0, i]), q_draft=float(v.q_draft[0, i]),
+                             accept_prob=float(v.accept_prob[0, i]) if evaluated else None,
+                             u=float(v.u[0, i]) if evaluated and lossless else None),
+                      "accepted": bool(v.accepted[0, i]), "evaluated": evaluated,
+                      "top": _alternatives(lm, r.target_probs[i], r.proposal.probs[i], token)})
+    nxt = int(v.next_ids[0])
+    next_probs = v.next_probs[0]
+    q_row = r.proposal.probs[n] if n < g else torch.zeros_like(next_probs)
+    k = min(TOP_RESIDUAL, next_probs.shape[-1])
+    top_ids = torch.topk(next_probs, k).indices.tolist()
+    residual = [_tok(lm, i, prob=float(next_probs[i]), p_target=float(r.target_probs[n, i]),
+                     q_draft=float(q_row[i])) for i in top_ids if next_probs[i] > 0]
+    added = _tok(lm, nxt, prob=float(next_probs[nxt]), p_target=float(r.target_probs[n, nxt]),
+                 q_draft=float(q_row[nxt]) if n < g else None)
+    return {"round": index, "start": start, "gamma": g, "accepted": n, "target_tokens": g + 1,
+            "draft": draft, "resampled": added if n < g else None, "bonus": added if n == g else None,
+            "residual_top": residual, "committed": committed,
+            "seconds": {"draft": round(r.draft_seconds, 5), "verify": round(r.verify_seconds, 5)}}
+
+
+# --- totals and the wall-clock reference -------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Running totals over rounds, for trace.extra["speculative"]."""
+
+    rounds: int = 0
+    drafted: int = 0
+    evaluated: int = 0
+    accepted: int = 0
+    produced: int = 0
+    gamma_sum: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: dict[int, list[float]] = field(default_factory=dict)
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    def add(self, r: Round, committed: int) -> None:
+        g, n = len(r.proposal.ids), int(r.verdict.n_accepted[0])
+        self.rounds += 1
+        self.drafted += g
+        self.evaluated += min(g, n + 1)
+        self.accepted += n
+        self.produced += committed
+        self.gamma_sum += g
+        self.draft_seconds += r.draft_seconds
+        self.verify_seconds.setdefault(g + 1, []).append(r.verify_seconds)
+        self.accepted_lengths.append(n)
+
+    def summary(self) -> dict[str, Any]:
+        def ratio(a: float, b: float) -> float | None:
+            return rnd(a / b) if b else None
+        return {"rounds": self.rounds, "drafted": self.drafted, "evaluated": self.evaluated,
+                "accepted": self.accepted, "alpha": ratio(self.accepted, self.evaluated),
+                "acceptance_rate": ratio(self.accepted, self.drafted),
+                "tau": ratio(self.produced, self.rounds), "mean_gamma": ratio(self.gamma_sum, self.rounds),
+                "accepted_lengths": list(self.accepted_lengths),
+                "draft_seconds_per_token": ratio(self.draft_seconds, self.drafted),
+                "verify_seconds": {str(k): rnd(sum(v) / len(v)) for k, v in sorted(self.verify_seconds.items())}}
+
+
+@torch.inference_mode()
+def plain_decode(lm: Any, prompt_ids: list[int], n_tokens: int, chain: list, generator: torch.Generator,
+                 top_n: int) -> dict[str, float]:
+    """Plain KV-cached target decoding of exactly ``n_tokens`` (EOS ignored): the wall-clock reference.
+
+    Does the same per-token work as the speculative loop (chain, draw, step record) so the ratio
+    compares decoding, not bookkeeping. Returns seconds in all, for the prompt, and per token.
+    """
+    names = [t.name for t in chain]
+    started = time.perf_counter()
+    ids = list(prompt_ids)
+    out = lm.forward(torch.tensor([ids], device=lm.device))
+    prefill = time.perf_counter() - started
+    for i in range(n_tokens):
+        stages = run_chain(chain, out.logits[:, -1], torch.tensor([ids], device=lm.device))
+        token = int(sample(stages[-1].softmax(-1), generator)[0])
+        make_step(lm, len(ids), [s[0] for s in stages], names, token, top_n)
+        ids.append(token)
+        if i + 1 < n_tokens:
+            out = lm.forward(torch.tensor([[token]], device=lm.device), out.cache)
+    seconds = time.perf_counter() - started
+    return {"tokens": n_tokens, "seconds": rnd(seconds), "prefill_seconds": rnd(prefill),
+            "step_seconds": rnd((seconds - prefill) / n_tokens) if n_tokens else None,
+            "tokens_per_second": rnd(n_tokens / seconds) if seconds else None}
+
+
+def speed(tally: dict[str, Any], seconds: float, produced: int, baseline: dict[str, float] | None) -> dict[str, Any]:
+    """Measured speedup and the costs Leviathan's formula needs (c, verification cost), when known."""
+    if not baseline or not baseline.get("step_seconds"):
+        return {"seconds": rnd(seconds), "baseline": None, "measured_speedup": None, "c": None}
+    step = baseline["step_seconds"]
+    per_token = tally["draft_seconds_per_token"]
+    verify = {k: rnd(v / step) for k, v in tally["verify_seconds"].items()}
+    return {"seconds": rnd(seconds), "baseline": baseline,
+            "measured_speedup": rnd(baseline["seconds"] / seconds) if seconds and produced else None,
+            "c": rnd(per_token / step) if per_token is not None else None,
+            "verify_cost": verify}  # cost of verifying k tokens, in plain target steps
+
+
+# --- the strategy ------------------------------------------------------------------------------
+
+
+def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
+    """transformers' heuristic schedule: +2 after a fully accepted round, -1 after a rejection."""
+    if proposed == 0:
+        return gamma
+    return min(MAX_GAMMA, gamma + 2) if accepted == proposed else max(1, gamma - 1)
+
+
+def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tuple[int, bool]:
+    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS)."""
+    lm = ctx.lm
+    room = ctx.max_new_tokens - len(trace.tokens)
+    for i, token in enumerate(r.committed[:room]):
+        step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), r.target_stages[i], names, token,
+                              ctx.top_n)
+        trace.steps.append(step)
+        trace.tokens.append(tok)
+        if token in lm.eos_ids:
+            return i + 1, True
+    return min(room, len(r.committed)), False
+
+
+@register("speculative", SpeculativeParams,
+          "A draft proposes gamma tokens, the target verifies them in one pass: rejection sampling "
+          "(lossless) or top-K (lossy). Drafts: a smaller model, early exit, prompt lookup.",
+          family="speculative")
+def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
+    lm = ctx.lm
+    chain = build_chain(params)
+    draft = make_draft(lm, params.draft, params.draft_layer, params.lookup_ngram, ctx.load_model)
+    trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
+    trace.rounds = []
+    names = [t.name for t in chain]
+    decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
+                                 list(ctx.prompt_ids))
+    started = time.perf_counter()
+    with torch.inference_mode():
+        decoder.prefill()
+    tally, gamma, reason = Tally(), params.gamma, "length"
+    while len(trace.tokens) < ctx.max_new_tokens:
+        # Never draft past the budget: the round adds up to g + 1 tokens.
+        g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
+        with torch.inference_mode():
+            r = decoder.step(g)
+        start = len(trace.tokens)
+        committed, eos = _commit(ctx, trace, r, names)
+        trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed))
+        tally.add(r, committed)
+        if params.adaptive_gamma:
+            gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
+        _totals(trace, decoder, draft, tally, started, None)
+        finish(trace, lm, started, "running", decoder.target_passes)
+        if eos:
+            reason = "eos"
+            break
+        yield trace
+    finish(trace, lm, started, reason, decoder.target_passes)
+    seconds = trace.timing.seconds
+    baseline = None
+    if params.measure_baseline:
+        baseline = plain_decode(lm, ctx.prompt_ids, len(trace.tokens), chain, ctx.generator(2), ctx.top_n)
+    _totals(trace, decoder, draft, tally, started, baseline, seconds)
+    yield trace
+
+
+def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally, started: float,
+            baseline: dict[str, float] | None, seconds: float | None = None) -> None:
+    summary = tally.summary()
+    seconds = time.perf_counter() - started if seconds is None else seconds
+    trace.timing.extra["draft_forward_passes"] = draft.forward_passes
+    trace.extra["speculative"] = {
+        "draft": draft.name, "draft_kind": draft.kind, "verify": trace.params["verify"],
+        "target_forward_passes": decoder.target_passes, "draft_forward_passes": draft.forward_passes,
+        "verify_passes": tally.rounds, **summary,
+        **speed(summary, seconds, len(trace.tokens), baseline)}

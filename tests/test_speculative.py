@@ -1,0 +1,246 @@
+"""The speculative strategy on real models: greedy parity, identical drafts, exact cache rollback,
+refusals. Short runs; one ModelStore for the module."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from playground.engine import Request, run
+from playground.models import LM, ModelSpec, ModelStore
+from strategies.chain import ChainParams, build_chain
+from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
+from strategies.params import InvalidRequest
+from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma
+from strategies.verify import rejection
+
+TOY_PROMPT = "1 2 3 4 5 6 7 8 0 1 2"  # a second pass of the path, so prompt lookup has something to copy
+SMOL_PROMPT = "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread for this module: on a CPU shared with other jobs, OpenMP threads that spin
+    waiting for each other make a SmolLM2 step several times slower than one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def store() -> ModelStore:
+    return ModelStore("cpu")
+
+
+def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, **params) -> dict:
+    params.setdefault("measure_baseline", False)
+    return run(store, Request(model, "speculative", prompt, params, seed=seed, max_new_tokens=n)).to_dict()
+
+
+def greedy_ids(store: ModelStore, model: str, prompt: str, n: int) -> list[int]:
+    return run(store, Request(model, "greedy", prompt, {}, max_new_tokens=n)).token_ids
+
+
+@pytest.mark.parametrize("draft", ["toy-small", "early_exit", "prompt_lookup"])
+@pytest.mark.parametrize("verify", ["rejection", "topk"])
+def test_greedy_speculative_equals_greedy_on_toy(store, draft, verify):
+    expected = greedy_ids(store, "toy", TOY_PROMPT, 16)
+    for gamma in (1, 3):
+        t = speculative(store, "toy", TOY_PROMPT, 16, draft=draft, verify=verify, gamma=gamma, temperature=0)
+        assert [tok["id"] for tok in t["tokens"]] == expected
+
+
+@pytest.fixture(scope="module")
+def smol_greedy(store) -> list[int]:
+    return greedy_ids(store, "smollm2-135m", SMOL_PROMPT, 16)
+
+
+@pytest.mark.parametrize("draft,layer,gamma", [("early_exit", 4, 1), ("prompt_lookup", 0, 4),
+                                               ("smollm2-135m", 0, 5)])
+def test_greedy_speculative_equals_greedy_on_smollm2(store, smol_greedy, draft, layer, gamma):
+    t = speculative(store, "smollm2-135m", SMOL_PROMPT, 16, draft=draft, draft_layer=layer, temperature=0,
+                    gamma=gamma)
+    assert [tok["id"] for tok in t["tokens"]] == smol_greedy
+    if draft != "early_exit":  # the copy and the self-draft are right often enough to save target passes
+        assert t["speculative"]["rounds"] < 16
+
+
+def test_identical_drafts_accept_every_token(store):
+    for draft, layer in (("toy", 0), ("early_exit", 2)):  # toy has 2 layers: early exit at 2 is toy itself
+        t = speculative(store, "toy", "1 2", 6, seed=3, draft=draft, draft_layer=layer, gamma=3)
+        s = t["speculative"]
+        assert s["alpha"] == 1.0 and s["accepted"] == s["drafted"] > 0
+        assert all(r["resampled"] is None for r in t["rounds"])
+    t = speculative(store, "smollm2-135m", SMOL_PROMPT, 6, seed=1, draft="early_exit", draft_layer=30, gamma=5)
+    assert t["speculative"]["alpha"] == 1.0 and t["speculative"]["rounds"] == 1
+
+
+def test_adaptive_gamma_follows_the_heuristic(store):
+    t = speculative(store, "toy", "1 2", 7, seed=0, draft="toy", gamma=1, adaptive_gamma=True)
+    assert [r["gamma"] for r in t["rounds"]] == [1, 3, 0]  # +2 after full acceptance; the budget caps the last
+    assert _next_gamma(4, 4, 4) == 6 and _next_gamma(4, 4, 2) == 3 and _next_gamma(1, 1, 0) == 1
+    assert _next_gamma(16, 16, 16) == 16 and _next_gamma(5, 0, 0) == 5
+
+
+# --- cache rollback ------------------------------------------------------------------------------
+
+
+def decode_rounds(target: LM, draft, prompt_ids: list[int], temperature: float, gamma: int, limit: int,
+                  seed: int = 0) -> tuple[SpeculativeDecoder, int]:
+    """Run rounds until the text would pass ``limit`` tokens; (decoder, rounds that rejected)."""
+    chain = build_chain(ChainParams(temperature=temperature))
+    decoder = SpeculativeDecoder(target, draft, chain, rejection, torch.Generator().manual_seed(seed),
+                                 torch.Generator().manual_seed(seed + 1), list(prompt_ids))
+    rejected = 0
+    with torch.inference_mode():
+        decoder.prefill()
+        while len(decoder.ids) + gamma + 1 <= limit:
+            r = decoder.step(gamma)
+            rejected += int(r.verdict.n_accepted[0]) < len(r.proposal.ids)
+    return decoder, rejected
+
+
+def assert_caches_are_exact(decoder: SpeculativeDecoder) -> None:
+    """The rolled-back caches give the logits a fresh forward pass on the accepted text gives."""
+    ids = decoder.ids
+    target = decoder.target
+    assert decoder.cache.get_seq_length() == len(ids) - 1
+    fresh = target.forward(torch.tensor([ids])).logits[0, -1]
+    cached = target.forward(torch.tensor([ids[-1:]]), decoder.cache).logits[0, -1]
+    torch.testing.assert_close(cached, fresh, atol=2e-4, rtol=1e-4)
+    draft = decoder.draft
+    if isinstance(draft, ModelDraft):
+        assert draft.seen <= len(ids) - 1 and draft.cache.get_seq_length() == draft.seen
+        fresh = draft.lm.forward(torch.tensor([ids])).logits[0, -1]
+        cached = draft.lm.forward(torch.tensor([ids[draft.seen:]]), draft.cache).logits[0, -1]
+        torch.testing.assert_close(cached, fresh, atol=2e-4, rtol=1e-4)
+
+
+def test_cache_rollback_is_exact_on_toy(store):
+    target = store.get("toy")
+    decoder, rejected = decode_rounds(target, ModelDraft(store.get("toy-small"), "model"), [1, 2], 2.0, 4, 60)
+    assert rejected >= 5
+    assert_caches_are_exact(decoder)
+
+
+def test_cache_rollback_is_exact_on_smollm2(store):
+    target = store.get("smollm2-135m")
+    prompt = target.encode("Write a list of ten fruits.")
+    decoder, rejected = decode_rounds(target, ModelDraft(target.truncated(4), "early_exit"), prompt, 1.0, 2,
+                                      len(prompt) + 12)
+    assert rejected >= 3
+    assert_caches_are_exact(decoder)
+
+
+def tiny_sliding_lm(store: ModelStore) -> LM:
+    """A random 3-layer Gemma 3 with a 4-token sliding window, sharing the toy's 16-token tokenizer."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    config = Gemma3TextConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                              max_position_embeddings=128, pad_token_id=13, eos_token_id=0, bos_token_id=15,
+                              layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    with torch.random.fork_rng():  # weights are the only randomness here, and they stay local
+        torch.manual_seed(0)
+        model = Gemma3ForCausalLM(config).eval()
+    toy = store.get("toy")
+    return LM(ModelSpec("tiny-gemma3", "tiny sliding-window Gemma 3", "test"), model, toy.tokenizer, toy.device)
+
+
+def test_sliding_window_caches_cannot_crop_by_default(store):
+    """Why rollback_cache turns on past recording: transformers refuses to crop a full window."""
+    lm = tiny_sliding_lm(store)
+    cache = lm.forward(torch.tensor([[1, 2, 3, 4, 5, 6]]), lm.new_cache()).cache
+    with pytest.raises(RuntimeError, match="activate_past_recording"):
+        cache.crop(-2)
+
+
+@pytest.mark.parametrize("prompt", [[1], [1, 2, 3]])  # one token: nothing to prefill, nothing to crop
+def test_cache_rollback_is_exact_with_sliding_window_layers(store, prompt):
+    lm = tiny_sliding_lm(store)
+    # Random weights give near-uniform logits; a low temperature makes draft and target disagree.
+    decoder, rejected = decode_rounds(lm, ModelDraft(lm.truncated(1), "early_exit"), prompt, 0.1, 3, 60)
+    assert rejected >= 5
+    assert_caches_are_exact(decoder)
+
+
+def test_greedy_speculative_equals_greedy_with_sliding_window_layers(store):
+    lm = tiny_sliding_lm(store)
+    decoder, _ = decode_rounds(lm, ModelDraft(lm.truncated(2), "early_exit"), [1, 2, 3], 0.0, 3, 40)
+    ids, out = [1, 2, 3], lm.forward(torch.tensor([[1, 2, 3]]))
+    while len(ids) < len(decoder.ids):
+        ids.append(int(out.logits[0, -1].argmax()))
+        out = lm.forward(torch.tensor([ids[-1:]]), out.cache)
+    assert decoder.ids == ids
+
+
+# --- the trace --------------------------------------------------------------------------------------
+
+
+def test_trace_rounds_and_totals(store):
+    t = speculative(store, "toy", TOY_PROMPT, 12, seed=2, draft="toy-small", temperature=1.5, gamma=3,
+                    measure_baseline=True)
+    json.dumps(t)  # JSON-ready
+    rounds, s = t["rounds"], t["speculative"]
+    assert sum(r["committed"] for r in rounds) == len(t["tokens"]) == len(t["steps"])
+    for r in rounds:
+        n = r["accepted"]
+        assert [d["accepted"] for d in r["draft"]] == [i < n for i in range(r["gamma"])]
+        assert (r["resampled"] is None) == (n == r["gamma"]) and (r["bonus"] is None) == (n < r["gamma"])
+        for d in r["draft"][: n + 1]:
+            assert d["accept_prob"] == pytest.approx(min(1.0, d["p_target"] / d["q_draft"]), rel=1e-4)
+            assert (d["u"] < d["accept_prob"]) == d["accepted"]
+        added = r["resampled"] or r["bonus"]
+        assert r["committed"] <= n or added["id"] == t["tokens"][r["start"] + n]["id"]
+        probs = [e["prob"] for e in r["residual_top"]]
+        assert probs == sorted(probs, reverse=True) and 0.9 < sum(probs) <= 1 + 1e-5
+    assert s["accepted"] == sum(r["accepted"] for r in rounds)
+    assert s["evaluated"] == sum(min(r["gamma"], r["accepted"] + 1) for r in rounds)
+    assert s["tau"] == pytest.approx(len(t["tokens"]) / len(rounds), rel=1e-5)
+    assert s["target_forward_passes"] == len(rounds) + 1  # the prompt, then one pass per round
+    assert s["draft_forward_passes"] == t["timing"]["draft_forward_passes"] > 0
+    assert s["baseline"]["tokens"] == len(t["tokens"]) and s["measured_speedup"] > 0 and s["c"] > 0
+
+
+def test_topk_rounds_have_no_uniform_draws(store):
+    t = speculative(store, "toy", TOY_PROMPT, 10, draft="toy-small", verify="topk", verify_top_k=1, gamma=3)
+    assert all(d["u"] is None for r in t["rounds"] for d in r["draft"])
+    assert all(d["accept_prob"] in (0.0, 1.0) for r in t["rounds"] for d in r["draft"] if d["evaluated"])
+
+
+# --- refusals ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"gamma": 40}, "gamma must be in [1, 16], got 40"),
+    ({"gamma": 0}, "gamma must be in [1, 16], got 0"),
+    ({"verify": "greedy"}, "verify must be one of rejection, topk, got 'greedy'"),
+    ({"verify_top_k": 0}, "verify_top_k must be in [1, 1000], got 0"),
+    ({"draft": ""}, "draft must be early_exit, prompt_lookup or a model key"),
+    ({"draft": "two words"}, "draft must be early_exit, prompt_lookup or a model key"),
+    ({"lookup_ngram": 9}, "lookup_ngram must be in [1, 8], got 9"),
+    ({"temperature": -1}, "temperature must be in [0, 100], got -1"),
+])
+def test_bad_params_are_refused(params, message):
+    with pytest.raises(InvalidRequest) as err:
+        SpeculativeParams.from_dict(params)
+    assert message in str(err.value)
+
+
+def test_draft_layer_is_checked_against_the_model(store):
+    with pytest.raises(InvalidRequest, match=r"draft_layer must be in \[0, 2\] for toy \(0 = 1\), got 3"):
+        speculative(store, "toy", "1 2", 4, draft="early_exit", draft_layer=3)
+
+
+def test_mismatched_pair_is_refused(store):
+    with pytest.raises(InvalidRequest, match="does not share the tokenizer of 'smollm2-135m'"):
+        speculative(store, "smollm2-135m", SMOL_PROMPT, 4, draft="toy")
+    with pytest.raises(InvalidRequest, match="'smollm2-135m' does not share the tokenizer of 'toy'"):
+        make_draft(store.get("toy"), "smollm2-135m", 0, 3, store.get)
+
+
+def test_unknown_draft_model_is_refused(store):
+    with pytest.raises(InvalidRequest, match="cannot be loaded here"):
+        make_draft(store.get("toy"), "toy-small", 0, 3, None)
+    assert isinstance(make_draft(store.get("toy"), "prompt_lookup", 0, 2, None), PromptLookupDraft)
