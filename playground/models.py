@@ -283,7 +283,7 @@ class LM:
 @dataclass
 class Forward:
     logits: torch.Tensor  # [batch, n, vocab], float32
-    cache: Any  # transformers Cache: crop(length), reorder_cache(beam_idx), get_seq_length()
+    cache: Any  # transformers Cache: crop(-n) drops the last n tokens, reorder_cache(beam_idx), get_seq_length()
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + one per layer
 
 
