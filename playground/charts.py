@@ -1,20 +1,468 @@
-"""Trace (its JSON dict) -> plotly figures. Pure: no torch, no gradio."""
+"""Trace (its JSON dict) -> plotly figures and the coloured-text HTML. Pure: no torch, no gradio.
+
+Every number drawn comes from the trace: candidate probabilities, the per-stage
+distributions of the chain (``steps[i]["stages"]``: "raw" first, then one per
+transform in chain order) and the run's ``params``. Thresholds are drawn on the
+distribution that entered the transform that used them:
+
+- the bars show the distribution that entered the first truncation (top-k, top-p,
+  min-p), i.e. after the penalty and the temperature, which is what truncation cuts;
+- the cumulative curve is that of the distribution that entered top-p, and the
+  top-p line sits on it (Holtzman et al. 2019);
+- the min-p line is min_p x the top bar: min-p compares each token with the top one,
+  a ratio that renormalising after top-k / top-p leaves unchanged (Nguyen et al. 2024);
+- the top-k cut falls after the k-th bar.
+
+Token text is model output: it is escaped before it goes into HTML or plotly labels
+(plotly reads a subset of HTML tags in labels and decodes entities).
+"""
 from __future__ import annotations
 
+import html
+import math
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
 
-KEPT = "#2563eb"
-CUT = "#cbd5e1"
+# One palette for every chart: mid-tone colours that read on white and on a dark page.
+KEPT = "#2563eb"  # survived every truncation: the selector could draw it
+CUT = "#94a3b8"  # removed by a truncation
+CHOSEN = "#f59e0b"  # the token the selector picked
+CUMULATIVE = "#e11d48"  # cumulative mass and the top-p line
+MIN_P = "#059669"
+TOP_K = "#7c3aed"
+RAW = "#64748b"  # the model's own probability, before penalty / temperature
+FINAL = "#0891b2"  # the distribution after the whole chain: what the selector drew from
+ENTROPY = "#7c3aed"
+INK = "#334155"  # axis text in light mode; style.css lightens it in dark mode
+GRID = "rgba(148, 163, 184, 0.28)"
+FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
 
+TRUNCATIONS = ("top_k", "top_p", "min_p")
+TEMPLATE = "playground"
+
+
+def _register_template() -> None:
+    """A transparent, large-type template: the page colour shows through in light and dark mode."""
+    axis = dict(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID, tickfont=dict(size=13),
+                title=dict(font=dict(size=14)), automargin=True)
+    pio.templates[TEMPLATE] = go.layout.Template(layout=dict(
+        font=dict(family=FONT, size=14, color=INK),
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        colorway=[KEPT, CUMULATIVE, MIN_P, TOP_K, CHOSEN, RAW],
+        title=dict(font=dict(size=17), x=0.01, xanchor="left", y=0.97, yanchor="top"),
+        xaxis=axis, yaxis=axis, bargap=0.18,
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0,
+                    bgcolor="rgba(0,0,0,0)", font=dict(size=13)),
+        hoverlabel=dict(font=dict(family=FONT, size=13)),
+        margin=dict(l=60, r=60, t=86, b=60)))
+
+
+_register_template()
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+def show_token(text: str) -> str:
+    """Token text made visible and safe for a label: spaces as a middle dot, newlines as arrows,
+    HTML escaped (plotly decodes the entities back, so '<script>' shows as text)."""
+    visible = text.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    if visible.startswith(" "):
+        visible = "·" + visible[1:]
+    # plotly decodes &lt; &gt; &amp; but shows &quot; literally; quotes are harmless in its labels
+    return html.escape(visible or "∅", quote=False)
+
+
+def prob_color(p: float | None, alpha: float = 0.42) -> str:
+    """Red (surprising) through amber to green (confident) for a probability in [0, 1]."""
+    p = 0.0 if p is None or math.isnan(p) else min(1.0, max(0.0, p))
+    stops = [(0.0, (239, 68, 68)), (0.5, (245, 158, 11)), (1.0, (34, 197, 94))]
+    for (p0, c0), (p1, c1) in zip(stops, stops[1:]):
+        if p <= p1:
+            w = (p - p0) / (p1 - p0)
+            r, g, b = (round(a + (b_ - a) * w) for a, b_ in zip(c0, c1))
+            return f"rgba({r}, {g}, {b}, {alpha})"
+    return f"rgba(34, 197, 94, {alpha})"
+
+
+def _prob(x: float | None) -> float:
+    return 0.0 if x is None else float(x)
+
+
+def _fmt(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def _stages(step: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(step.get("stages") or [])
+
+
+def _stage_index(stages: list[dict[str, Any]], name: str) -> int | None:
+    for i, st in enumerate(stages):
+        if st["name"] == name:
+            return i
+    return None
+
+
+def bar_stage(step: dict[str, Any]) -> tuple[str, list[float]]:
+    """(label, probs over the step's candidates) of the distribution that entered the first truncation.
+
+    Without stages (greedy, or no transform active) it is the model's own distribution;
+    without any truncation it is the final one (what the selector drew from).
+    """
+    stages = _stages(step)
+    if not stages:
+        return "model p", [_prob(c["raw_prob"]) for c in step["candidates"]]
+    first_cut = next((i for i, st in enumerate(stages) if st["name"] in TRUNCATIONS), len(stages))
+    entering = stages[max(0, first_cut - 1)]
+    label = "model p" if entering["name"] == "raw" else f"p after {entering['name'].replace('_', '-')}"
+    return label, [_prob(p) for p in entering["probs"]]
+
+
+def _param(trace: dict[str, Any], name: str, default: float) -> float:
+    value = (trace.get("params") or {}).get(name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:
+    """The chosen token of ``step`` with its probabilities and rank (1 = most probable for the model)."""
+    s = trace["steps"][step]
+    cands = s["candidates"]
+    chosen = next((c for c in cands if c["id"] == s["chosen"]), None)
+    raw = sorted(cands, key=lambda c: -_prob(c["raw_prob"]))
+    rank = next((i + 1 for i, c in enumerate(raw) if c["id"] == s["chosen"]), None)
+    kept = sum(1 for c in cands if c["kept"])
+    return dict(text=chosen["text"] if chosen else "?", prob=_prob(chosen["prob"]) if chosen else 0.0,
+                raw_prob=_prob(chosen["raw_prob"]) if chosen else 0.0, rank=rank, kept=kept,
+                candidates=len(cands), entropy=_prob(s.get("entropy")))
+
+
+# --- 1. the distribution at one step --------------------------------------------------------------
 
 def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> go.Figure:
-    """Sorted top candidates at ``step``: the model's probability, kept vs cut coloured."""
+    """Sorted top-``top`` candidates at ``step``, kept vs cut coloured, with the chain's thresholds.
+
+    Bars: the distribution that entered truncation, sorted; blue = kept, grey = cut.
+    Right axis: the cumulative mass (of what entered top-p) and the top-p line. Dashed lines:
+    the min-p threshold and the top-k cut. The chosen token has an amber outline and a label.
+    """
     s = trace["steps"][step]
-    cands = sorted(s["candidates"], key=lambda c: -(c["raw_prob"] or 0))[:top]
-    colors = [KEPT if c["kept"] else CUT for c in cands]
-    fig = go.Figure(go.Bar(x=[repr(c["text"]) for c in cands], y=[c["raw_prob"] for c in cands],
-                           marker_color=colors, name="model probability"))
-    fig.update_layout(title=f"step {step}: chose {trace['tokens'][step]['text']!r}", yaxis_title="probability")
+    cands = s["candidates"]
+    label, bar_probs = bar_stage(s)
+    order = sorted(range(len(cands)), key=lambda i: (-bar_probs[i], -_prob(cands[i]["raw_prob"])))
+    shown = order[:top]
+    chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
+    if chosen_i is not None and chosen_i not in shown:
+        shown.append(chosen_i)  # a sampled long-tail token still gets its bar, at the end
+    x = list(range(len(shown)))
+    ticks = [show_token(cands[i]["text"]) for i in shown]
+    if chosen_i is not None and shown[-1] == chosen_i and len(shown) > top:
+        ticks[-1] = f"#{order.index(chosen_i) + 1} {ticks[-1]}"
+
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    _add_bars(fig, cands, shown, bar_probs, label, chosen_i, ticks)
+    if _stages(s):
+        _add_chain_markers(fig, cands, shown, bar_probs, label)
+    _add_cumulative(fig, trace, s, shown, bar_probs, x)
+    _add_min_p(fig, trace, s, bar_probs, shown)
+    _add_top_k(fig, trace, s, shown)
+
+    if chosen_i is not None:
+        j = shown.index(chosen_i)
+        fig.add_annotation(x=j, y=bar_probs[chosen_i], text="chosen", showarrow=True, arrowhead=2,
+                           arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
+    info = step_summary(trace, step)
+    kept_total = _kept_total(s)
+    title = (f"Step {step}: chose <b>{show_token(info['text'])}</b> · p {_fmt(info['prob'])}"
+             f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
+    # every marker stays on the chart: the after-chain probabilities are renormalised, often above the bars
+    top_bar = max([bar_probs[i] for i in shown] + [_prob(cands[i]["prob"]) for i in shown]
+                  + [_prob(cands[i]["raw_prob"]) for i in shown] or [1.0])
+    fig.update_layout(template=TEMPLATE, title=dict(text=title), barmode="overlay", hovermode="closest", height=460,
+                      xaxis=dict(tickmode="array", tickvals=x, ticktext=ticks,
+                                 tickangle=-40 if len(shown) > 10 else 0, range=[-0.7, len(shown) - 0.3]),
+                      legend=dict(y=1.01))
+    fig.update_yaxes(title_text=label, range=[0, min(1.02, top_bar * 1.18) or 1.0], secondary_y=False)
+    fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,
+                     tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
     return fig
+
+
+def _add_bars(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar_probs: list[float], label: str,
+              chosen_i: int | None, ticks: list[str]) -> None:
+    """Two bar traces, kept (blue) and cut (grey), at the positions of ``shown``; the chosen one outlined."""
+    for kept, name, color in ((True, "kept", KEPT), (False, "cut", CUT)):
+        pos = [j for j, i in enumerate(shown) if bool(cands[i]["kept"]) == kept]
+        if not pos and not kept:
+            continue
+        rows = [cands[shown[j]] for j in pos]
+        fig.add_trace(go.Bar(
+            x=pos, y=[bar_probs[shown[j]] for j in pos], name=f"{name} · {label}",
+            marker=dict(color=color, line=dict(color=[CHOSEN if shown[j] == chosen_i else color for j in pos],
+                                               width=[4 if shown[j] == chosen_i else 0 for j in pos])),
+            customdata=[[c["id"], _prob(c["prob"]), _prob(c["raw_prob"])] for c in rows],
+            text=[ticks[j] for j in pos], textposition="none",
+            hovertemplate=("<b>%{text}</b> (id %{customdata[0]})<br>" + label + " %{y:.4f}<br>"
+                           "model p %{customdata[2]:.4f}<br>after chain %{customdata[1]:.4f}<extra>"
+                           + name + "</extra>")), secondary_y=False)
+
+
+def _add_chain_markers(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar_probs: list[float],
+                       label: str) -> None:
+    """Dashes at the after-chain probability (what the selector drew from, renormalised), and diamonds at
+    the model's own probability when the bars show a transformed distribution."""
+    x = list(range(len(shown)))
+    final = [_prob(cands[i]["prob"]) for i in shown]
+    if any(abs(f - bar_probs[i]) > 1e-6 for f, i in zip(final, shown)):
+        fig.add_trace(go.Scatter(x=x, y=final, mode="markers", name="after chain (sampled from)",
+                                 marker=dict(symbol="line-ew", size=22, line=dict(width=3, color=FINAL)),
+                                 hovertemplate="after chain %{y:.4f}<extra></extra>"), secondary_y=False)
+    if label != "model p":
+        fig.add_trace(go.Scatter(x=x, y=[_prob(cands[i]["raw_prob"]) for i in shown], mode="markers",
+                                 name="model p (raw)",
+                                 marker=dict(symbol="diamond-open", size=9, color=RAW, line=dict(width=2)),
+                                 hovertemplate="model p %{y:.4f}<extra></extra>"), secondary_y=False)
+
+
+def _kept_total(s: dict[str, Any]) -> int | None:
+    stages = _stages(s)
+    return int(stages[-1]["kept"]) if stages else None
+
+
+def _add_cumulative(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], shown: list[int],
+                    bar_probs: list[float], x: list[int]) -> None:
+    """Cumulative mass of what entered top-p (or of the bars when top-p is off), with the top-p line."""
+    stages = _stages(s)
+    at = _stage_index(stages, "top_p")
+    entering = [_prob(p) for p in stages[at - 1]["probs"]] if at else bar_probs
+    total, cum = 0.0, []
+    for i in shown:
+        total += entering[i]
+        cum.append(min(total, 1.0))
+    name = "cumulative (entering top-p)" if at else "cumulative"
+    fig.add_trace(go.Scatter(x=x, y=cum, mode="lines+markers", name=name, line=dict(color=CUMULATIVE, width=2),
+                             marker=dict(size=5), hovertemplate="cumulative %{y:.3f}<extra></extra>"),
+                  secondary_y=True)
+    if at:
+        p = _param(trace, "top_p", 1.0)
+        fig.add_hline(y=p, line=dict(color=CUMULATIVE, dash="dash", width=2), secondary_y=True)
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=p, yref="y2", yanchor="bottom", showarrow=False,
+                           text=f"top-p {p:g}", font=dict(color=CUMULATIVE))
+
+
+def _add_min_p(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], bar_probs: list[float],
+               shown: list[int]) -> None:
+    if _stage_index(_stages(s), "min_p") is None:
+        return
+    min_p = _param(trace, "min_p", 0.0)
+    line = min_p * max(bar_probs or [0.0])
+    fig.add_hline(y=line, line=dict(color=MIN_P, dash="dot", width=2), secondary_y=False,
+                  annotation=dict(text=f"min-p {min_p:g} × top = {_fmt(line)}", font=dict(color=MIN_P),
+                                  xanchor="right"), annotation_position="top right")
+
+
+def _add_top_k(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], shown: list[int]) -> None:
+    if _stage_index(_stages(s), "top_k") is None:
+        return
+    k = int(_param(trace, "top_k", 0))
+    if 0 < k < len(shown):
+        fig.add_vline(x=k - 0.5, line=dict(color=TOP_K, dash="dash", width=2),
+                      annotation=dict(text=f"top-k {k}", font=dict(color=TOP_K)), annotation_position="top left")
+
+
+# --- 2. the chain waterfall -------------------------------------------------------------------------
+
+def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.Figure:
+    """The same step's distribution after each stage of the chain, left to right in chain order.
+
+    Rows are the step's top tokens by model probability (and the chosen one). In each panel a blue
+    bar is a token with mass after that stage; a grey bar is a token this stage removed, drawn at
+    the probability it had before the stage.
+    """
+    s = trace["steps"][step]
+    cands = s["candidates"]
+    stages = _stages(s) or [{"name": "raw", "probs": [_prob(c["raw_prob"]) for c in cands],
+                             "kept": sum(1 for c in cands if c["kept"])}]
+    order = sorted(range(len(cands)), key=lambda i: -_prob(cands[i]["raw_prob"]))
+    rows = order[:top]
+    chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
+    if chosen_i is not None and chosen_i not in rows:
+        rows.append(chosen_i)
+    labels = [show_token(cands[i]["text"]) for i in rows]
+    selector = (trace.get("chain") or ["?"])[-1]
+    titles = [f"{k + 1}. {st['name'].replace('_', '-')}<br>{st['kept']} kept"
+              for k, st in enumerate(stages)]
+    fig = make_subplots(rows=1, cols=len(stages), shared_yaxes=True, subplot_titles=titles,
+                        horizontal_spacing=0.02 if len(stages) > 4 else 0.04)
+    xmax = max([_prob(p) for st in stages for p in (st["probs"][i] for i in rows)] or [1.0])
+    for k, st in enumerate(stages):
+        probs = [_prob(st["probs"][i]) for i in rows]
+        before = [_prob(stages[k - 1]["probs"][i]) for i in rows] if k else probs
+        cut_here = [p == 0 and b > 0 for p, b in zip(probs, before)]
+        fig.add_trace(go.Bar(
+            y=list(range(len(rows))), x=[b if c else p for p, b, c in zip(probs, before, cut_here)],
+            orientation="h", showlegend=False, name=st["name"],
+            marker=dict(color=[CUT if c else KEPT for c in cut_here],
+                        opacity=1.0, line=dict(color=[CHOSEN if i == chosen_i else "rgba(0,0,0,0)" for i in rows],
+                                               width=[3 if i == chosen_i else 0 for i in rows])),
+            customdata=[[lab, p] for lab, p in zip(labels, probs)],
+            hovertemplate="<b>%{customdata[0]}</b><br>" + st["name"] + " %{customdata[1]:.4f}<extra></extra>"),
+            row=1, col=k + 1)
+        fig.update_xaxes(range=[0, xmax * 1.08], showticklabels=k == 0 or len(stages) <= 3, tickformat=".1f",
+                         row=1, col=k + 1)
+    for legend_name, color in (("has mass after the stage", KEPT), ("removed by this stage", CUT)):
+        fig.add_trace(go.Bar(x=[None], y=[None], name=legend_name, marker_color=color, showlegend=True))
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=labels, autorange="reversed")
+    for ann in fig.layout.annotations:
+        ann.font = dict(size=14)
+    fig.update_layout(template=TEMPLATE, barmode="overlay",
+                      title=dict(text=f"Chain at step {step}: raw → {' → '.join(trace.get('chain') or [])}"
+                                 if selector != "?" else f"Chain at step {step}"),
+                      margin=dict(t=110), legend=dict(y=1.16), height=170 + 30 * len(rows))
+    return fig
+
+
+# --- 3. chosen-token probability and entropy over all steps ----------------------------------------
+
+def overview_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure:
+    """Per step: the chosen token's model probability (bars, coloured like the text) and the entropy
+    of the model's distribution and of the distribution sampled from (right axis, nats).
+    ``selected`` is shaded; clicking a bar selects its step in the page."""
+    tokens = trace.get("tokens") or []
+    steps = trace.get("steps") or []
+    n = len(tokens)
+    x = list(range(n))
+    p_raw = [math.exp(t["raw_logprob"]) if t.get("raw_logprob") is not None else 0.0 for t in tokens]
+    p_final = [math.exp(t["logprob"]) if t.get("logprob") is not None else 0.0 for t in tokens]
+    labels = [show_token(t["text"]) for t in tokens]
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Bar(x=x, y=p_raw, name="model p of chosen", marker=dict(color=[prob_color(p, 0.9) for p in p_raw]),
+                         customdata=[[lab, pf] for lab, pf in zip(labels, p_final)],
+                         hovertemplate="step %{x}: <b>%{customdata[0]}</b><br>model p %{y:.3f}"
+                                       "<br>after chain %{customdata[1]:.3f}<extra></extra>"), secondary_y=False)
+    if len(steps) == n and n:
+        fig.add_trace(go.Scatter(x=x, y=[_prob(s.get("raw_entropy")) for s in steps], mode="lines",
+                                 name="model entropy", line=dict(color=ENTROPY, width=2.5),
+                                 hovertemplate="model entropy %{y:.2f} nats<extra></extra>"), secondary_y=True)
+        if any(s.get("stages") for s in steps):
+            fig.add_trace(go.Scatter(x=x, y=[_prob(s.get("entropy")) for s in steps], mode="lines",
+                                     name="entropy after chain", line=dict(color=ENTROPY, width=2, dash="dot"),
+                                     hovertemplate="after chain %{y:.2f} nats<extra></extra>"), secondary_y=True)
+    if selected is not None and 0 <= selected < n:
+        fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
+    use_words = 0 < n <= 32
+    fig.update_layout(template=TEMPLATE, title=dict(text="Chosen-token probability and entropy per step"),
+                      bargap=0.12, hovermode="x unified" if n > 60 else "closest",
+                      xaxis=dict(title_text=None if use_words else "step",
+                                 tickmode="array" if use_words else "auto",
+                                 tickvals=x if use_words else None, ticktext=labels if use_words else None,
+                                 tickangle=-40 if use_words and n > 10 else 0),
+                      margin=dict(t=80, b=50), height=320)
+    fig.update_yaxes(title_text="p(chosen)", range=[0, 1.05], secondary_y=False)
+    ent_max = max([_prob(s.get("raw_entropy")) for s in steps] + [_prob(s.get("entropy")) for s in steps] + [0.5])
+    fig.update_yaxes(title_text="entropy (nats)", range=[0, ent_max * 1.1], showgrid=False, secondary_y=True,
+                     tickformat=".1f", nticks=6)
+    return fig
+
+
+def most_uncertain_step(trace: dict[str, Any]) -> int:
+    """The step whose model distribution had the highest entropy (0 for an empty trace)."""
+    steps = trace.get("steps") or []
+    if not steps:
+        return 0
+    return max(range(len(steps)), key=lambda i: (_prob(steps[i].get("raw_entropy")), -i))
+
+
+# --- the generated text, coloured by the chosen token's probability ---------------------------------
+
+def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: bool = False,
+               alternatives: int = 4) -> str:
+    """The generated tokens as spans coloured by the model's probability of each; hovering shows the
+    probability, the rank and the top alternatives; ``data-step`` lets a click select the step.
+    Every piece of model text is escaped."""
+    tokens = trace.get("tokens") or []
+    steps = trace.get("steps") or []
+    aligned = len(steps) == len(tokens)
+    parts = []
+    if show_prompt and trace.get("prompt"):
+        parts.append(f'<span class="pg-prompt">{html.escape(trace["prompt"])}</span>')
+    last = len(tokens) - 1
+    for i, tok in enumerate(tokens):
+        p_raw = math.exp(tok["raw_logprob"]) if tok.get("raw_logprob") is not None else 0.0
+        p = math.exp(tok["logprob"]) if tok.get("logprob") is not None else 0.0
+        tip = _token_tip(trace, i, tok, p, p_raw, steps[i] if aligned else None, alternatives)
+        special = i == last and trace.get("finish_reason") == "eos"
+        classes = "pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
+        text = html.escape(tok["text"]).replace("\n", "↵<br>")
+        parts.append(f'<span class="{classes}" data-step="{i}" style="background:{prob_color(p_raw)}" '
+                     f'data-tip="{html.escape(tip, quote=True)}">{text}</span>')
+    body = "".join(parts) or '<span class="pg-empty">The generated text appears here, token by token.</span>'
+    return f'<div class="pg-text">{body}</div>'
+
+
+def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,
+               step: dict[str, Any] | None, alternatives: int) -> str:
+    lines = [f"step {i} · {tok['text']!r}", f"model p {_fmt(p_raw)} · sampled from p {_fmt(p)}"]
+    if tok.get("logprob") is not None:
+        lines.append(f"logprob {tok['logprob']:.3f}")
+    if step is not None:
+        cands = sorted(step["candidates"], key=lambda c: -_prob(c["raw_prob"]))
+        rank = next((r + 1 for r, c in enumerate(cands) if c["id"] == tok["id"]), None)
+        if rank is not None:
+            lines[1] += f" · rank {rank}"
+        alts = [f"{c['text']!r} {_fmt(_prob(c['raw_prob']))}" + ("" if c["kept"] else " (cut)")
+                for c in cands if c["id"] != tok["id"]][:alternatives]
+        if alts:
+            lines.append("alternatives: " + ", ".join(alts))
+    return "\n".join(lines)
+
+
+def legend_html() -> str:
+    """The colour key of the text."""
+    stops = ", ".join(prob_color(p / 10, 0.9) for p in range(11))
+    return ('<div class="pg-legend"><span>model p of each token:</span><span>0</span>'
+            f'<span class="pg-ramp" style="background:linear-gradient(90deg, {stops})"></span><span>1</span>'
+            '<span class="pg-hint">hover a token for its rank and alternatives · click it to inspect that step'
+            '</span></div>')
+
+
+# --- figures as one export ----------------------------------------------------------------------
+
+def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """(distribution, waterfall, overview) for ``step``; the three charts of the page.
+    ``compact``: for half-width columns (compare), without legends and with smaller titles."""
+    figs = distribution_figure(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
+    if compact:
+        for fig in figs:
+            fig.update_layout(showlegend=False, title_font_size=15, margin=dict(t=60 if fig is not figs[1] else 90))
+        figs[1].update_xaxes(nticks=3)
+    return figs
+
+
+def empty_figure(message: str = "Generate to see the charts") -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=16, color=RAW), x=0.5, y=0.5,
+                       xref="paper", yref="paper")
+    fig.update_layout(template=TEMPLATE, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      margin=dict(l=10, r=10, t=10, b=10), height=260)
+    return fig
+
+
+def clamp_step(trace: dict[str, Any] | None, step: Any) -> int | None:
+    """``step`` as a valid index into the trace's steps, or None when there are none."""
+    n = len((trace or {}).get("steps") or [])
+    if n == 0:
+        return None
+    try:
+        k = int(float(step))
+    except (TypeError, ValueError):
+        k = 0
+    return min(max(k, 0), n - 1)
+

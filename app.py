@@ -1,0 +1,44 @@
+"""Decoding Playground: ``python app.py`` serves the page (also the Hugging Face Space entry point).
+
+Environment: PORT or GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (default 127.0.0.1;
+0.0.0.0 to serve a network, set for you on a Space), PLAYGROUND_MODEL (the model loaded before the
+page opens; "none" to skip), PLAYGROUND_DEVICE (cpu, cuda, mps), PLAYGROUND_HUB=1 (list hub models
+in the model menu; on a Space they are listed anyway).
+"""
+from __future__ import annotations
+
+# playground.ui first: it imports `spaces` (ZeroGPU) before anything imports torch.
+from playground.ui import build_demo, launch_kwargs  # isort: skip
+
+import os
+import sys
+
+from playground.models import DEFAULT_MODEL, ModelStore
+from strategies.params import InvalidRequest
+
+store = ModelStore()
+demo = build_demo(store)
+
+
+def preload(key: str) -> None:
+    """Load the default model before serving, printing its progress, so the first click is fast."""
+    def report(fraction: float, message: str) -> None:
+        print(f"[{fraction:4.0%}] {message}", flush=True)
+
+    try:
+        store.get(key, report)
+    except InvalidRequest as err:  # a missing package or no network: the page still serves the others
+        print(f"warning: {err}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    key = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL)
+    if key.lower() != "none":
+        preload(key)
+    port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                server_port=int(port) if port else None, **launch_kwargs())
+
+
+if __name__ == "__main__":
+    main()

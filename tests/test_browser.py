@@ -1,0 +1,209 @@
+"""The page in a real browser (Playwright driving Debian's Chromium), used the way a person would.
+
+Where no browser can be had these tests skip with the reason; under CI=true they fail instead.
+They also print the time from a click on Generate to the first streamed token and to the final
+chart, on toy and on SmolLM2 (warm), and check that Stop ends a run between two steps.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from playground import ui
+from playground.engine import Request, run
+from playground.screenshots import chromium_path, launch_browser
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+DONE = re.compile(r"finished|reached max|stopped")
+
+
+def _browser_or_reason() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    if chromium_path() is None:
+        return "no Chromium at /usr/bin/chromium (apt-get install chromium)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = _browser_or_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests must run under CI=true: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def url(store):
+    store.get("toy")
+    demo, address = ui.serve(store)
+    yield address
+    demo.close()
+
+
+@pytest.fixture
+def page(browser):
+    pg = browser.new_page(viewport={"width": 1500, "height": 1000})
+    yield pg
+    pg.close()
+
+
+def pick(page, label: str, option: str | re.Pattern) -> None:
+    page.get_by_role("combobox", name=label).click()
+    page.get_by_role("option", name=option).click()
+
+
+def tokens(page, panel: str = "pg-text") -> list[str]:
+    return page.locator(f"#{panel} .pg-tok").all_inner_texts()
+
+
+def status(page, sid: str = "pg-status") -> str:
+    return page.locator(f"#{sid}").inner_text()
+
+
+def wait_done(page, sid: str = "pg-status", timeout_s: float = 120) -> None:
+    page.wait_for_function(
+        "(id) => /finished|reached max|stopped/.test(document.getElementById(id)?.innerText || '')",
+        arg=sid, timeout=timeout_s * 1000, polling=50)
+
+
+def bar_count(page, plot: str = "pg-dist") -> int:
+    return page.locator(f"#{plot} .barlayer .point path").count()
+
+
+def timed_generate(page, timeout_s: float = 180) -> tuple[float, float]:
+    """Click Generate; seconds to the first token on screen and to the final chart."""
+    before = status(page)
+    page.locator("#pg-generate").click()
+    started = time.perf_counter()
+    # the previous run's text stays until the first new token replaces it: watch the status change too
+    page.wait_for_function("(old) => document.getElementById('pg-status').innerText !== old "
+                           "&& document.querySelectorAll('#pg-text .pg-tok').length > 0",
+                           arg=before, timeout=timeout_s * 1000, polling=20)
+    first = time.perf_counter() - started
+    wait_done(page, timeout_s=timeout_s)
+    page.wait_for_function("() => document.querySelectorAll('#pg-dist .barlayer .point path').length > 0",
+                           timeout=10_000, polling=20)
+    return first, time.perf_counter() - started
+
+
+def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store):
+    page.goto(url)
+    pick(page, "Model", re.compile(r"^toy · "))
+    pick(page, "Strategy", "gumbel")
+    from playwright.sync_api import expect
+
+    expect(page.locator("#pg-p-gumbel")).to_be_visible()  # the strategy's own controls, and only those
+    expect(page.locator("#pg-p-sampling")).to_be_hidden()
+    page.locator("#pg-p-gumbel-temperature input[type=range]").fill("1.5")
+    assert page.locator("#pg-p-gumbel-temperature input[type=number]").input_value() == "1.5"
+    page.locator("#pg-prompt textarea").fill("1 2")
+    page.locator("#pg-seed input").fill("4")
+    page.locator("#pg-max-new input[type=number]").fill("12")
+    page.locator("#pg-max-new input[type=number]").press("Tab")
+
+    timed_generate(page)  # warm-up: the first run also pays for the first plotly layout
+    first, final = timed_generate(page)
+    print(f"\n[timing] toy: click -> first token {first:.2f} s, click -> final chart {final:.2f} s")
+
+    ref = run(store, Request("toy", "gumbel", "1 2", {"temperature": 1.5}, seed=4, max_new_tokens=12))
+    shown = tokens(page)
+    assert shown == [t.text for t in ref.tokens]  # the page shows exactly the seeded run's tokens
+    assert bar_count(page) > 0 and bar_count(page, "pg-overview-main") == len(ref.tokens)
+    assert "gumbel" in status(page) and "seed 4" in status(page)
+
+    # clicking a token selects its step in the charts below
+    page.locator("#pg-text .pg-tok").nth(1).click()
+    page.wait_for_function("() => /^Step 1:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
+                           timeout=20_000)
+    assert page.locator("#pg-step input[type=number]").input_value() == "1"
+    # ... and so does clicking a bar of the overview chart (plotly_click, forwarded by assets/playground.js)
+    bar = page.locator("#pg-overview-main .barlayer .point path").nth(3)
+    bar.scroll_into_view_if_needed()
+    box = bar.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 3)
+    page.wait_for_function("() => /^Step 3:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
+                           timeout=20_000)
+    assert page.locator("#pg-text .pg-tok.pg-sel").get_attribute("data-step") == "3"
+
+    page.locator("#pg-copy-link").click()
+    link_box = page.locator("#pg-link textarea, #pg-link input").first
+    page.wait_for_function("() => /^http/.test((document.querySelector('#pg-link textarea') || "
+                           "document.querySelector('#pg-link input'))?.value || '')", timeout=20_000)
+    link = link_box.input_value()
+    assert "strategy=gumbel" in link and "p.temperature=1.5" in link and "run=generate" in link
+
+    shared = browser.new_page(viewport={"width": 1500, "height": 1000})
+    shared.goto(link)
+    wait_done(shared)  # run=generate: the link reproduces the run
+    assert shared.get_by_role("combobox", name="Model").input_value().startswith("toy")
+    assert shared.get_by_role("combobox", name="Strategy").input_value() == "gumbel"
+    expect(shared.locator("#pg-p-gumbel")).to_be_visible()
+    assert shared.locator("#pg-p-gumbel-temperature input[type=number]").input_value() == "1.5"
+    assert shared.locator("#pg-prompt textarea").input_value() == "1 2"
+    assert shared.locator("#pg-seed input").input_value() == "4"
+    assert shared.locator("#pg-max-new input[type=number]").input_value() == "12"
+    assert tokens(shared) == shown  # seeded: the same output
+    ARTIFACTS.mkdir(exist_ok=True)
+    shared.screenshot(path=str(ARTIFACTS / "browser-shared-link.png"), full_page=True)
+    shared.close()
+
+
+def test_smollm2_timing_and_stop(page, url, store):
+    store.get("smollm2-135m")  # warm: the model is loaded before the clicks are timed
+    query = ui.share_query("smollm2-135m", "sampling", "Name three colours of the sea.", "", True, 1, 16,
+                           {"temperature": 0.8, "top_p": 0.9}, "greedy", {}, run="")
+    page.goto(url.rstrip("/") + "/" + query)
+    page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.startsWith('Name')")
+    timed_generate(page)  # warm-up: first forward passes and the first plotly layout
+    first, final = timed_generate(page)
+    n = len(tokens(page))
+    print(f"\n[timing] smollm2-135m (warm): click -> first token {first:.2f} s, "
+          f"click -> final chart {final:.2f} s ({n} tokens)")
+    assert n > 0 and bar_count(page) > 0
+
+    # Stop lands between two steps: no token arrives after the one being computed when it was clicked
+    page.locator("#pg-prompt textarea").fill("Write a long story about a dragon and a lighthouse.")
+    page.locator("#pg-max-new input[type=number]").fill("200")
+    page.locator("#pg-max-new input[type=number]").press("Tab")
+    page.locator("#pg-generate").click()
+    page.wait_for_function("() => /generating/.test(document.getElementById('pg-status').innerText) && "
+                           "document.querySelectorAll('#pg-text .pg-tok').length >= 3", timeout=120_000, polling=20)
+    t_a, n_a = time.perf_counter(), len(tokens(page))
+    page.wait_for_function(f"() => document.querySelectorAll('#pg-text .pg-tok').length >= {n_a + 2}",
+                           timeout=120_000, polling=20)
+    per_token = (time.perf_counter() - t_a) / max(1, len(tokens(page)) - n_a)
+    page.locator("#pg-stop").click()
+    stopped_at = time.perf_counter()
+    counts = []
+    while time.perf_counter() - stopped_at < max(3.0, 4 * per_token):
+        counts.append((time.perf_counter() - stopped_at, len(tokens(page))))
+        page.wait_for_timeout(50)
+    last_change = max((t for (t, c), (_, prev) in zip(counts[1:], counts) if c != prev), default=0.0)
+    print(f"[timing] stop: last token {last_change:.2f} s after the click (one step takes {per_token:.2f} s)")
+    assert counts[-1][1] < 200
+    assert last_change <= max(1.0, 2 * per_token)  # at most the step in flight finishes
+    wait_done(page, timeout_s=30)
+    assert "stopped" in status(page)
+    # and the app is ready for the next run
+    page.get_by_role("button", name="Toy 70/30 · greedy").click()
+    page.wait_for_function("() => /toy/.test(document.getElementById('pg-status').innerText) && "
+                           "/finished|reached max/.test(document.getElementById('pg-status').innerText)",
+                           timeout=60_000)
+    ref = run(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=12))
+    assert tokens(page) == [t.text for t in ref.tokens]

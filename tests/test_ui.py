@@ -1,0 +1,309 @@
+"""The page's handlers as plain functions: controls from the registry, figures that draw exactly what
+the trace holds (kept/cut colours, thresholds, chain order), escaping of model text, streaming
+frames, share links and compare. No browser, no server; the toy model only."""
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from playground import charts, share, ui
+from playground.engine import Request, run
+from playground.models import ModelUnavailable
+from strategies.params import InvalidRequest, Params, describe, param
+from strategies.registry import REGISTRY, all_strategies, register
+
+CHAIN = {"temperature": 1.5, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
+
+
+@pytest.fixture(scope="module")
+def chain_trace(store) -> dict:
+    """Toy, sampling with every truncation on: step 0 is the 70/30 branch, cut to two tokens."""
+    return run(store, Request("toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8)).to_dict()
+
+
+def bars(fig) -> list:
+    return [t for t in fig.data if t.type == "bar"]
+
+
+# --- controls ---------------------------------------------------------------------------------------
+
+def test_every_strategy_gets_controls_from_its_params_metadata():
+    for spec in all_strategies():
+        controls = ui.controls_for(spec)
+        described = {d["name"]: d for d in describe(spec.params)}
+        assert [c.name for c in controls] == list(described), spec.name
+        for c in controls:
+            d = described[c.name]
+            assert c.default == d["default"] and c.info == d["help"]
+            if d.get("choices"):
+                assert c.kind == "dropdown" and c.choices == tuple(d["choices"])
+            elif d["type"] == "bool":
+                assert c.kind == "checkbox"
+            elif d["type"] == "str":
+                assert c.kind == "textbox"
+            elif c.kind == "slider":
+                step = d.get("step") or (1 if d["type"] == "int" else 0.01)
+                low = d["low"] + (step if d.get("low_open") else 0)
+                assert c.minimum == pytest.approx(low)
+                top = d["ui_max"] if d.get("ui_max") is not None else d["high"]
+                assert c.maximum >= d["default"] and c.maximum <= top
+                assert c.minimum <= d["default"] or d["default"] == d["low"]
+
+
+@dataclass(frozen=True)
+class _ProbeParams(Params):
+    ratio: float = param(0.5, "A float in [0, 2].", low=0.0, high=2.0, step=0.1)
+    count: int = param(3, "An int with a friendlier slider end.", low=1, high=1000, ui_max=20)
+    mode: str = param("a", "A choice.", choices=("a", "b"))
+    label: str = param("x", "Free text.")
+    flag: bool = param(False, "A switch.")
+
+
+def test_a_new_strategy_appears_on_the_page_without_touching_the_ui():
+    @register("ui_probe", _ProbeParams, "A strategy the UI has never heard of.", family="probe")
+    def probe(ctx, params):  # pragma: no cover - never run
+        yield from ()
+
+    try:
+        assert "ui_probe" in [s.name for s in ui.strategies_in_order()]
+        kinds = {c.name: c.kind for c in ui.controls_for(REGISTRY["ui_probe"])}
+        assert kinds == {"ratio": "slider", "count": "slider", "mode": "dropdown", "label": "textbox",
+                         "flag": "checkbox"}
+        count = next(c for c in ui.controls_for(REGISTRY["ui_probe"]) if c.name == "count")
+        assert (count.minimum, count.maximum, count.integer) == (1, 20, True)
+        demo = ui.build_demo(store=None)  # type: ignore[arg-type]  (building needs no model)
+        ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+        assert {"pg-p-ui_probe", "pg-p-ui_probe-ratio", "pg-p-ui_probe-flag", "pg-b-ui_probe-mode"} <= ids
+    finally:
+        REGISTRY.pop("ui_probe")
+
+
+def test_collect_params_takes_only_the_selected_strategys_values():
+    controls = [ui.Control("a", "t", "slider", 1.0, ""), ui.Control("b", "t", "slider", 1.0, ""),
+                ui.Control("b", "k", "slider", 0, "", integer=True)]
+    assert ui.collect_params(controls, "b", [0.3, 0.7, 5.0]) == {"t": 0.7, "k": 5}
+    assert isinstance(ui.collect_params(controls, "b", [0.3, 0.7, 5.0])["k"], int)
+
+
+# --- figures ----------------------------------------------------------------------------------------
+
+def test_distribution_bars_are_coloured_kept_or_cut_as_the_trace_says(chain_trace):
+    step = chain_trace["steps"][0]
+    by_id = {c["id"]: c for c in step["candidates"]}
+    fig = charts.distribution_figure(chain_trace, 0)
+    kept_bar, cut_bar = bars(fig)
+    assert kept_bar.marker.color == charts.KEPT and cut_bar.marker.color == charts.CUT
+    assert all(by_id[row[0]]["kept"] for row in kept_bar.customdata)
+    assert not any(by_id[row[0]]["kept"] for row in cut_bar.customdata)
+    assert len(kept_bar.x) == sum(c["kept"] for c in step["candidates"]) == 2
+    # bar heights are the distribution that entered truncation: after temperature, the stage before top_k
+    entering = dict(zip([c["id"] for c in step["candidates"]],
+                        next(s["probs"] for s in step["stages"] if s["name"] == "temperature")))
+    for b in (kept_bar, cut_bar):
+        assert [entering[row[0]] for row in b.customdata] == pytest.approx(list(b.y))
+    # sorted: the x positions run in decreasing order of height
+    heights = sorted(zip(list(kept_bar.x) + list(cut_bar.x), list(kept_bar.y) + list(cut_bar.y)))
+    assert all(a[1] >= b[1] for a, b in zip(heights, heights[1:]))
+
+
+def test_distribution_draws_the_chains_thresholds_where_they_apply(chain_trace):
+    fig = charts.distribution_figure(chain_trace, 0)
+    step = chain_trace["steps"][0]
+    shapes = fig.layout.shapes
+    top_p = [s for s in shapes if s.yref == "y2"]
+    assert len(top_p) == 1 and top_p[0].y0 == pytest.approx(CHAIN["top_p"])
+    kept_bar, cut_bar = bars(fig)
+    top = max(list(kept_bar.y) + list(cut_bar.y))
+    min_p = [s for s in shapes if s.yref == "y" and s.y0 == s.y1]
+    assert len(min_p) == 1 and min_p[0].y0 == pytest.approx(CHAIN["min_p"] * top)
+    top_k = [s for s in shapes if s.x0 == s.x1 and s.xref == "x"]
+    assert len(top_k) == 1 and top_k[0].x0 == pytest.approx(CHAIN["top_k"] - 0.5)
+    # the cumulative curve is that of the distribution entering top_p (after top_k here), in bar order
+    cum = next(t for t in fig.data if t.name.startswith("cumulative"))
+    ids = {x: row[0] for b in (kept_bar, cut_bar) for x, row in zip(b.x, b.customdata)}
+    into_top_p = dict(zip([c["id"] for c in step["candidates"]],
+                          next(s["probs"] for s in step["stages"] if s["name"] == "top_k")))
+    expected = [sum(into_top_p[ids[j]] for j in range(i + 1)) for i in range(len(cum.y))]
+    assert list(cum.y) == pytest.approx([min(1.0, e) for e in expected], abs=1e-6)
+    # the chosen token is outlined and labelled
+    chosen_x = next(x for b in bars(fig) for x, row in zip(b.x, b.customdata) if row[0] == step["chosen"])
+    assert any(a.text == "chosen" and a.x == chosen_x for a in fig.layout.annotations)
+
+
+def test_greedy_distribution_has_the_model_probabilities_and_no_thresholds(store):
+    trace = run(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=4)).to_dict()
+    fig = charts.distribution_figure(trace, 0)
+    kept = bars(fig)[0]
+    raw = {c["id"]: c["raw_prob"] for c in trace["steps"][0]["candidates"]}
+    assert list(kept.y) == pytest.approx([raw[row[0]] for row in kept.customdata])
+    assert not fig.layout.shapes
+
+
+def test_waterfall_has_one_panel_per_stage_in_chain_order(chain_trace):
+    fig = charts.waterfall_figure(chain_trace, 0)
+    stage_bars = [t for t in fig.data if t.type == "bar" and t.x and t.x[0] is not None]
+    assert [t.name for t in stage_bars] == ["raw", "temperature", "top_k", "top_p", "min_p"]
+    step = chain_trace["steps"][0]
+    for k, t in enumerate(stage_bars):
+        probs = step["stages"][k]["probs"]
+        assert [row[1] for row in t.customdata] == pytest.approx(
+            [probs[i] for i in sorted(range(len(probs)), key=lambda i: -step["candidates"][i]["raw_prob"])][
+                :len(t.customdata)])
+        # grey = removed by this very stage: zero now, mass before
+        for color, row, i in zip(t.marker.color, t.customdata, range(len(t.customdata))):
+            assert (color == charts.CUT) == (row[1] == 0 and k > 0 and stage_bars[k - 1].customdata[i][1] > 0)
+
+
+def test_overview_plots_each_chosen_tokens_model_probability_and_entropy(chain_trace):
+    fig = charts.overview_figure(chain_trace, selected=2)
+    p_bar = bars(fig)[0]
+    assert list(p_bar.y) == pytest.approx([math.exp(t["raw_logprob"]) for t in chain_trace["tokens"]])
+    entropy = next(t for t in fig.data if t.name == "model entropy")
+    assert list(entropy.y) == pytest.approx([s["raw_entropy"] for s in chain_trace["steps"]])
+    assert fig.layout.shapes[0].x0 == pytest.approx(1.5)  # the selected step is shaded
+
+
+def _hostile_trace() -> dict:
+    evil = "<script>alert(1)</script>"
+    cands = [{"id": 1, "text": evil, "raw_prob": 0.6, "prob": 0.6, "kept": True},
+             {"id": 2, "text": '"><img src=x onerror=alert(2)>', "raw_prob": 0.4, "prob": 0.4, "kept": True}]
+    return {"model": "m", "strategy": "greedy", "params": {}, "seed": 0, "prompt": "<b>p</b>", "chain": ["greedy"],
+            "finish_reason": "length",
+            "tokens": [{"id": 1, "text": evil, "logprob": math.log(0.6), "raw_logprob": math.log(0.6)}],
+            "steps": [{"position": 0, "chosen": 1, "entropy": 0.67, "raw_entropy": 0.67, "candidates": cands}]}
+
+
+def test_model_text_is_escaped_in_the_html_and_in_chart_labels():
+    trace = _hostile_trace()
+    out = charts.token_html(trace, 0, show_prompt=True)
+    assert "<script" not in out and "<img" not in out and "<b>" not in out
+    assert html.escape("<script>alert(1)</script>") in out
+    # the hover card is an attribute listing the alternatives: a quote in a token must not close it
+    assert '"><img' not in out and "&quot;&gt;&lt;img" in out
+    fig = charts.distribution_figure(trace, 0)
+    labels = list(fig.layout.xaxis.ticktext)
+    assert all("<" not in lab for lab in labels) and "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
+    assert "<script" not in json.dumps(charts.waterfall_figure(trace, 0).to_plotly_json()["layout"])
+
+
+def test_status_line_escapes_what_it_shows():
+    assert "<script" not in ui.status_html({"model": "<script>", "strategy": "x"}, final=True)
+
+
+# --- streaming handlers -----------------------------------------------------------------------------
+
+def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(store):
+    frames = list(ui.generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0))
+    assert frames[0].figures is None and not frames[0].final  # first token: text only, as fast as it gets
+    assert frames[1].figures is not None  # the charts follow from the second token on
+    assert frames[-1].final and not any(f.final for f in frames[:-1])
+    counts = [len(f.trace["tokens"]) for f in frames[:-1]]
+    assert counts == list(range(1, len(counts) + 1))  # one frame per token
+    reference = run(store, Request("toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8))
+    assert frames[-1].trace["tokens"] == reference.to_dict()["tokens"]
+    assert frames[-1].trace["steps"] == reference.to_dict()["steps"]
+    assert frames[-2].trace["steps"] == frames[-1].trace["steps"]  # the streamed dicts match the final one
+    dist, water, over = frames[-1].figures
+    assert bars(dist) and bars(water) and bars(over)
+    assert frames[-1].step == charts.most_uncertain_step(frames[-1].trace)
+
+
+def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
+    frames = list(ui.generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=8, refresh_seconds=60))
+    # a run quicker than refresh_seconds is drawn once, at its end
+    assert [f.figures is not None for f in frames] == [False] * (len(frames) - 1) + [True]
+
+
+def test_bad_input_raises_the_validation_message(store):
+    with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\], got -1"):
+        next(ui.generate(store, "toy", "sampling", "1 2", {"temperature": -1}))
+    with pytest.raises(ModelUnavailable, match="toy"):
+        next(ui.generate(store, "no such model", "greedy", "1 2"))
+    with pytest.raises(InvalidRequest, match="strategy must be one of"):
+        next(ui.generate(store, "toy", "nope", "1 2"))
+    assert next(ui.generate(store, "toy", "greedy", "1 2")).trace["tokens"]  # and the next one works
+
+
+def test_select_step_clamps_and_marks_the_selected_token(chain_trace):
+    text, dist, water, over = ui.select_step(chain_trace, 99)
+    last = len(chain_trace["steps"]) - 1
+    assert f'class="pg-tok pg-special pg-sel" data-step="{last}"' in text or \
+        f'class="pg-tok pg-sel" data-step="{last}"' in text
+    assert dist.layout.title.text.startswith(f"Step {last}:")
+    assert ui.select_step(None, 0) is None
+
+
+def test_compare_runs_both_strategies_on_the_same_seed(store):
+    pairs = list(ui.compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4,
+                            max_new_tokens=8, refresh_seconds=60))
+    a, b = pairs[-1]
+    assert a.final and b.final and a.step == b.step == 0
+    for frame, strategy, params in ((a, "greedy", {}), (b, "sampling", {"temperature": 1.0})):
+        ref = run(store, Request("toy", strategy, "1 2", params, seed=4, max_new_tokens=8))
+        assert frame.trace["text"] == ref.text and frame.trace["tokens"] == ref.to_dict()["tokens"]
+    with pytest.raises(InvalidRequest, match=r"^B \(sampling\): top_p must be"):
+        list(ui.compare(store, "toy", "1 2", "greedy", {}, "sampling", {"top_p": 2}))
+
+
+# --- share links and export ---------------------------------------------------------------------------
+
+def test_share_link_round_trips_the_whole_configuration():
+    cfg = share.Config(model="toy", strategy="sampling", prompt="1 2 & more?", system="be brief", chat=False,
+                       seed=42, max_new_tokens=17, params={"temperature": 0.7, "top_k": 5, "order":
+                                                           "temperature,penalty,top_k,top_p,min_p"},
+                       compare_strategy="greedy", compare_params={}, run="generate")
+    back, warnings = share.decode(share.encode(cfg))
+    assert warnings == [] and back == cfg
+    query = ui.share_query(cfg.model, cfg.strategy, cfg.prompt, cfg.system, cfg.chat, 42.0, 17.0, cfg.params,
+                           "greedy", {})
+    assert share.decode(query)[0] == cfg
+
+
+def test_a_bad_link_value_is_dropped_with_a_warning_and_the_rest_restored():
+    cfg, warnings = share.decode("?model=toy&strategy=sampling&p.temperature=-3&p.top_k=7&p.nope=1&b=zzz&x=1")
+    assert cfg.model == "toy" and cfg.params == {"top_k": 7}
+    assert any("temperature must be in" in w for w in warnings)
+    assert any("nope" in w for w in warnings) and any("strategy must be one of" in w for w in warnings)
+    assert any("'x'" in w for w in warnings)
+    assert cfg.compare_strategy == share.DEFAULT_COMPARE
+
+
+def test_trace_json_download_is_the_trace(chain_trace, tmp_path):
+    path = ui.write_trace_json(chain_trace)
+    assert json.loads(open(path, encoding="utf-8").read()) == chain_trace
+
+
+def test_examples_are_valid_configurations():
+    names = {s.name for s in all_strategies()}
+    for ex in ui.examples():
+        cfg = ex.config
+        assert cfg.strategy in names and cfg.compare_strategy in names and cfg.run in share.RUN_MODES
+        REGISTRY[cfg.strategy].params.from_dict(cfg.params)  # raises if an example drifted out of range
+        REGISTRY[cfg.compare_strategy].params.from_dict(cfg.compare_params)
+        assert share.decode(share.encode(cfg)) == (cfg, [])
+
+
+@pytest.mark.skipif(not ui.png_export_available(), reason="PNG export needs kaleido and a Chromium")
+def test_server_side_png_export_writes_one_image_per_chart(chain_trace):
+    paths = ui.export_pngs(chain_trace, 0, scale=1)
+    assert len(paths) == 3
+    for path in paths:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_registered_strategy_runs_through_the_page_handler(store):
+    """The page names no strategy: each one in the registry streams, draws, and fills its view slots."""
+    for spec in ui.strategies_in_order():
+        frames = list(ui.generate(store, "toy", spec.name, "1 2", {}, seed=0, max_new_tokens=6))
+        final = frames[-1]
+        assert final.final and final.trace["strategy"] == spec.name and final.trace["tokens"], spec.name
+        assert final.figures is not None and all(bars(f) for f in final.figures), spec.name
+        updates = ui._view_updates(final.views)
+        assert len(updates) == ui.VIEW_PLOTS + 1
+        shown = [u for u in updates[:-1] if u.get("visible")]
+        assert len(shown) == min(ui.VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name
