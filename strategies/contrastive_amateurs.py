@@ -29,8 +29,8 @@ from typing import Any, Protocol
 import torch
 
 from strategies.params import InvalidRequest
+from strategies.pairing import check_shared_tokenizer
 
-TOKENIZER_SAMPLE = 256  # token strings compared between expert and amateur
 
 
 class Amateur(Protocol):
@@ -42,31 +42,6 @@ class Amateur(Protocol):
     def next_logits(self, expert_out: Any, context: torch.Tensor) -> torch.Tensor:
         """Logits [1, vocab] for the token after ``context`` [1, n]."""
         ...
-
-
-def check_shared_tokenizer(expert: Any, amateur: Any) -> int:
-    """Refuse an amateur whose tokenizer differs from the expert's; return the common vocab size.
-
-    Compares the tokenizer sizes, a spread of token strings across the whole vocabulary and the
-    special tokens. The LM heads may be padded to different sizes past the tokenizer (that padding
-    is never produced), so the common size is the smaller head.
-    """
-    te, ta = expert.tokenizer, amateur.tokenizer
-    pair = f"amateur {amateur.key!r} does not share a tokenizer with the expert {expert.key!r}"
-    if len(te) != len(ta):
-        raise InvalidRequest(f"{pair}: {len(ta)} vs {len(te)} tokens")
-    n = len(te)
-    ids = sorted(set(range(0, n, max(1, n // TOKENIZER_SAMPLE))) | {n - 1})
-    for i, (a, b) in enumerate(zip(te.convert_ids_to_tokens(ids), ta.convert_ids_to_tokens(ids))):
-        if a != b:
-            raise InvalidRequest(f"{pair}: token {ids[i]} is {b!r} for the amateur and {a!r} for the expert")
-    for attr in ("bos_token_id", "eos_token_id"):
-        if getattr(te, attr) != getattr(ta, attr):
-            raise InvalidRequest(f"{pair}: {attr} {getattr(ta, attr)} vs {getattr(te, attr)}")
-    common = min(expert.vocab_size, amateur.vocab_size)
-    if common < n:
-        raise InvalidRequest(f"{pair}: LM head of {common} rows for {n} tokens")
-    return common
 
 
 class ModelAmateur:
@@ -155,6 +130,6 @@ def make_amateur(expert: Any, kind: str, layer: int, window: int, load_model: An
     if load_model is None:
         raise InvalidRequest(f"amateur {kind!r} is a model, but no model store was given to load it")
     lm = load_model(kind)
-    vocab = check_shared_tokenizer(expert, lm)
+    vocab = check_shared_tokenizer(expert, lm, "amateur")
     lm.check_prompt_length(n_prompt, max_new_tokens)
     return ModelAmateur(lm, vocab)

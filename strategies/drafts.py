@@ -33,6 +33,7 @@ import torch
 
 from strategies.chain import apply_chain
 from strategies.params import InvalidRequest
+from strategies.pairing import check_shared_tokenizer
 from strategies.verify import sample
 
 KINDS = ("early_exit", "prompt_lookup")  # any other value of ``draft`` is a model key
@@ -197,18 +198,6 @@ def auto_layer(num_layers: int) -> int:
     return max(1, num_layers // 4)
 
 
-def check_same_tokenizer(target: Any, draft: Any) -> None:
-    """Refuse a draft whose token ids mean something else than the target's."""
-    if draft is target:
-        return
-    target_vocab, draft_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
-    if target_vocab != draft_vocab or target.vocab_size != draft.vocab_size:
-        detail = (f"{len(draft_vocab)} vs {len(target_vocab)} tokens" if len(draft_vocab) != len(target_vocab)
-                  else "their vocabularies differ")
-        raise InvalidRequest(f"draft model {draft.key!r} does not share the tokenizer of {target.key!r} "
-                             f"({detail}); choose a draft of the same family, early_exit or prompt_lookup")
-
-
 def make_draft(target: Any, draft: str, draft_layer: int, lookup_ngram: int,
                load_model: Callable[[str], Any] | None) -> Draft:
     """The draft named by ``draft``: "early_exit", "prompt_lookup", or a model key."""
@@ -224,5 +213,5 @@ def make_draft(target: Any, draft: str, draft_layer: int, lookup_ngram: int,
     if load_model is None:
         raise InvalidRequest(f"draft model {draft!r} cannot be loaded here; use early_exit or prompt_lookup")
     model = load_model(draft)
-    check_same_tokenizer(target, model)
+    check_shared_tokenizer(target, model, "draft model")
     return ModelDraft(model, "model")

@@ -33,24 +33,6 @@ from strategies.sampling import sampling
 from strategies.stochastic_beam import StochasticBeamParams, conditional_gumbel, stochastic_beam
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def store() -> ModelStore:
-    return ModelStore("cpu")
-
-
-@pytest.fixture(scope="module")
-def toy(store):
-    return store.get("toy")
-
-
 def final(fn, lm, params, prompt_ids, max_new_tokens, seed=0, top_n=5):
     """Run a strategy to the end and return its last trace."""
     ctx = DecodeContext(lm=lm, prompt="test", prompt_ids=list(prompt_ids), seed=seed,

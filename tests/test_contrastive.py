@@ -12,20 +12,15 @@ import torch
 
 from playground.charts_contrastive import views
 from playground.engine import Request, run
-from playground.models import ModelStore, ModelUnavailable
+from playground.models import ModelStore
 from strategies.contrastive import ContrastiveParams
-from strategies.contrastive_amateurs import check_shared_tokenizer
+from strategies.pairing import check_shared_tokenizer
 from strategies.contrastive_scoring import contrastive_scores, pick_greedy, plausible_mask
 from strategies.params import InvalidRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERT_PROBS = [0.5, 0.3, 0.1, 0.06, 0.04]
 AMATEUR_PROBS = [0.7, 0.1, 0.1, 0.05, 0.05]
-
-
-@pytest.fixture(scope="module")
-def store() -> ModelStore:
-    return ModelStore("cpu")
 
 
 def logits_of(probs: list[float]) -> torch.Tensor:
@@ -201,34 +196,21 @@ def test_sampling_selector_draws_only_plausible_tokens_and_is_seeded(store: Mode
 
 
 def test_mismatched_pair_is_refused(store: ModelStore) -> None:
-    with pytest.raises(InvalidRequest, match=r"amateur 'smollm2-135m' does not share a tokenizer with the "
-                                             r"expert 'toy': 49152 vs 16 tokens"):
+    with pytest.raises(InvalidRequest, match=r"amateur 'smollm2-135m' does not share the tokenizer of "
+                                             r"'toy': 49152 vs 16 tokens"):
         run(store, toy_request(amateur="smollm2-135m"))
 
 
 def test_same_size_tokenizers_with_different_tokens_are_refused() -> None:
     def fake(key: str, tokens: list[str]):
-        tok = SimpleNamespace(__len__=None, bos_token_id=0, eos_token_id=1,
-                              convert_ids_to_tokens=lambda ids: [tokens[i] for i in ids])
-        return SimpleNamespace(key=key, tokenizer=_Sized(tok, len(tokens)), vocab_size=len(tokens))
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tok = SimpleNamespace(bos_token_id=0, eos_token_id=1, get_vocab=lambda: dict(vocab))
+        return SimpleNamespace(key=key, tokenizer=tok, vocab_size=len(tokens))
     a = fake("a", ["<s>", "</s>", "x", "y"])
     b = fake("b", ["<s>", "</s>", "x", "z"])
-    assert check_shared_tokenizer(a, fake("a2", ["<s>", "</s>", "x", "y"])) == 4
-    with pytest.raises(InvalidRequest, match=r"amateur 'b' .* expert 'a': token 3 is 'z' for the amateur"):
-        check_shared_tokenizer(a, b)
-
-
-class _Sized:
-    """A fake tokenizer with a length."""
-
-    def __init__(self, inner, n: int):
-        self.inner, self.n = inner, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
+    assert check_shared_tokenizer(a, fake("a2", ["<s>", "</s>", "x", "y"]), "amateur") == 4
+    with pytest.raises(InvalidRequest, match=r"amateur 'b' does not share the tokenizer of 'a': token 3 is 'z'"):
+        check_shared_tokenizer(a, b, "amateur")
 
 
 @pytest.mark.parametrize("params,message", [
@@ -277,14 +259,6 @@ def test_chart_module_imports_no_torch() -> None:
 # --- Gemma 3 270M: contrast against a loop ----------------------------------------------------------
 
 LOOP_PROMPT = "I like to eat"  # greedy on Gemma 3 270M base: "a lot of food. I like to eat a lot of food. ..."
-
-
-@pytest.fixture(scope="module")
-def gemma(store: ModelStore):
-    try:
-        return store.get("gemma3-270m")
-    except ModelUnavailable as err:
-        pytest.skip(str(err))
 
 
 def test_gemma_contrast_breaks_a_greedy_loop(store: ModelStore, gemma) -> None:

@@ -1,5 +1,5 @@
 """The speculative strategy on real models: greedy parity, identical drafts, exact cache rollback,
-refusals. Short runs; one ModelStore for the module."""
+refusals. Short runs on the session's one ModelStore."""
 from __future__ import annotations
 
 import json
@@ -17,21 +17,6 @@ from strategies.verify import rejection
 
 TOY_PROMPT = "1 2 3 4 5 6 7 8 0 1 2"  # a second pass of the path, so prompt lookup has something to copy
 SMOL_PROMPT = "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread for this module: on a CPU shared with other jobs, OpenMP threads that spin
-    waiting for each other make a SmolLM2 step several times slower than one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def store() -> ModelStore:
-    return ModelStore("cpu")
 
 
 def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, **params) -> dict:

@@ -31,16 +31,6 @@ P_VALUE = 1e-3  # a fit passes above this
 DELTA = 1e-6  # the total-variation bound holds with probability at least 1 - DELTA
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread for this module: on a CPU shared with other jobs, OpenMP threads that spin
-    waiting for each other make a SmolLM2 step several times slower than one thread."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tables(chain_name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(target_probs, draft_probs), each [ROWS, V], after the chain. The draft is a noisy target."""
     g = torch.Generator().manual_seed(1234)
