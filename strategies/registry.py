@@ -41,6 +41,11 @@ def get_strategy(name: str) -> StrategySpec:
     return REGISTRY[name]
 
 
+FAMILY_ORDER = ("sampling", "beam", "speculative", "contrastive")
+
+
 def all_strategies() -> list[StrategySpec]:
+    """Every strategy, the sampling family first (greedy leading), then beam, speculative, contrastive."""
     import strategies  # noqa: F401
-    return list(REGISTRY.values())
+    rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    return sorted(REGISTRY.values(), key=lambda s: (rank.get(s.family, len(rank)), s.name != "greedy"))
