@@ -867,15 +867,21 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, evt: gr.EventData) -> list[Any]:
         k = charts.clamp_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
         if k is None:
-            return [gr.skip()] * 5
-        return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat))]
+            return [gr.skip()] * (5 + VIEW_PLOTS + 1)
+        return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat)),
+                *_step_view_updates(trace, k)]
+
+    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any) -> list[Any]:
+        return [*main.select_updates(trace, k, _show_prompt(model, chat)), *_step_view_updates(trace, k)]
 
     event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.config_inputs), True),
                   page.config_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
-    page.step.input(lambda trace, k, m, c: main.select_updates(trace, k, _show_prompt(m, c)),
-                    [page.trace, page.step, page.model, page.chat], main.views, trigger_mode="always_last", **QUIET)
-    main.text.click(on_token_click, [page.trace, page.model, page.chat], [page.step, *main.views], **QUIET)
+    step_views = [*page.view_plots, page.view_html]
+    page.step.input(on_step, [page.trace, page.step, page.model, page.chat], [*main.views, *step_views],
+                    trigger_mode="always_last", **QUIET)
+    main.text.click(on_token_click, [page.trace, page.model, page.chat], [page.step, *main.views, *step_views],
+                    **QUIET)
     page.png.click(_gr_errors(lambda trace, k: iter([export_pngs(trace, k)]), 2), [page.trace, page.step],
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
@@ -997,6 +1003,12 @@ def _show_prompt(model: str, chat: Any) -> bool:
     except InvalidRequest:
         return False
     return not spec.numeric_prompt and (chat is False or not spec.chat)
+
+
+def _step_view_updates(trace: dict[str, Any] | None, step: Any) -> list[Any]:
+    """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
+    k = charts.clamp_step(trace, step)
+    return _view_updates(strategy_views(trace, k) if trace and k is not None else None)
 
 
 def _view_updates(views: list[View] | None) -> list[Any]:

@@ -1,0 +1,22 @@
+"""Strategy views plug in by what the trace carries, and per-step views follow the selected step."""
+from playground.engine import Request, run
+from playground.views import strategy_views
+
+
+def test_sampling_trace_has_no_family_views(store):
+    assert strategy_views(run(store, Request("toy", "sampling", "1 2", seed=1, max_new_tokens=3)).to_dict()) == []
+
+
+def test_contrastive_step_view_follows_the_selected_step(store):
+    d = run(store, Request("toy", "contrastive", "1 2", {"amateur": "toy-small"}, max_new_tokens=5)).to_dict()
+    last = len(d["steps"]) - 1
+    titles = [v.title for v in strategy_views(d)]
+    assert f"Contrastive step {last}: expert vs amateur" in titles
+    picked = strategy_views(d, step=1)
+    assert "Contrastive step 1: expert vs amateur" in [v.title for v in picked]
+    assert len(picked) == len(titles)
+
+
+def test_views_without_a_step_argument_still_come_back(store):
+    d = run(store, Request("toy", "beam", "1 2", {"num_beams": 2}, max_new_tokens=4)).to_dict()
+    assert [v.title for v in strategy_views(d, step=2)] == [v.title for v in strategy_views(d)] != []
