@@ -14,7 +14,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -380,7 +379,3 @@ def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:
     except OSError:
         return False
 
-
-@lru_cache(maxsize=None)
-def offline_keys() -> tuple[str, ...]:
-    return tuple(OFFLINE)

@@ -66,7 +66,7 @@ def train(key: str, seed: int = 0):
     model.eval()
     model.generation_config.eos_token_id = 0
     model.generation_config.pad_token_id = 13
-    return model, float(loss)
+    return model, float(loss.detach())
 
 
 def main(out: Path) -> None:

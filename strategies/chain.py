@@ -10,7 +10,6 @@ fewer candidates. A transform at its no-op value drops out of the chain.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -121,6 +120,3 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     p = logp.exp()
     return -(p * logp.nan_to_num(neginf=0.0)).sum(-1)
 
-
-def is_greedy(p: ChainParams) -> bool:
-    return p.temperature == 0 or math.isclose(p.top_k, 1)
