@@ -20,12 +20,17 @@ from strategies.recording import finish, make_step
 from strategies.registry import register
 
 
-def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector) -> Iterator[Trace]:
-    """The per-step loop: chain the last logits, select, record, feed the token back."""
+def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
+               ) -> Iterator[Trace]:
+    """The per-step loop: chain the last logits, select, record, feed the token back.
+
+    ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
+    """
     lm = ctx.lm
     started = time.perf_counter()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
     out = lm.forward(context)
+    trace.timing.extra["prefill_seconds"] = round(time.perf_counter() - started, 4)
     passes, reason = 1, "length"
     names = [t.name for t in chain]
     for i in range(ctx.max_new_tokens):
@@ -36,7 +41,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector) -> Itera
                                 ctx.top_n, None if noise is None else noise[0])
         trace.steps.append(step)
         trace.tokens.append(token)
-        if token_id in lm.eos_ids:
+        if stop_at_eos and token_id in lm.eos_ids:
             reason = "eos"
             finish(trace, lm, started, reason, passes)
             yield trace

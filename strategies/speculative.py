@@ -17,6 +17,7 @@ the same length then runs in the same request, as the wall-clock reference.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -24,12 +25,13 @@ from typing import Any, Callable, Iterator
 import torch
 
 from playground.trace import Trace, rnd
-from strategies.chain import ChainParams, build_chain, run_chain
+from strategies.chain import ChainParams, Multinomial, build_chain, run_chain
 from strategies.context import DecodeContext
 from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
 from strategies.params import InvalidRequest, param
 from strategies.recording import finish, make_step
 from strategies.registry import register
+from strategies.sampling import chain_loop
 from strategies.verify import Verdict, rejection, sample, topk
 
 MAX_GAMMA = 16
@@ -240,27 +242,14 @@ class Tally:
                 "verify_seconds": {str(k): rnd(sum(v) / len(v)) for k, v in sorted(self.verify_seconds.items())}}
 
 
-@torch.inference_mode()
-def plain_decode(lm: Any, prompt_ids: list[int], n_tokens: int, chain: list, generator: torch.Generator,
-                 top_n: int) -> dict[str, float]:
-    """Plain KV-cached target decoding of exactly ``n_tokens`` (EOS ignored): the wall-clock reference.
-
-    Does the same per-token work as the speculative loop (chain, draw, step record) so the ratio
-    compares decoding, not bookkeeping. Returns seconds in all, for the prompt, and per token.
-    """
-    names = [t.name for t in chain]
-    started = time.perf_counter()
-    ids = list(prompt_ids)
-    out = lm.forward(torch.tensor([ids], device=lm.device))
-    prefill = time.perf_counter() - started
-    for i in range(n_tokens):
-        stages = run_chain(chain, out.logits[:, -1], torch.tensor([ids], device=lm.device))
-        token = int(sample(stages[-1].softmax(-1), generator)[0])
-        make_step(lm, len(ids), [s[0] for s in stages], names, token, top_n)
-        ids.append(token)
-        if i + 1 < n_tokens:
-            out = lm.forward(torch.tensor([[token]], device=lm.device), out.cache)
-    seconds = time.perf_counter() - started
+def plain_decode(ctx: DecodeContext, n_tokens: int, chain: list) -> dict[str, float]:
+    """The plain sampling loop itself (``chain_loop``, EOS ignored) for exactly ``n_tokens`` on the
+    same prompt and chain: the wall-clock reference. Seconds in all, for the prompt, and per token."""
+    plain = dataclasses.replace(ctx, max_new_tokens=n_tokens)
+    trace = plain.new_trace("sampling", {})
+    for trace in chain_loop(plain, trace, chain, Multinomial(ctx.generator(2)), stop_at_eos=False):
+        pass
+    seconds, prefill = trace.timing.seconds, trace.timing.extra["prefill_seconds"]
     return {"tokens": n_tokens, "seconds": rnd(seconds), "prefill_seconds": rnd(prefill),
             "step_seconds": rnd((seconds - prefill) / n_tokens) if n_tokens else None,
             "tokens_per_second": rnd(n_tokens / seconds) if seconds else None}
@@ -341,7 +330,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     seconds = trace.timing.seconds
     baseline = None
     if params.measure_baseline:
-        baseline = plain_decode(lm, ctx.prompt_ids, len(trace.tokens), chain, ctx.generator(2), ctx.top_n)
+        baseline = plain_decode(ctx, len(trace.tokens), chain)
     _totals(trace, decoder, draft, tally, started, baseline, seconds)
     yield trace
 
