@@ -14,7 +14,7 @@ import os
 import sys
 
 from playground.models import DEFAULT_MODEL, ModelStore
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 
 store = ModelStore()
 demo = build_demo(store)

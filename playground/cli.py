@@ -12,7 +12,8 @@ import sys
 from typing import Any, Sequence
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore
-from strategies.params import InvalidRequest, describe, field_kind
+from playground.errors import InvalidRequest
+from strategies.params import describe, field_kind
 from strategies.registry import all_strategies, get_strategy
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 from strategies.registry import get_strategy
 
 MAX_PROMPT_CHARS = 20_000
@@ -69,11 +69,27 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None) -
 def stream(store: ModelStore, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
     """Yield the growing trace after every committed token; the last yield is complete."""
     spec, params, ctx = prepare(store, req, progress)
+    yield from timed(spec.run(ctx, params), ctx)
+
+
+def timed(traces: Iterator[Trace], ctx: DecodeContext) -> Iterator[Trace]:
+    """Pass the strategy's traces on, with its clock paused while the consumer holds each one,
+    so drawing and sending between two tokens never counts as decoding time."""
     trace = None
-    for trace in spec.run(ctx, params):
-        yield trace
+    try:
+        while True:
+            ctx.clock.resume()
+            try:
+                trace = next(traces)
+            except StopIteration:
+                break
+            finally:
+                ctx.clock.pause()
+            yield trace
+    finally:
+        traces.close()  # a consumer that stops early (Stop) ends the strategy between two steps
     if trace is None:
-        raise RuntimeError(f"strategy {req.strategy} produced no trace")
+        raise RuntimeError("the strategy produced no trace")
 
 
 def run(store: ModelStore, req: Request, progress: Progress | None = None) -> Trace:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 Progress = Callable[[float, str], None]

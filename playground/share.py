@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from strategies.params import InvalidRequest, check_value, field_kind
+from playground.errors import InvalidRequest
+from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
 
 RUN_MODES = ("", "generate", "compare")

@@ -39,7 +39,8 @@ from playground.engine import stream as engine_stream  # noqa: E402
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore, Progress, on_space, spec_for  # noqa: E402
 from playground.trace import Trace  # noqa: E402
 from playground.views import View, strategy_views  # noqa: E402
-from strategies.params import InvalidRequest, describe  # noqa: E402
+from playground.errors import InvalidRequest  # noqa: E402
+from strategies.params import describe  # noqa: E402
 from strategies.registry import StrategySpec, all_strategies, get_strategy  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -48,7 +49,6 @@ QUEUE_MAX = 32
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
 VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 HUB_MODELS = ("gpt2", "gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct")
-FAMILY_ORDER = ("sampling", "beam", "contrastive", "speculative")
 
 Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
 
@@ -76,10 +76,8 @@ class Control:
 
 
 def strategies_in_order() -> list[StrategySpec]:
-    """The registry's strategies, the sampling family first (greedy, sampling...), then the others."""
-    specs = all_strategies()
-    rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
-    return sorted(specs, key=lambda s: (rank.get(s.family, len(rank)), specs.index(s)))
+    """The registry's strategies in its family order (greedy first)."""
+    return all_strategies()
 
 
 def controls_for(spec: StrategySpec) -> list[Control]:

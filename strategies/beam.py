@@ -29,7 +29,6 @@ Every pool candidate becomes a node of the beam tree (strategies/beam_tree.py).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -384,7 +383,7 @@ def beam_section_extra(params: BeamParams) -> dict[str, Any]:
           "optional Freitag & Al-Onaizan pruning; the whole search tree is traced.", family="beam")
 def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     lm = ctx.lm
-    started = time.perf_counter()
+    started = ctx.clock.now()
     trace = ctx.new_trace("beam", params.to_dict(), ["beam"])
     tree = BeamTree(lm.piece, "beam")
     search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n)
@@ -392,12 +391,12 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     extra = beam_section_extra(params)
     for current in run:
         publish(trace, lm, tree, current, [], search.counters.to_dict(tree), **extra)
-        finish(trace, lm, started, "running", search.counters.forward_passes)
+        finish(trace, ctx, started, "running", search.counters.forward_passes)
         yield trace
     best = run.best()
     publish(trace, lm, tree, best, finished_records(lm, tree, run.finished.items),
             search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids))
     reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
-    finish(trace, lm, started, reason, search.counters.forward_passes)
+    finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from strategies.params import InvalidRequest, Params, param
+from playground.errors import InvalidRequest
+from strategies.params import Params, param
 from strategies.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP, Transform
 
 STAGE_NAMES = ("penalty", "temperature", "top_k", "top_p", "min_p")

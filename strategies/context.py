@@ -1,12 +1,39 @@
 """What a decoder is handed: the model seam, the prompt, the budget, the seed."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from playground.trace import Trace
+
+
+class Stopwatch:
+    """The decoder's own time: wall-clock time less the spans in which a consumer held the stream.
+
+    The engine pauses it when a strategy yields a trace and resumes it when the consumer asks for
+    the next one, so drawing charts between two tokens never counts as decoding time.
+    """
+
+    def __init__(self) -> None:
+        self._held = 0.0
+        self._paused_at: float | None = None
+
+    def now(self) -> float:
+        t = time.perf_counter()
+        held = self._held + (t - self._paused_at if self._paused_at is not None else 0.0)
+        return t - held
+
+    def pause(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        if self._paused_at is not None:
+            self._held += time.perf_counter() - self._paused_at
+            self._paused_at = None
 
 
 @dataclass
@@ -19,6 +46,7 @@ class DecodeContext:
     top_n: int = 20  # candidates recorded per step (plus the chosen one)
     load_model: Callable[[str], Any] | None = None  # key -> LM, for drafts and amateurs
     extra: dict[str, Any] = field(default_factory=dict)
+    clock: Stopwatch = field(default_factory=Stopwatch)  # read ``clock.now()``, never time.perf_counter()
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A fresh generator seeded from the request (offset separates independent streams)."""

@@ -18,7 +18,6 @@ line as an expert log-probability). ``trace["contrastive"]`` names the pair and 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -29,7 +28,8 @@ from strategies.chain import ChainParams, GumbelMax, Multinomial, build_chain, r
 from strategies.context import DecodeContext
 from strategies.contrastive_amateurs import Amateur, make_amateur
 from strategies.contrastive_scoring import ContrastiveScores, contrastive_scores, pick_greedy
-from strategies.params import InvalidRequest, param
+from playground.errors import InvalidRequest
+from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
 
@@ -110,7 +110,7 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
 
 def _finish(trace: Trace, ctx: DecodeContext, amateur: Amateur, started: float, reason: str,
             passes: int) -> Trace:
-    finish(trace, ctx.lm, started, reason, passes)
+    finish(trace, ctx, started, reason, passes)
     trace.timing.extra.update(amateur_forward_passes=amateur.forward_passes,
                               amateur_tokens_processed=amateur.tokens_processed)
     return trace
@@ -130,7 +130,7 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
                           ["contrastive", *(t.name for t in chain), params.selector])
     trace.extra["contrastive"] = dict(expert=lm.key, amateur=amateur.name, alpha=params.alpha,
                                       strength=params.strength, amateur_temperature=params.amateur_temperature)
-    started = time.perf_counter()
+    started = ctx.clock.now()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
     out = lm.forward(context, hidden=amateur.needs_hidden)
     passes, reason = 1, "length"

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 from strategies.pairing import check_shared_tokenizer
 
 

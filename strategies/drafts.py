@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 from strategies.chain import apply_chain
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 from strategies.pairing import check_shared_tokenizer
 from strategies.verify import sample
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 
 
 def check_shared_tokenizer(base: Any, other: Any, role: str) -> int:

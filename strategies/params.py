@@ -13,9 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-class InvalidRequest(ValueError):
-    """A value a user gave is outside what is allowed. The message names both."""
+from playground.errors import InvalidRequest
 
 
 def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,

@@ -5,7 +5,6 @@ per chain stage, no sort of the whole vocabulary.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -56,10 +55,11 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
     return step, token
 
 
-def finish(trace: Trace, lm: Any, started: float, reason: str, target_passes: int) -> Trace:
-    trace.text = lm.decode(trace.token_ids)
+def finish(trace: Trace, ctx: Any, started: float, reason: str, target_passes: int) -> Trace:
+    """Text, finish reason and timing; ``started`` is a reading of ``ctx.clock`` (decoder time)."""
+    trace.text = ctx.lm.decode(trace.token_ids)
     trace.finish_reason = reason
-    seconds = time.perf_counter() - started
+    seconds = ctx.clock.now() - started
     trace.timing.seconds = seconds
     trace.timing.tokens_per_second = len(trace.tokens) / seconds if seconds > 0 else 0.0
     trace.timing.target_forward_passes = target_passes

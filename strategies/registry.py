@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from strategies.params import InvalidRequest, Params
+from playground.errors import InvalidRequest
+from strategies.params import Params
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,11 @@ def get_strategy(name: str) -> StrategySpec:
     return REGISTRY[name]
 
 
-FAMILY_ORDER = ("sampling", "beam", "speculative", "contrastive")
+FAMILY_ORDER = ("sampling", "beam", "contrastive", "speculative")  # the one place the order is written
 
 
 def all_strategies() -> list[StrategySpec]:
-    """Every strategy, the sampling family first (greedy leading), then beam, speculative, contrastive."""
+    """Every strategy by FAMILY_ORDER, greedy leading; registration order within a family."""
     import strategies  # noqa: F401
     rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
     return sorted(REGISTRY.values(), key=lambda s: (rank.get(s.family, len(rank)), s.name != "greedy"))

@@ -15,7 +15,6 @@ from one seeded generator.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -107,7 +106,7 @@ def _extend(ctx: DecodeContext, tree: BeamTree, pre: Prefix, row: int, i: int, s
           "several trees.", family="beam")
 def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]:
     lm = ctx.lm
-    started = time.perf_counter()
+    started = ctx.clock.now()
     chain = build_chain(params.chain_params())
     trace = ctx.new_trace("sample_beam", params.to_dict(), [t.name for t in chain] + ["multinomial", "beam"])
     tree = BeamTree(lm.piece, "sample_beam")
@@ -125,7 +124,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
         run = search.run(BeamStart(list(ctx.prompt_ids) + pre.ids, pre.score, pre.node, length, i))
         for current in run:
             publish(trace, lm, tree, current, [], search.counters.to_dict(tree), **extra)
-            finish(trace, lm, started, "running", search.counters.forward_passes)
+            finish(trace, ctx, started, "running", search.counters.forward_passes)
             yield trace
         records[i] = (length, run.records)
         finished.extend(run.finished.items)
@@ -136,7 +135,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     winner = prefixes[tree.nodes[best]["tree"]]
     trace.steps = winner.steps + best_path_steps(lm, tree, records, best, len(ctx.prompt_ids))
     reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
-    finish(trace, lm, started, reason, search.counters.forward_passes)
+    finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace
 
 

@@ -6,7 +6,6 @@ stream it and stop between steps.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -27,10 +26,10 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
     """
     lm = ctx.lm
-    started = time.perf_counter()
+    started = ctx.clock.now()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
     out = lm.forward(context)
-    trace.timing.extra["prefill_seconds"] = round(time.perf_counter() - started, 4)
+    trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
     passes, reason = 1, "length"
     names = [t.name for t in chain]
     for i in range(ctx.max_new_tokens):
@@ -43,10 +42,10 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         trace.tokens.append(token)
         if stop_at_eos and token_id in lm.eos_ids:
             reason = "eos"
-            finish(trace, lm, started, reason, passes)
+            finish(trace, ctx, started, reason, passes)
             yield trace
             return
-        finish(trace, lm, started, "running", passes)
+        finish(trace, ctx, started, "running", passes)
         yield trace
         if i + 1 == ctx.max_new_tokens:
             break
@@ -54,7 +53,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         context = torch.cat([context, new], dim=1)
         out = lm.forward(new, out.cache)
         passes += 1
-    finish(trace, lm, started, reason, passes)
+    finish(trace, ctx, started, reason, passes)
     yield trace
 
 

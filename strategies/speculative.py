@@ -28,7 +28,8 @@ from playground.trace import Trace, rnd
 from strategies.chain import ChainParams, Multinomial, build_chain, run_chain
 from strategies.context import DecodeContext
 from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
-from strategies.params import InvalidRequest, param
+from playground.errors import InvalidRequest
+from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
 from strategies.sampling import chain_loop
@@ -305,7 +306,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     names = [t.name for t in chain]
     decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
                                  list(ctx.prompt_ids))
-    started = time.perf_counter()
+    started = ctx.clock.now()
     with torch.inference_mode():
         decoder.prefill()
     tally, gamma, reason = Tally(), params.gamma, "length"
@@ -320,25 +321,24 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
         tally.add(r, committed)
         if params.adaptive_gamma:
             gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
-        _totals(trace, decoder, draft, tally, started, None)
-        finish(trace, lm, started, "running", decoder.target_passes)
+        finish(trace, ctx, started, "running", decoder.target_passes)
+        _totals(trace, decoder, draft, tally, None, trace.timing.seconds)
         if eos:
             reason = "eos"
             break
         yield trace
-    finish(trace, lm, started, reason, decoder.target_passes)
+    finish(trace, ctx, started, reason, decoder.target_passes)
     seconds = trace.timing.seconds
     baseline = None
     if params.measure_baseline:
         baseline = plain_decode(ctx, len(trace.tokens), chain)
-    _totals(trace, decoder, draft, tally, started, baseline, seconds)
+    _totals(trace, decoder, draft, tally, baseline, seconds)
     yield trace
 
 
-def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally, started: float,
-            baseline: dict[str, float] | None, seconds: float | None = None) -> None:
+def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally,
+            baseline: dict[str, float] | None, seconds: float) -> None:
     summary = tally.summary()
-    seconds = time.perf_counter() - started if seconds is None else seconds
     trace.timing.extra["draft_forward_passes"] = draft.forward_passes
     trace.extra["speculative"] = {
         "draft": draft.name, "draft_kind": draft.kind, "verify": trace.params["verify"],

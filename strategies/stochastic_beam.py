@@ -24,7 +24,6 @@ softmax(logits / T) instead of the model's own distribution.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -85,14 +84,14 @@ class Item:
           family="beam")
 def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterator[Trace]:
     lm, k = ctx.lm, params.num_beams
-    started = time.perf_counter()
+    started = ctx.clock.now()
     trace = ctx.new_trace("stochastic_beam", params.to_dict(), ["gumbel-top-k"])
     tree = BeamTree(lm.piece, "stochastic_beam")
     search = _Search(ctx, params, tree)
     extra = {"num_beams": k, "temperature": params.temperature, "score_label": "log-probability (phi)"}
     for current in search:
         publish(trace, lm, tree, current, [], search.counters(), **extra)
-        finish(trace, lm, started, "running", search.passes)
+        finish(trace, ctx, started, "running", search.passes)
         yield trace
     done = sorted(search.done, key=lambda it: -it.g)
     finished = [hypothesis_record(tree, it.node, it.phi, None, lm.decode, perturbed=it.g,
@@ -101,7 +100,7 @@ def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterato
     publish(trace, lm, tree, best, finished, search.counters(), **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids))
     reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
-    finish(trace, lm, started, reason, search.passes)
+    finish(trace, ctx, started, reason, search.passes)
     yield trace
 
 

@@ -27,7 +27,7 @@ from strategies.beam_prune import (ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRul
                                    threshold_verdict)
 from strategies.chain import ChainParams
 from strategies.context import DecodeContext
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 from strategies.sample_beam import SampleBeamParams, sample_beam
 from strategies.sampling import sampling
 from strategies.stochastic_beam import StochasticBeamParams, conditional_gumbel, stochastic_beam

@@ -16,7 +16,7 @@ from playground.models import ModelStore
 from strategies.contrastive import ContrastiveParams
 from strategies.pairing import check_shared_tokenizer
 from strategies.contrastive_scoring import contrastive_scores, pick_greedy, plausible_mask
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERT_PROBS = [0.5, 0.3, 0.1, 0.06, 0.04]

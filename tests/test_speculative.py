@@ -11,7 +11,7 @@ from playground.engine import Request, run
 from playground.models import LM, ModelSpec, ModelStore
 from strategies.chain import ChainParams, build_chain
 from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
-from strategies.params import InvalidRequest
+from playground.errors import InvalidRequest
 from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma
 from strategies.verify import rejection
 

@@ -134,7 +134,7 @@ def test_top_p_sorts_only_what_it_needs_yet_matches_a_full_sort():
     (dict(top_k=2.5), "top_k must be a int, got 2.5"),
 ])
 def test_bad_values_name_value_and_range(kwargs, message):
-    from strategies.params import InvalidRequest
+    from playground.errors import InvalidRequest
     with pytest.raises(InvalidRequest) as err:
         ChainParams(**kwargs)
     assert message in str(err.value)

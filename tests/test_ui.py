@@ -13,7 +13,8 @@ import pytest
 from playground import charts, share, ui
 from playground.engine import Request, run
 from playground.models import ModelUnavailable
-from strategies.params import InvalidRequest, Params, describe, param
+from playground.errors import InvalidRequest
+from strategies.params import Params, describe, param
 from strategies.registry import REGISTRY, all_strategies, register
 
 CHAIN = {"temperature": 1.5, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
