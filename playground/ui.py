@@ -239,7 +239,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
         redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost)
         figures = views = None
         if redraw and step is not None:
-            figures, views = _figures(d, step, compact), strategy_views(d)
+            figures, views = _figures(d, step, compact), strategy_views(d, step)
             draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
         yield Frame(d, charts.token_html(d, step, show_prompt), status_html(d, final=False), step, figures, views,
                     final=False)
@@ -248,7 +248,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     full = trace.to_dict()
     step = (charts.most_uncertain_step(full) if final_step == "uncertain" else 0) if full["steps"] else None
     yield Frame(full, charts.token_html(full, step, show_prompt), status_html(full, final=True), step,
-                _figures(full, step, compact) if step is not None else None, strategy_views(full), final=True)
+                _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
 
 
 def _figures(trace: dict[str, Any], step: int | None, compact: bool = False
