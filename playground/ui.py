@@ -631,6 +631,20 @@ class Side:
         picked = select_step(trace, k, show_prompt, compact=self.compact)
         return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
 
+    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool) -> list[Any]:
+        """[status, *views] after Stop: the partial run is final, drawn at its last step."""
+        if not trace or not trace.get("steps"):
+            return [gr.skip()] * 5
+        return [status_html(stopped(trace), final=True),
+                *self.select_updates(trace, len(trace["steps"]) - 1, show_prompt)]
+
+
+def stopped(trace: dict[str, Any]) -> dict[str, Any]:
+    """A trace whose run was cancelled mid-way says so; a run that had already ended keeps its reason."""
+    if trace.get("finish_reason") in ("", "running", None):
+        return dict(trace, finish_reason="stopped")
+    return trace
+
 
 class Page:
     """The components the handlers read and write (built by ``_layout``)."""
@@ -853,14 +867,13 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
             yield [status, text, gr.update(maximum=max(1, n - 1), value=frame.step or 0), *figs,
                    *_view_updates(frame.views), frame.trace, download]
 
-    def on_stopped(trace: dict[str, Any] | None, model: str, chat: Any) -> list[Any]:
-        """After Stop: the partial run is final, with its charts and download at its last step."""
-        if not trace or not trace.get("steps"):
-            return [gr.skip()] * 6
-        trace = dict(trace, finish_reason="stopped" if trace.get("finish_reason") in ("", "running", None)
-                     else trace["finish_reason"])
-        picked = main.select_updates(trace, len(trace["steps"]) - 1, _show_prompt(model, chat))
-        return [status_html(trace, final=True), *picked, write_trace_json(trace)]
+    def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
+                   model: str, chat: Any) -> list[Any]:
+        """After Stop: every partial run (Explore's, or both Compare sides) is final, drawn at its last step."""
+        show = _show_prompt(model, chat)
+        download = write_trace_json(stopped(trace)) if trace and trace.get("steps") else gr.skip()
+        return [*main.stopped_updates(trace, show), download,
+                *page.sides["a"].stopped_updates(a, show), *page.sides["b"].stopped_updates(b, show)]
 
     def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, evt: gr.EventData) -> list[Any]:
         k = charts.clamp_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
@@ -883,8 +896,10 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     page.png.click(_gr_errors(lambda trace, k: iter([export_pngs(trace, k)]), 2), [page.trace, page.step],
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
+    side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
     page.stop.click(None, None, None, cancels=[event, compare_event], api_visibility="private").then(
-        on_stopped, [page.trace, page.model, page.chat], [main.status, *main.views, page.trace_file], **QUIET)
+        on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat],
+        [main.status, *main.views, page.trace_file, *side_views], **QUIET)
 
 
 def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:

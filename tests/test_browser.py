@@ -207,3 +207,29 @@ def test_smollm2_timing_and_stop(page, url, store):
                            timeout=60_000)
     ref = run(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=12))
     assert tokens(page) == [t.text for t in ref.tokens]
+
+
+def test_stop_on_compare_ends_both_sides(page, url, store):
+    store.get("smollm2-135m")
+    query = ui.share_query("smollm2-135m", "sampling", "Write a long story about a dragon and a lighthouse.", "",
+                           True, 1, 200, {"temperature": 0.8}, "greedy", {}, run="")
+    page.goto(url.rstrip("/") + "/" + query)
+    page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.startsWith('Write')")
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#pg-compare-run").click()
+    page.wait_for_function("() => document.querySelectorAll('#pg-text-a .pg-tok').length >= 3 && "
+                           "document.querySelectorAll('#pg-text-b .pg-tok').length >= 3", timeout=120_000, polling=20)
+    page.locator("#pg-stop").click()
+    clicked = time.perf_counter()
+    for sid in ("pg-status-a", "pg-status-b"):
+        page.wait_for_function("(id) => /stopped/.test(document.getElementById(id)?.innerText || '')", arg=sid,
+                               timeout=10_000, polling=20)
+    settled = time.perf_counter() - clicked
+    print(f"\n[timing] compare stop: both sides say stopped {settled:.2f} s after the click")
+    assert settled < 5.0  # about a second on an idle machine; the bound leaves room for a loaded one
+    n_a, n_b = len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))
+    assert 3 <= n_a < 200 and 3 <= n_b < 200
+    page.wait_for_timeout(1000)
+    assert (len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))) == (n_a, n_b)  # nothing after Stop
+    # both sides are drawn at their last step
+    assert bar_count(page, "pg-dist-a") > 0 and bar_count(page, "pg-dist-b") > 0
