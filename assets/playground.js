@@ -16,3 +16,32 @@
   };
   setInterval(hook, 600);
 })();
+
+// A number typed beyond a slider's range is set to the nearest end by the slider: say so beside it,
+// so a value the person typed is never changed silently.
+(() => {
+  const note = (input, text) => {
+    const block = input.closest('.block') || input.parentElement;
+    let el = block.querySelector(':scope > .pg-clamp');
+    if (!el) {
+      el = document.createElement('div');
+      el.className = 'pg-clamp';
+      el.setAttribute('role', 'status');
+      block.appendChild(el);
+    }
+    el.textContent = text;
+    clearTimeout(el._pgTimer);
+    el._pgTimer = setTimeout(() => el.remove(), 8000);
+  };
+  document.addEventListener('change', (ev) => {
+    const input = ev.target;
+    if (!(input instanceof HTMLInputElement) || input.type !== 'number') return;
+    if (input.min === '' && input.max === '') return;
+    const value = Number(input.value), low = Number(input.min), high = Number(input.max);
+    if (!Number.isFinite(value)) return;
+    const label = (input.closest('.block')?.querySelector('[data-testid="block-info"], label span')?.textContent
+                   || input.getAttribute('aria-label') || 'value').trim();
+    if (input.min !== '' && value < low) note(input, `${label}: ${input.value} is below this control's range [${low}, ${high}]; set to ${low}.`);
+    else if (input.max !== '' && value > high) note(input, `${label}: ${input.value} is above this control's range [${low}, ${high}]; set to ${high}.`);
+  }, true);
+})();

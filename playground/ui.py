@@ -22,7 +22,9 @@ except ImportError:
 import dataclasses  # noqa: E402
 import html  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
+import secrets  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -38,6 +40,7 @@ from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore, Progress, on_space, spec_for  # noqa: E402
 from playground.trace import Trace  # noqa: E402
+from playground.theme import themed  # noqa: E402
 from playground.views import View, strategy_views  # noqa: E402
 from playground.errors import InvalidRequest  # noqa: E402
 from strategies.params import describe  # noqa: E402
@@ -335,8 +338,8 @@ def png_export_available() -> bool:
     return any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome"))
 
 
-def export_pngs(trace: dict[str, Any] | None, step: Any, scale: float = 2.0) -> list[str]:
-    """The step's three charts (and any strategy views) as PNG files on a white background.
+def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", scale: float = 2.0) -> list[str]:
+    """The step's three charts (and any strategy views) as PNG files, in the theme the page shows.
 
     One kaleido session renders them all (kaleido starts a Chromium per session)."""
     import plotly.io as pio
@@ -345,14 +348,14 @@ def export_pngs(trace: dict[str, Any] | None, step: Any, scale: float = 2.0) -> 
     if trace is None or k is None:
         raise InvalidRequest("generate something first: there is no trace to export")
     figs = dict(zip(("distribution", "chain", "overview"), charts.step_figures(trace, k)))
-    for i, view in enumerate(strategy_views(trace)):
+    for i, view in enumerate(strategy_views(trace, k)):
         if view.figure is not None:
             figs[f"view{i + 1}"] = view.figure
     base = trace_filename(trace, "")
     paths = [str(export_dir() / f"{base}-step{k}-{name}.png") for name in figs]
-    white = [go.Figure(f).update_layout(paper_bgcolor="white", plot_bgcolor="white") for f in figs.values()]
+    painted = [themed(f, theme, export=True) for f in figs.values()]
     try:
-        pio.write_images(white, paths, width=1280, height=[int(f.layout.height or 560) for f in white],
+        pio.write_images(painted, paths, width=1280, height=[int(f.layout.height or 560) for f in painted],
                          scale=scale)
     except Exception as err:  # kaleido reports a missing or broken Chromium in several ways
         raise InvalidRequest(f"PNG export needs kaleido and a Chromium browser: {err}") from None
@@ -439,6 +442,17 @@ RUN_JS = """(run) => {
   return [];
 }"""
 
+PAGE_JS = """() => {
+  // on a phone the strategy's parameters start folded, so the output follows Generate closely
+  if (window.matchMedia('(max-width: 640px)').matches) {
+    const head = document.querySelector('#pg-params > button.label-wrap.open');
+    if (head) head.click();
+  }
+  // the theme the page shows (Gradio marks dark mode with a class): figures are drawn in it
+  const dark = [document.documentElement, document.body, document.querySelector('gradio-app')]
+    .some((el) => el && el.classList.contains('dark'));
+  return dark ? 'dark' : 'light';
+}"""
 COPY_JS = """(query) => {
   if (!query) return query;
   const url = window.location.origin + window.location.pathname + query;
@@ -457,14 +471,15 @@ def text_js(group: str) -> str:
             f"window.addEventListener('pg-select-{group}', (e) => trigger('click', {{step: e.detail}}));")
 
 
-def plot_value(fig: go.Figure | None) -> Any:
-    """A figure as gr.Plot's payload with plotly's config attached, so the modebar's camera button
-    saves a 2x PNG with a useful name (gr.Plot sends the figure alone; its payload passes through)."""
+def plot_value(fig: go.Figure | None, theme: str | None = None) -> Any:
+    """A figure as gr.Plot's payload, in the page's ``theme``, with plotly's config attached, so the
+    modebar's camera button saves a 2x PNG with a useful name (gr.Plot sends the figure alone; its
+    payload passes through)."""
     from gradio.components.plot import PlotData
 
     if fig is None:
         return None
-    payload = json.loads(fig.to_json())
+    payload = json.loads(themed(fig, theme).to_json())
     payload["config"] = PLOT_CONFIG
     return PlotData(type="plotly", plot=json.dumps(payload))
 
@@ -557,6 +572,17 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
         yield trace.text, trace.to_json()
 
 
+LOG = logging.getLogger("playground")
+
+
+def refusal(err: InvalidRequest) -> gr.Error:
+    """A refused input as the toast a person reads: escaped (Gradio renders the message as HTML, and
+    messages quote model text such as ``<eos>``), logged as one line, no traceback (a traceback is
+    for a real fault, not for a value out of range)."""
+    LOG.warning("refused: %s", err)
+    return gr.Error(html.escape(str(err)), title="Not run", print_exception=False)
+
+
 def _gr_errors(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = False,
                names: Sequence[str] = ()) -> Callable[..., Any]:
     """``fn(*values[, progress=...])`` as a Gradio handler taking ``n_inputs`` positional values (and a
@@ -570,7 +596,7 @@ def _gr_errors(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool =
         try:
             yield from fn(*values, **kwargs)
         except InvalidRequest as err:
-            raise gr.Error(str(err)) from None
+            raise refusal(err) from None
 
     names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
@@ -620,23 +646,23 @@ class Side:
         """(text, distribution, waterfall, overview): what selecting a step redraws."""
         return [self.text, self.dist, self.water, self.over]
 
-    def frame_updates(self, frame: Frame | None) -> list[Any]:
+    def frame_updates(self, frame: Frame | None, theme: str) -> list[Any]:
         """[status, *views] for a streamed frame; charts only when the frame carries them."""
         if frame is None:
             return [gr.skip()] * 5
-        figs = [plot_value(f) for f in frame.figures] if frame.figures else [gr.skip()] * 3
+        figs = [plot_value(f, theme) for f in frame.figures] if frame.figures else [gr.skip()] * 3
         return [frame.status, frame.html, *figs]
 
-    def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool) -> list[Any]:
+    def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool, theme: str) -> list[Any]:
         picked = select_step(trace, k, show_prompt, compact=self.compact)
-        return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
+        return [picked[0], *(plot_value(f, theme) for f in picked[1:])] if picked else [gr.skip()] * 4
 
-    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool) -> list[Any]:
+    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool, theme: str) -> list[Any]:
         """[status, *views] after Stop: the partial run is final, drawn at its last step."""
         if not trace or not trace.get("steps"):
             return [gr.skip()] * 5
         return [status_html(stopped(trace), final=True),
-                *self.select_updates(trace, len(trace["steps"]) - 1, show_prompt)]
+                *self.select_updates(trace, len(trace["steps"]) - 1, show_prompt, theme)]
 
 
 def stopped(trace: dict[str, Any]) -> dict[str, Any]:
@@ -654,7 +680,9 @@ class Page:
     summary: gr.Markdown
     panel: Panel
     seed: gr.Number
-    dice: gr.Button
+    random_seed: gr.Checkbox
+    theme: gr.Textbox
+    params_box: gr.Accordion
     max_new: gr.Slider
     chat: gr.Checkbox
     system: gr.Textbox
@@ -695,6 +723,11 @@ class Page:
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, self.compare_strategy, *self.compare_panel.components]
 
+    @property
+    def run_inputs(self) -> list[gr.Component]:
+        """What a run reads: the share link's configuration, the random-seed toggle, the page theme."""
+        return [*self.config_inputs, self.random_seed, self.theme]
+
     def split_config(self, values: Sequence[Any]) -> dict[str, Any]:
         """The values of ``config_inputs`` as share_query's keyword arguments."""
         n = len(self.panel.components)
@@ -724,24 +757,56 @@ class Page:
                 "compare" if cfg.run == "compare" else "generate"]
 
 
+NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
+
+
+def prompt_for_model(model: str, prompt: str) -> str:
+    """Keep ``prompt`` when ``model`` can take it; otherwise that kind of model's example prompt.
+    Toy models read token numbers (and their few words); text models read text."""
+    try:
+        numeric = spec_for(model).numeric_prompt
+    except InvalidRequest:
+        return prompt
+    is_numbers = bool(prompt.split()) and all(part.isdigit() for part in prompt.split())
+    if numeric and not is_numbers:
+        return NUMERIC_PROMPT
+    if not numeric and is_numbers:
+        return DEFAULT_PROMPT
+    return prompt
+
+
+def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:
+    """(configuration, seed update, theme) from ``page.run_inputs``. With Random seed on, a fresh
+    seed that the update writes back into the box, so the run can be repeated."""
+    *config, random_on, theme = values
+    cfg = page.split_config(config)
+    if not random_on:
+        return cfg, gr.skip(), theme
+    cfg["seed"] = random_seed()
+    return cfg, gr.update(value=cfg["seed"]), theme
+
+
+def random_seed() -> int:
+    return secrets.randbelow(MAX_SEED + 1)
+
+
 def _default_strategy(preferred: str) -> str:
     names = [s.name for s in strategies_in_order()]
     return preferred if preferred in names else names[0]
 
 
 def _sidebar(page: Page) -> None:
-    names, default = [s.name for s in strategies_in_order()], _default_strategy("sampling")
+    """The selected strategy's parameters (collapsible: closed on a phone), then seed and budget."""
+    default = _default_strategy("sampling")
     chat_model = is_chat_model(DEFAULT_MODEL)
-    page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
-                             elem_id="pg-model",
-                             info="Offline models always; any Hugging Face hub id where the network allows.")
-    page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy")
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
-    page.panel = build_panel("p", default)
+    with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
+        page.panel = build_panel("p", default)
     with gr.Row(equal_height=False):
-        page.seed = gr.Number(value=0, label="Seed", precision=0, minimum=0, maximum=MAX_SEED, elem_id="pg-seed",
-                              scale=3)
-        page.dice = gr.Button("New seed", size="sm", scale=1, elem_id="pg-dice")
+        page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed", scale=3,
+                              info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
+        page.random_seed = gr.Checkbox(False, label="Random seed", elem_id="pg-random-seed", scale=2,
+                                       info="A new seed each run, written into the box.")
     page.max_new = gr.Slider(1, MAX_NEW_TOKENS, value=share.DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
                              elem_id="pg-max-new")
     page.chat = gr.Checkbox(value=True, label="Chat template", visible=chat_model, elem_id="pg-chat",
@@ -750,8 +815,16 @@ def _sidebar(page: Page) -> None:
 
 
 def _top(page: Page) -> None:
+    """What a visitor needs first, on a phone too: model, strategy, prompt, Generate."""
+    names, default = [s.name for s in strategies_in_order()], _default_strategy("sampling")
+    with gr.Row(equal_height=True, elem_id="pg-pickers"):
+        page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
+                                 elem_id="pg-model", min_width=220,
+                                 info="Offline models always; any Hugging Face hub id where the network allows.")
+        page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
+                                    info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
-    with gr.Row():
+    with gr.Row(elem_id="pg-actions"):
         page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
         page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
         page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
@@ -809,6 +882,7 @@ def _api_inputs(page: Page) -> None:
         page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
         page.api_trigger = gr.Button(visible=False)
         page.run_flag = gr.Textbox("", visible=False)
+        page.theme = gr.Textbox("light", visible=False)  # the page's theme, read in the browser on load
 
 
 def _layout() -> Page:
@@ -816,11 +890,12 @@ def _layout() -> Page:
     page.trace, page.mode = gr.State(None), gr.State("generate")  # mode: what a share link re-runs
     page.traces = {"a": gr.State(None), "b": gr.State(None)}
     gr.HTML(HEADER)
-    with gr.Row(equal_height=False):
+    with gr.Column(elem_id="pg-top"):
+        _top(page)
+    with gr.Row(equal_height=False, elem_id="pg-layout"):
         with gr.Column(scale=1, min_width=300, elem_id="pg-sidebar"):
             _sidebar(page)
         with gr.Column(scale=3, elem_id="pg-main"):
-            _top(page)
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
                 with gr.Tab("Explore", id="explore") as page.explore_tab:
                     _explore_tab(page)
@@ -844,7 +919,8 @@ def _wire_controls(page: Page) -> None:
                       [page.model, page.chat], [page.chat, page.system], **QUIET)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
                      **QUIET)
-    page.dice.click(lambda: int(time.time_ns() % MAX_SEED), None, page.seed, **QUIET)
+    # a person picking another model gets a prompt that model can take (a share link keeps its own)
+    page.model.input(prompt_for_model, [page.model, page.prompt], page.prompt, **QUIET)
 
 
 def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> None:
@@ -852,53 +928,58 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     token click or overview click."""
     main = page.main
     outputs = [main.status, *main.views[:1], page.step, *main.views[1:], *page.view_plots, page.view_html,
-               page.trace, page.trace_file]
+               page.trace, page.trace_file, page.png_files, page.seed]
 
     def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
-        cfg = page.split_config(values)
+        cfg, seed_update, theme = run_config(page, values)
         for k, frame in enumerate(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                            cfg["seed"], cfg["max_new_tokens"], cfg["system"],
                                            _chat_flag(cfg["model"], cfg["chat"]),
                                            progress=_progress_adapter(progress), decoder=decode)):
             n = len(frame.trace.get("steps") or [])
-            status, text, *figs = main.frame_updates(frame)
+            status, text, *figs = main.frame_updates(frame, theme)
             # the download is cleared on the first token (it belonged to the previous run), filled at the end
             download = write_trace_json(frame.trace) if frame.final else (None if k == 0 else gr.skip())
+            first = k == 0  # the previous run's PNGs go with its download
             yield [status, text, gr.update(maximum=max(1, n - 1), value=frame.step or 0), *figs,
-                   *_view_updates(frame.views), frame.trace, download]
+                   *_view_updates(frame.views, theme), frame.trace, download, None if first else gr.skip(),
+                   seed_update if first else gr.skip()]
 
     def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                   model: str, chat: Any) -> list[Any]:
+                   model: str, chat: Any, theme: str) -> list[Any]:
         """After Stop: every partial run (Explore's, or both Compare sides) is final, drawn at its last step."""
         show = _show_prompt(model, chat)
         download = write_trace_json(stopped(trace)) if trace and trace.get("steps") else gr.skip()
-        return [*main.stopped_updates(trace, show), download,
-                *page.sides["a"].stopped_updates(a, show), *page.sides["b"].stopped_updates(b, show)]
+        return [*main.stopped_updates(trace, show, theme), download,
+                *page.sides["a"].stopped_updates(a, show, theme), *page.sides["b"].stopped_updates(b, show, theme)]
 
-    def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, evt: gr.EventData) -> list[Any]:
+    def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
+                       evt: gr.EventData) -> list[Any]:
         k = charts.clamp_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
         if k is None:
             return [gr.skip()] * (5 + VIEW_PLOTS + 1)
-        return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat)),
-                *_step_view_updates(trace, k)]
+        return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat), theme),
+                *_step_view_updates(trace, k, theme)]
 
-    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any) -> list[Any]:
-        return [*main.select_updates(trace, k, _show_prompt(model, chat)), *_step_view_updates(trace, k)]
+    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> list[Any]:
+        return [*main.select_updates(trace, k, _show_prompt(model, chat), theme),
+                *_step_view_updates(trace, k, theme)]
 
-    event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.config_inputs), True),
-                  page.config_inputs, outputs, api_name="explore", api_visibility="undocumented",
+    event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.run_inputs), True),
+                  page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     step_views = [*page.view_plots, page.view_html]
-    page.step.input(on_step, [page.trace, page.step, page.model, page.chat], [*main.views, *step_views],
+    page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], [*main.views, *step_views],
                     trigger_mode="always_last", **QUIET)
-    main.text.click(on_token_click, [page.trace, page.model, page.chat], [page.step, *main.views, *step_views],
+    main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *main.views, *step_views],
                     **QUIET)
-    page.png.click(_gr_errors(lambda trace, k: iter([export_pngs(trace, k)]), 2), [page.trace, page.step],
+    page.png.click(_gr_errors(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
+                   [page.trace, page.step, page.theme],
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
     side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
     page.stop.click(None, None, None, cancels=[event, compare_event], api_visibility="private").then(
-        on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat],
+        on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
         [main.status, *main.views, page.trace_file, *side_views], **QUIET)
 
 
@@ -909,36 +990,38 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
     side_outputs = [c for side in sides for c in (side.status, *side.views)]
 
     def run_compare(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
-        cfg = page.split_config(values)
-        for fa, fb in compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
+        cfg, seed_update, theme = run_config(page, values)
+        for k, (fa, fb) in enumerate(compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
                               cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
                               cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
-                              progress=_progress_adapter(progress), decoder=decode):
+                              progress=_progress_adapter(progress), decoder=decode)):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
-            yield [*sides[0].frame_updates(fa), *sides[1].frame_updates(fb),
+            yield [*sides[0].frame_updates(fa, theme), *sides[1].frame_updates(fb, theme),
                    gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0)),
-                   fa.trace if fa else gr.skip(), fb.trace if fb else gr.skip()]
+                   fa.trace if fa else gr.skip(), fb.trace if fb else gr.skip(), seed_update if k == 0 else gr.skip()]
 
-    def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any) -> list[Any]:
+    def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
+                  theme: str) -> list[Any]:
         out: list[Any] = []
         for side, trace in zip(sides, (a, b)):
-            out += [gr.skip(), *side.select_updates(trace, k, _show_prompt(model, chat))]
+            out += [gr.skip(), *side.select_updates(trace, k, _show_prompt(model, chat), theme)]
         return out
 
-    def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any,
+    def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
                  evt: gr.EventData) -> list[Any]:
         k = int((getattr(evt, "_data", None) or {}).get("step", 0))
-        return [gr.update(value=k), *on_select(a, b, k, model, chat)]
+        return [gr.update(value=k), *on_select(a, b, k, model, chat, theme)]
 
-    outputs = [*side_outputs, page.compare_step, *states]
-    event = page.compare_run.click(_gr_errors(run_compare, len(page.config_inputs), True), page.config_inputs,
+    outputs = [*side_outputs, page.compare_step, *states, page.seed]
+    event = page.compare_run.click(_gr_errors(run_compare, len(page.run_inputs), True), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
-    page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat], side_outputs,
+    page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme], side_outputs,
                             trigger_mode="always_last", **QUIET)
     for side in sides:
-        side.text.click(on_click, [*states, page.model, page.chat], [page.compare_step, *side_outputs], **QUIET)
+        side.text.click(on_click, [*states, page.model, page.chat, page.theme], [page.compare_step, *side_outputs],
+                        **QUIET)
     return event
 
 
@@ -961,6 +1044,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
     page.link.click(on_share, [*page.config_inputs, page.mode], page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
+    demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
                                                                  api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
@@ -1018,19 +1102,19 @@ def _show_prompt(model: str, chat: Any) -> bool:
     return not spec.numeric_prompt and (chat is False or not spec.chat)
 
 
-def _step_view_updates(trace: dict[str, Any] | None, step: Any) -> list[Any]:
+def _step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str) -> list[Any]:
     """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
     k = charts.clamp_step(trace, step)
-    return _view_updates(strategy_views(trace, k) if trace and k is not None else None)
+    return _view_updates(strategy_views(trace, k) if trace and k is not None else None, theme)
 
 
-def _view_updates(views: list[View] | None) -> list[Any]:
+def _view_updates(views: list[View] | None, theme: str) -> list[Any]:
     """Fill the view slots from what the trace carries; hide the unused ones."""
     if views is None:
         return [gr.skip()] * (VIEW_PLOTS + 1)
     figs = [v for v in views if v.figure is not None][:VIEW_PLOTS]
     html_parts = [f'<div class="pg-view"><h3>{_esc(v.title)}</h3>{v.html}</div>' for v in views if v.html]
-    out: list[Any] = [gr.update(value=plot_value(v.figure), label=v.title, visible=True) for v in figs]
+    out: list[Any] = [gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True) for v in figs]
     out += [gr.update(visible=False)] * (VIEW_PLOTS - len(figs))
     out.append(gr.update(value="".join(html_parts), visible=bool(html_parts)))
     return out

@@ -304,7 +304,7 @@ def test_every_registered_strategy_runs_through_the_page_handler(store):
         final = frames[-1]
         assert final.final and final.trace["strategy"] == spec.name and final.trace["tokens"], spec.name
         assert final.figures is not None and all(bars(f) for f in final.figures), spec.name
-        updates = ui._view_updates(final.views)
+        updates = ui._view_updates(final.views, "light")
         assert len(updates) == ui.VIEW_PLOTS + 1
         shown = [u for u in updates[:-1] if u.get("visible")]
         assert len(shown) == min(ui.VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name

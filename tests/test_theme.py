@@ -1,0 +1,64 @@
+"""Every figure takes its colours from the page theme, in one place (playground.theme)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from playground import charts, ui
+from playground.engine import Request, run
+from playground.theme import THEMES, themed
+from playground.views import strategy_views
+
+CASES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),
+         ("speculative", {"draft": "toy-small"}), ("contrastive", {"amateur": "toy-small"})]
+
+
+@pytest.fixture(scope="module")
+def figures(store) -> list:
+    """The step charts and the strategy views of one run of each family, on toy."""
+    out = []
+    for strategy, params in CASES:
+        d = run(store, Request("toy", strategy, "1 2", params, seed=2, max_new_tokens=8)).to_dict()
+        out += list(charts.step_figures(d, 0)) + [v.figure for v in strategy_views(d, 0) if v.figure is not None]
+    return out
+
+
+def _inks(layout: dict) -> list[str]:
+    """Every text colour a figure's layout names: its font, title, legend, axes, annotations."""
+    inks = [layout["font"]["color"], layout["title"]["font"]["color"], layout["legend"]["font"]["color"]]
+    for name, axis in layout.items():
+        if name.startswith(("xaxis", "yaxis")):
+            inks += [axis["tickfont"]["color"], axis["title"]["font"]["color"]]
+    return inks
+
+
+# Semantic colours (chosen, kept, the top-k / top-p / min-p lines...) are mid-tones that read on both
+# backgrounds; every other annotation is written in the theme's ink.
+PALETTE = {c.lower() for c in (charts.KEPT, charts.CUT, charts.CHOSEN, charts.CUMULATIVE, charts.MIN_P,
+                               charts.TOP_K, charts.RAW, charts.FINAL, charts.ENTROPY)}
+
+
+@pytest.mark.parametrize("name", ["light", "dark"])
+def test_every_figure_is_drawn_in_the_page_theme(figures, name):
+    theme = THEMES[name]
+    assert len(figures) >= 12
+    for fig in figures:
+        layout = json.loads(themed(fig, name).to_json())["layout"]
+        assert layout["paper_bgcolor"] == layout["plot_bgcolor"] == "rgba(0,0,0,0)"  # the page shows through
+        assert set(_inks(layout)) == {theme.ink}, layout.get("title")
+        for ann in layout.get("annotations", []):
+            assert ann["font"]["color"] == theme.ink or ann["font"]["color"].lower() in PALETTE, ann
+        exported = json.loads(themed(fig, name, export=True).to_json())["layout"]
+        assert exported["paper_bgcolor"] == theme.page  # a PNG looks like the page it came from
+
+
+def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
+    d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}, seed=2, max_new_tokens=8)).to_dict()
+    for name in ("light", "dark"):
+        updates = ui._step_view_updates(d, 1, name)
+        plots = [u["value"] for u in updates[:-1] if u.get("visible")]
+        assert plots
+        for plot in plots:
+            layout = json.loads(plot.plot)["layout"]
+            assert layout["font"]["color"] == THEMES[name].ink
