@@ -9,6 +9,7 @@ Pure: plotly only.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -34,14 +35,25 @@ THEMES = {
 LIGHT_INKS = {charts.INK.lower(), "#444", "#444444", "black", "#000", "#000000", "#2a3f5f"}
 
 
-def theme_named(name: str | None) -> Theme:
-    """``name`` from the page ("light" / "dark"); anything else is the neutral theme."""
-    return THEMES.get((name or "").strip().lower(), THEMES["neutral"])
+NARROW = 700  # px: below this the page is a phone's, and figures get smaller type and wrapped titles
 
 
-def themed(fig: go.Figure, name: str | None, export: bool = False) -> go.Figure:
-    """A copy of ``fig`` in the page theme ``name``; ``export`` paints the page colour behind it."""
-    t = theme_named(name)
+def theme_named(view: str | None) -> Theme:
+    """The theme of a page ``view`` ("light", "dark", or with the page width: "dark:390");
+    anything else is the neutral theme."""
+    return THEMES.get((view or "").split(":")[0].strip().lower(), THEMES["neutral"])
+
+
+def view_width(view: str | None) -> int | None:
+    """The page width in a ``view`` ("light:390" -> 390), None when it does not say."""
+    _, _, width = (view or "").partition(":")
+    return int(width) if width.strip().isdigit() else None
+
+
+def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
+    """A copy of ``fig`` for the page ``view`` (its theme, and its width on a phone); ``export``
+    paints the page colour behind it."""
+    t = theme_named(view)
     out = go.Figure(fig)
     background = t.page if export else "rgba(0,0,0,0)"
     out.update_layout(template=pio.templates[charts.TEMPLATE], font_color=t.ink, title_font_color=t.ink,
@@ -57,4 +69,55 @@ def themed(fig: go.Figure, name: str | None, export: bool = False) -> go.Figure:
         font = getattr(trace, "textfont", None)
         if font is not None and font.color is not None and str(font.color).lower() in LIGHT_INKS:
             font.color = t.ink
+    width = view_width(view)
+    if width is not None and width < NARROW and not export:
+        _fit_narrow(out, width)
     return out
+
+
+def _fit_narrow(fig: go.Figure, page_width: int) -> None:
+    """Smaller type and titles wrapped to the width a phone gives a figure, with room above the plot
+    for the extra lines (plotly neither wraps nor shrinks a title: it runs off the figure)."""
+    size = 14
+    plot_width = page_width - 40  # the page's padding around a figure
+    per_line = max(16, int((plot_width - 16) / (0.6 * size)))
+    title = fig.layout.title.text
+    extra = 0
+    if title:
+        lines = wrap(title, per_line)
+        extra = len(lines) - 1
+        fig.layout.title.text = "<br>".join(lines)
+    fig.update_layout(title_font_size=size, legend_font_size=11, font_size=12)
+    fig.update_xaxes(title_font_size=12, tickfont_size=11)
+    fig.update_yaxes(title_font_size=12, tickfont_size=11)
+    panel_chars = max(12, per_line // max(1, _columns(fig)))
+    for ann in fig.layout.annotations or ():
+        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":  # a subplot's title
+            ann.text = "<br>".join(wrap(ann.text, panel_chars))
+            ann.font.size = 12
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 86
+    fig.update_layout(margin_t=top + 18 * extra, margin_l=40, margin_r=40)
+
+
+def _columns(fig: go.Figure) -> int:
+    """How many subplot columns share the figure's width."""
+    lefts = {round(ax.domain[0], 3) for name in fig.layout if name.startswith("xaxis")
+             for ax in [fig.layout[name]] if ax.domain is not None}
+    return max(1, len(lefts))
+
+
+def wrap(text: str, per_line: int) -> list[str]:
+    """Words of a plotly label (which may hold <b> and <br>) in lines of at most ``per_line``
+    visible characters; tags count for nothing and are never split."""
+    lines: list[str] = []
+    for part in text.split("<br>"):
+        line, shown = "", 0
+        for word in part.split(" "):
+            visible = len(re.sub(r"<[^>]+>", "", word))
+            if line and shown + 1 + visible > per_line:
+                lines.append(line)
+                line, shown = word, visible
+            else:
+                line, shown = (f"{line} {word}" if line else word), shown + (1 if line else 0) + visible
+        lines.append(line)
+    return lines

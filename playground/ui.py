@@ -448,10 +448,10 @@ PAGE_JS = """() => {
     const head = document.querySelector('#pg-params > button.label-wrap.open');
     if (head) head.click();
   }
-  // the theme the page shows (Gradio marks dark mode with a class): figures are drawn in it
+  // the theme the page shows (Gradio marks dark mode with a class) and its width: figures are drawn for them
   const dark = [document.documentElement, document.body, document.querySelector('gradio-app')]
     .some((el) => el && el.classList.contains('dark'));
-  return dark ? 'dark' : 'light';
+  return (dark ? 'dark' : 'light') + ':' + window.innerWidth;
 }"""
 COPY_JS = """(query) => {
   if (!query) return query;
@@ -882,7 +882,7 @@ def _api_inputs(page: Page) -> None:
         page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
         page.api_trigger = gr.Button(visible=False)
         page.run_flag = gr.Textbox("", visible=False)
-        page.theme = gr.Textbox("light", visible=False)  # the page's theme, read in the browser on load
+        page.theme = gr.Textbox("light", visible=False)  # "dark:390": the page's theme and width, read on load
 
 
 def _layout() -> Page:

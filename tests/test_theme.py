@@ -62,3 +62,21 @@ def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
         for plot in plots:
             layout = json.loads(plot.plot)["layout"]
             assert layout["font"]["color"] == THEMES[name].ink
+
+
+def test_titles_wrap_on_a_phone_without_splitting_tags():
+    from playground.theme import wrap
+    assert wrap("Step 0: chose <b>·a</b> · p 0.700", 13) == ["Step 0: chose", "<b>·a</b> · p 0.700"]
+    assert wrap("Step 0: chose <b>·a</b> · p 0.700", 12) == ["Step 0:", "chose <b>·a</b> · p", "0.700"]
+    assert wrap("short", 40) == ["short"]
+    assert wrap("one<br>two three", 5) == ["one", "two", "three"]
+
+
+def test_a_phone_view_wraps_long_titles_and_keeps_the_theme(figures):
+    fig = figures[0]
+    wide = themed(fig, "dark:1440")
+    narrow = themed(fig, "dark:390")
+    assert "<br>" not in (wide.layout.title.text or "")
+    assert "<br>" in narrow.layout.title.text and narrow.layout.font.color == THEMES["dark"].ink
+    template_top = charts.pio.templates[charts.TEMPLATE].layout.margin.t
+    assert narrow.layout.margin.t > (wide.layout.margin.t or template_top)
