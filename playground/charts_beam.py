@@ -134,7 +134,7 @@ def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
     text = f"step {step}" + (f": {_esc(repr(tokens[step]['text']))}" if step < len(tokens) else "")
     fig.add_vrect(x0=step - 0.5, x1=step + 0.5, fillcolor=SELECTED, opacity=0.18, line_width=0, layer="below",
                   name="selected_step", annotation=dict(text=text, font=dict(color="#92400e", size=11)),
-                  annotation_position="top left")
+                  annotation_position="bottom left")
 
 
 def _edges(group: list[dict[str, Any]], by_id: dict[int, dict[str, Any]], y: dict[int, float],
