@@ -482,11 +482,11 @@ def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[
         row = rec.parents.index(node["parent"])
         ids, lps, raws = list(rec.ids[row]), list(rec.logprobs[row]), list(rec.raw[row])
         entered = {tok: v for (r, tok), v in rec.entered.items() if r == row}
-        extra = dict(entered)
+        listed = dict(entered)  # every continuation that entered the beam, and the chosen token
         if node["token_id"] not in entered:
             _, drawn, raw = tree.logprobs(node_id)
-            extra[node["token_id"]] = (drawn, raw)
-        for tok, (lp, raw) in sorted(extra.items(), key=lambda kv: -kv[1][0]):
+            listed[node["token_id"]] = (drawn, raw)
+        for tok, (lp, raw) in sorted(listed.items(), key=lambda kv: -kv[1][0]):
             if tok not in ids:
                 ids.append(tok)
                 lps.append(lp)
