@@ -33,6 +33,7 @@ STYLE: dict[str, dict[str, Any]] = {
                      edge="#e2e8f0", dash="dot", opacity=0.35),
 }
 BEST = "#dc2626"
+SELECTED = "#f59e0b"  # the selected step, in the amber the other charts give the chosen token
 RULE_TEXT = {
     "relative_threshold": "relative threshold: P(c) <= r_p x P(best), log bound",
     "absolute_threshold": "absolute threshold: score <= best - a_p, bound",
@@ -41,11 +42,12 @@ RULE_TEXT = {
 }
 
 
-def views(trace: dict[str, Any]) -> list[View]:
+def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    """The family's views; ``step`` (an index into ``trace["steps"]``) is marked on the tree."""
     beam = trace.get("beam")
     if not beam:
         return []
-    return [View("Beam tree", tree_figure(trace)),
+    return [View("Beam tree", tree_figure(trace, step)),
             View("Finished hypotheses", html=finished_table(trace)),
             View("Beam search work", html=counters_html(beam)),
             View("Beam width per step", width_figure(beam))]
@@ -66,11 +68,13 @@ def layout_rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
     return {n["id"]: offset[n["tree"]] + n["rank"] for n in nodes}
 
 
-def hover(node: dict[str, Any], score_label: str) -> str:
+def hover(node: dict[str, Any], score_label: str, logprob_label: str = "log-prob") -> str:
     """The hover label of one node; the token text escaped."""
     lines = [f"step {node['step']}, rank {node['rank']}",
              f"token {_esc(repr(node['text']))} (id {node['token_id']})",
-             f"log-prob {_num(node['logprob'])}, {score_label} {_num(node['score'])}"]
+             f"{logprob_label} {_num(node['logprob'])}, {score_label} {_num(node['score'])}"]
+    if node.get("model_score") is not None and node["model_score"] != node["score"]:
+        lines.append(f"model log-prob {_num(node['model_logprob'])}, sum {_num(node['model_score'])}")
     if node.get("penalised") is not None:
         lines.append(f"length-penalised {_num(node['penalised'])}")
     if node.get("perturbed") is not None:
@@ -86,14 +90,15 @@ def hover(node: dict[str, Any], score_label: str) -> str:
     return "<br>".join(lines)
 
 
-def tree_figure(trace: dict[str, Any]) -> go.Figure:
-    """x = step, y = rank within the step; edges from each node's parent; the winner in red."""
+def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
+    """x = step, y = rank within the step; edges from each node's parent; the winner in red; the
+    selected step (an index into ``trace["steps"]``, the same as the tree's x) in a band."""
     beam = trace["beam"]
     nodes: list[dict[str, Any]] = beam["nodes"]
     by_id = {n["id"]: n for n in nodes}
     y = layout_rows(nodes)
     dense = len(nodes) > DENSE
-    label = beam.get("score_label", "score")
+    label, lp_label = beam.get("score_label", "score"), beam.get("logprob_label", "log-prob")
     fig = go.Figure()
     roots = sorted({n["tree"] for n in nodes if n["parent"] is None})
     root_y = {t: min((y[n["id"]] for n in nodes if n["tree"] == t), default=0) for t in roots}
@@ -109,14 +114,27 @@ def tree_figure(trace: dict[str, Any]) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=[n["step"] for n in group], y=[y[n["id"]] for n in group], mode="markers", name=style["name"],
             marker=style["marker"], opacity=style["opacity"], legendgroup=status, visible=visible,
-            customdata=[n["id"] for n in group], hovertext=[hover(n, label) for n in group],
+            customdata=[n["id"] for n in group], hovertext=[hover(n, label, lp_label) for n in group],
             hoverinfo="text", meta={"role": "nodes", "status": status}))
     _add_best(fig, beam, by_id, y, root_y)
     fig.add_trace(go.Scatter(x=[-1] * len(roots), y=[root_y[t] for t in roots], mode="markers",
                              marker=dict(color="#0f172a", size=10, symbol="square"), name="prompt",
                              hovertext=["prompt"] * len(roots), hoverinfo="text", meta={"role": "prompt"}))
     _layout(fig, trace, nodes, y, dense)
+    _mark_step(fig, trace, step)
     return fig
+
+
+def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
+    """A band over the selected step's column, labelled with the token chosen there."""
+    steps = trace.get("steps") or []
+    if step is None or not 0 <= step < len(steps):
+        return
+    tokens = trace.get("tokens") or []
+    text = f"step {step}" + (f": {_esc(repr(tokens[step]['text']))}" if step < len(tokens) else "")
+    fig.add_vrect(x0=step - 0.5, x1=step + 0.5, fillcolor=SELECTED, opacity=0.18, line_width=0, layer="below",
+                  name="selected_step", annotation=dict(text=text, font=dict(color="#92400e", size=11)),
+                  annotation_position="bottom left")
 
 
 def _edges(group: list[dict[str, Any]], by_id: dict[int, dict[str, Any]], y: dict[int, float],
@@ -159,6 +177,11 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
     title = f"{beam.get('kind', 'beam')} tree: {len(nodes)} candidates"
     if beam.get("num_beams"):
         title += f", {beam['num_beams']} beams"
+    if beam.get("finishing") == "keep_slot":
+        title += ", finished hypotheses keep their slot"
+    if beam.get("prefixes_drawn") is not None and beam["prefixes_drawn"] < beam.get("prefixes_asked", 0):
+        title += (f", {beam['prefixes_drawn']} of {beam['prefixes_asked']} prefixes drawn (no more distinct "
+                  "prefixes have mass)")
     if dense:
         title += " (candidates that fell off are hidden: click the legend to show them)"
     fig.update_layout(title=title, xaxis_title="step", yaxis_title="rank within the step",
@@ -182,29 +205,43 @@ def _max_step(nodes: list[dict[str, Any]]) -> int:
 
 
 def finished_table(trace: dict[str, Any]) -> str:
-    """The results, best first: raw score, length-penalised score (or perturbed score G)."""
+    """The results, best first, with the score each family ranks them by.
+
+    beam / sample_beam: the summed log-probability and, with transformers' finishing rule, the
+    length-penalised score; stochastic beams: the model's summed log-probability, the tempered
+    sum phi the search used (at T != 1) and the perturbed score G.
+    """
     beam = trace["beam"]
     rows = beam.get("finished") or []
-    stochastic = any(r.get("perturbed") is not None for r in rows)
     trees = bool(beam.get("trees"))
-    lp = beam.get("length_penalty")
-    head = ["#"] + (["tree"] if trees else []) + ["hypothesis", "tokens", "log-prob (sum)"]
-    head.append("perturbed G" if stochastic else
-                f"score / length^{_num(lp)}" if lp is not None else "penalised")
-    head.append("ends with")
+    columns = _result_columns(beam, rows)
+    head = ["#"] + (["tree"] if trees else []) + ["hypothesis", "tokens"] + [c for c, _ in columns] + ["ends with"]
     out = ['<table class="beam-finished"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) +
            "</tr></thead><tbody>"]
     for i, r in enumerate(rows):
         cells = [str(i + 1)] + ([str(r.get("tree", 0))] if trees else [])
-        cells += [html.escape(r.get("text", "")), str(r.get("length", "")), _num(r.get("score")),
-                  _num(r.get("perturbed") if stochastic else r.get("penalised")),
-                  "EOS" if r.get("eos") else "length limit"]
+        cells += [html.escape(r.get("text", "")), str(r.get("length", ""))]
+        cells += [_num(r.get(key)) for _, key in columns]
+        cells.append("EOS" if r.get("eos") else "length limit")
         style = ' style="font-weight:bold;background:#fee2e2"' if i == 0 else ""
         out.append(f"<tr{style}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
     if not rows:
         out.append("<p>No finished hypothesis yet.</p>")
     return "".join(out)
+
+
+def _result_columns(beam: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(header, record key) of the score columns."""
+    if any(r.get("perturbed") is not None for r in rows):
+        t = beam.get("temperature", 1.0)
+        tempered = [(f"tempered log-prob sum phi (T={_num(t)})", "phi")] if t not in (None, 1, 1.0) else []
+        return [("model log-prob (sum)", "score")] + tempered + [("perturbed G (ranks)", "perturbed")]
+    if beam.get("finishing") == "keep_slot":
+        return [("log-prob (sum, ranks)", "score")]
+    lp = beam.get("length_penalty")
+    return [("log-prob (sum)", "score"), (f"score / length^{_num(lp)} (ranks)" if lp is not None else "penalised",
+                                          "penalised")]
 
 
 def counters_html(beam: dict[str, Any]) -> str:

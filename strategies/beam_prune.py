@@ -1,24 +1,27 @@
 """Beam pruning after Freitag & Al-Onaizan (2017), "Beam Search Strategies for
 Neural Machine Translation", section 3.
 
-Every step of a beam search ranks a pool of candidates by cumulative
-log-probability. Pruning removes candidates from the beam that are far worse
-than the best candidate of the pool, so the beam shrinks and fewer
-hypotheses are fed to the model at the next step:
+The paper first cuts the candidates of a step to the beam size, then prunes
+that active candidate list C (here: the continuations that won a beam slot and
+do not end). Every rule compares a candidate with the best of C:
 
-- relative threshold r_p (on probabilities, as in the paper): drop c when
-  P(c) <= r_p * P(best), i.e. score(c) <= log r_p + score(best);
+- relative threshold r_p (on probabilities): drop c when
+  P(c) <= r_p * max_{c' in C} P(c'), i.e. score(c) <= log r_p + best score;
 - absolute threshold a_p (on log-probabilities): drop c when
-  score(c) <= score(best) - a_p;
-- relative local threshold r_pl: the same test as r_p on the probability of
-  the last token only: p(w_c) <= r_pl * max over the pool of p(w);
-- maximum candidates per node mc: at most mc candidates that share a parent
-  enter the beam; a candidate over the limit gives its slot to the next one.
+  score(c) <= best score - a_p;
+- relative local threshold r_pl, on the probability of the last token only:
+  drop c when p(w_c) <= r_pl * max_{c' in C} p(w_c');
+- maximum candidates per node mc: drop c when mc better-scoring candidates of
+  C share its parent.
 
-Each rule is off at 0. The best running candidate of a step is never pruned,
-so the search always has a hypothesis to continue. A candidate removed by a
-threshold still uses its beam slot (the beam shrinks rather than admitting
-worse candidates), which is what makes the thresholds save work.
+Each rule is off at 0. A pruned candidate, whichever rule removed it, leaves
+its slot empty: the beam is never refilled from below, so it shrinks and
+fewer hypotheses are fed to the model at the next step (the paper's "candidate
+size may vary at each time step"). The best candidate of C is never pruned:
+the relative, absolute and per-node rules cannot reach it anyway, and sparing
+it from the local rule keeps a hypothesis to continue (the paper leaves that
+case open). When several rules prune a candidate, the first in ``RULES`` order
+is named.
 """
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ class PruneRules:
     def bounds(self, best_score: float, best_logprob: float) -> dict[str, float]:
         """Each active threshold as a log-space bound: a candidate at or below it is pruned.
 
-        best_score: the pool's best cumulative log-probability; best_logprob: the pool's best
-        last-token log-probability.
+        best_score: the best cumulative log-probability in C; best_logprob: the best last-token
+        log-probability in C.
         """
         out: dict[str, float] = {}
         if self.relative > 0:
@@ -59,46 +62,39 @@ class PruneRules:
         return out
 
 
-def threshold_verdict(score: float, logprob: float, bounds: dict[str, float]) -> tuple[str, float] | None:
-    """The first threshold rule (in RULES order) that prunes a candidate, with its bound; None keeps it."""
-    for rule, bound in bounds.items():
-        value = logprob if rule == LOCAL else score
-        if value <= bound:
-            return rule, bound
-    return None
-
-
 @dataclass(frozen=True)
 class Decision:
-    status: str  # "kept", "pruned" or "fell_off"
-    reason: str = ""
-    threshold: float | None = None
+    status: str  # "kept" or "pruned"
+    reason: str = ""  # the rule that pruned it
+    threshold: float | None = None  # its log-space bound, or mc for the per-node rule
 
 
-def select_running(scores: list[float], logprobs: list[float], parents: list[int], stops: list[bool],
-                   num_beams: int, rules: PruneRules, bounds: dict[str, float]) -> list[Decision | None]:
-    """Decide, for a pool sorted best first, which candidates continue in the beam.
+def prune(scores: list[float], logprobs: list[float], parents: list[int], rules: PruneRules) -> list[Decision]:
+    """Apply the rules to the active candidate list C, given best first.
 
-    Candidates that end a hypothesis (``stops``) get None: the finished-set logic owns them.
-    The others fill at most ``num_beams`` slots in pool order; see the module docstring for
-    how the rules act. Pure: plain lists in, one decision per candidate out.
+    scores: cumulative log-probabilities; logprobs: of each candidate's last token; parents: the
+    hypothesis each grew from. Pure: plain lists in, one decision per candidate out.
     """
-    out: list[Decision | None] = []
-    used = 0
-    children: dict[int, int] = {}
-    for score, logprob, parent, stop in zip(scores, logprobs, parents, stops):
-        if stop:
-            out.append(None)
-            continue
-        if used == num_beams:
-            out.append(Decision("fell_off", f"ranked below the {num_beams} beams"))
-            continue
-        if rules.max_per_node and children.get(parent, 0) >= rules.max_per_node:
-            out.append(Decision("pruned", PER_NODE, float(rules.max_per_node)))
-            continue
-        children[parent] = children.get(parent, 0) + 1
-        first = used == 0
-        used += 1
-        verdict = None if first else threshold_verdict(score, logprob, bounds)
+    if not scores:
+        return []
+    bounds = rules.bounds(scores[0], max(logprobs))
+    siblings: dict[int, int] = {}  # better-scoring candidates of C seen so far, per parent
+    out: list[Decision] = []
+    for i, (score, logprob, parent) in enumerate(zip(scores, logprobs, parents)):
+        better_siblings = siblings.get(parent, 0)
+        siblings[parent] = better_siblings + 1
+        verdict = None if i == 0 else _verdict(score, logprob, better_siblings, rules, bounds)
         out.append(Decision("kept") if verdict is None else Decision("pruned", *verdict))
     return out
+
+
+def _verdict(score: float, logprob: float, better_siblings: int, rules: PruneRules,
+             bounds: dict[str, float]) -> tuple[str, float] | None:
+    """The first rule (in RULES order) that prunes a candidate, with its bound; None keeps it."""
+    for rule in RULES:
+        if rule == PER_NODE:
+            if rules.max_per_node and better_siblings >= rules.max_per_node:
+                return rule, float(rules.max_per_node)
+        elif rule in bounds and (logprob if rule == LOCAL else score) <= bounds[rule]:
+            return rule, bounds[rule]
+    return None

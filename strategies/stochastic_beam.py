@@ -20,7 +20,11 @@ expanded; it leaves only if k larger G appear. The root has phi = G = 0.
 
 Sequences cut at the length limit count as complete, so the sample is from
 the distribution of length-capped sequences. ``temperature`` samples from
-softmax(logits / T) instead of the model's own distribution.
+softmax(logits / T) instead of the model's own distribution; phi then sums
+tempered log-probabilities, and the trace keeps the model's own sum beside it
+(``model_score``). The Gumbel maths runs in float64 on the CPU whatever the
+model's device (Apple's MPS has no float64), from a CPU generator seeded from
+the request.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from strategies.params import Params, param
 from strategies.recording import finish
 from strategies.registry import register
 
+SELECTOR = "gumbel-top-k"
+
 
 @dataclass(frozen=True)
 class StochasticBeamParams(Params):
@@ -47,9 +53,16 @@ class StochasticBeamParams(Params):
                                ui_max=3.0)
 
 
-def gumbel(shape: torch.Size, generator: torch.Generator, device: torch.device) -> torch.Tensor:
-    """Standard Gumbel noise -log(-log U), float64."""
-    u = torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
+def cpu_generator(seed: int) -> torch.Generator:
+    """The Gumbel noise's generator: on the CPU, where float64 exists on every platform."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return g
+
+
+def gumbel(shape: torch.Size, generator: torch.Generator) -> torch.Tensor:
+    """Standard Gumbel noise -log(-log U), float64 on the CPU."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64)
     return -torch.log(-torch.log(u))
 
 
@@ -63,19 +76,51 @@ def conditional_gumbel(parent_g: torch.Tensor, perturbed: torch.Tensor) -> torch
 
     parent_g: [b, 1]; perturbed: [b, vocab] = phi + Gumbel noise. Kool et al. 2019, appendix B:
     v = G_S - G~_i + log1mexp(G~_i - Z), G_i = G_S - max(v, 0) - log1p(exp(-|v|)).
+    Children with phi = -inf (cut by a truncation) get G = -inf.
     """
     z = perturbed.amax(dim=-1, keepdim=True)
     v = parent_g - perturbed + log1mexp(perturbed - z)
     return parent_g - v.clamp(min=0) - torch.log1p(torch.exp(-v.abs()))
 
 
+def perturb_children(phi: list[float], parent_g: list[float], logprobs: torch.Tensor,
+                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every child's phi and perturbed score G, in float64 on the CPU.
+
+    phi, parent_g: [b] of the running prefixes; logprobs: [b, vocab] on the model's device (moved
+    before it is widened, as MPS cannot hold float64). Returns (child phi, G), both [b, vocab].
+    """
+    lp = logprobs.detach().cpu().double()
+    child_phi = torch.tensor(phi, dtype=torch.float64)[:, None] + lp
+    g = conditional_gumbel(torch.tensor(parent_g, dtype=torch.float64)[:, None],
+                           child_phi + gumbel(lp.shape, generator))
+    return child_phi, g
+
+
+def largest_children(g: torch.Tensor, n: int) -> list[tuple[float, int, int]]:
+    """The ``n`` largest finite G of ``g`` [b, vocab] as (G, row, token), largest first."""
+    values, flat = g.view(-1).topk(min(n, g.numel()))
+    vocab = g.shape[-1]
+    return [(v, f // vocab, f % vocab) for v, f in zip(values.tolist(), flat.tolist()) if v > float("-inf")]
+
+
+def gumbel_top_k(held: list[float], children: list[tuple[float, int, int]], k: int) -> tuple[set[int], set[int]]:
+    """The k largest G among the finished items held in the beam and the new children (held first on
+    ties): (indices into ``held``, indices into ``children``) that stay."""
+    entries = [(g, 0, i) for i, g in enumerate(held)] + [(g, 1, j) for j, (g, _, _) in enumerate(children)]
+    top = sorted(entries, key=lambda e: -e[0])[:k]
+    return {i for _, kind, i in top if kind == 0}, {i for _, kind, i in top if kind == 1}
+
+
 @dataclass
 class Item:
-    """A hypothesis in the beam: its last node, log-probability phi, perturbed score G."""
+    """A hypothesis in the beam: its last node, log-probability phi, perturbed score G, the model's
+    own log-probability (differs from phi at T != 1)."""
 
     node: int
     phi: float
     g: float
+    model_score: float
     row: int = -1  # cache row of its parent, for running items
 
 
@@ -83,22 +128,27 @@ class Item:
           "Gumbel-top-k stochastic beam search (Kool et al. 2019): k sequences sampled without replacement.",
           family="beam")
 def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterator[Trace]:
-    lm, k = ctx.lm, params.num_beams
+    lm, k, temperature = ctx.lm, params.num_beams, params.temperature
     started = ctx.clock.now()
-    trace = ctx.new_trace("stochastic_beam", params.to_dict(), ["gumbel-top-k"])
+    trace = ctx.new_trace("stochastic_beam", params.to_dict(), [SELECTOR])
     tree = BeamTree(lm.piece, "stochastic_beam")
     search = _Search(ctx, params, tree)
-    extra = {"num_beams": k, "temperature": params.temperature, "score_label": "log-probability (phi)"}
+    extra: dict[str, Any] = {"num_beams": k, "temperature": temperature}
+    if temperature != 1.0:
+        extra.update(logprob_label=f"tempered log-prob (T={temperature:g})",
+                     score_label=f"tempered log-prob sum phi (T={temperature:g})")
+    else:
+        extra.update(logprob_label="log-prob", score_label="log-prob sum phi")
     for current in search:
         publish(trace, lm, tree, current, [], search.counters(), **extra)
         finish(trace, ctx, started, "running", search.passes)
         yield trace
     done = sorted(search.done, key=lambda it: -it.g)
-    finished = [hypothesis_record(tree, it.node, it.phi, None, lm.decode, perturbed=it.g,
+    finished = [hypothesis_record(tree, it.node, it.model_score, None, lm.decode, phi=it.phi, perturbed=it.g,
                                   eos=tree.nodes[it.node]["token_id"] in lm.eos_ids) for it in done]
     best = done[0].node if done else None
     publish(trace, lm, tree, best, finished, search.counters(), **extra)
-    trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids))
+    trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids), SELECTOR)
     reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
     finish(trace, ctx, started, reason, search.passes)
     yield trace
@@ -109,7 +159,7 @@ class _Search:
 
     def __init__(self, ctx: DecodeContext, params: StochasticBeamParams, tree: BeamTree):
         self.ctx, self.params, self.tree = ctx, params, tree
-        self.generator = ctx.generator()
+        self.generator = cpu_generator(ctx.seed)
         self.done: list[Item] = []  # finished hypotheses in the beam
         self.records: list[StepRecord] = []
         self.passes = self.expanded = self.reorders = 0
@@ -120,7 +170,7 @@ class _Search:
         out = lm.forward(torch.tensor([self.ctx.prompt_ids], device=lm.device))
         self.passes, self.expanded = 1, 1
         logits, cache = out.logits[:, -1], out.cache
-        running = [Item(-1, 0.0, 0.0)]  # the root: phi = G = 0
+        running = [Item(-1, 0.0, 0.0, 0.0)]  # the root: phi = G = 0
         for t in range(self.ctx.max_new_tokens):
             running = self._step(t, logits, running, last=t + 1 == self.ctx.max_new_tokens)
             yield max(self.done + running, key=lambda it: it.g).node
@@ -137,42 +187,39 @@ class _Search:
 
     def _step(self, step: int, logits: torch.Tensor, running: list[Item], last: bool) -> list[Item]:
         """Perturb every child of every running prefix, keep the k largest G with the finished ones."""
-        k, tree, eos = self.params.num_beams, self.tree, self.ctx.lm.eos_ids
-        raw = logits.log_softmax(-1)  # [b, vocab]
-        logprobs = raw if self.params.temperature == 1.0 else (logits / self.params.temperature).log_softmax(-1)
+        k, tree, eos, temperature = self.params.num_beams, self.tree, self.ctx.lm.eos_ids, self.params.temperature
+        raw = logits.float().log_softmax(-1)  # [b, vocab]
+        logprobs = raw if temperature == 1.0 else (logits.float() / temperature).log_softmax(-1)
         parents = [None if it.node < 0 else it.node for it in running]
-        phi = torch.tensor([it.phi for it in running], dtype=torch.float64, device=logits.device)
-        g_parent = torch.tensor([[it.g] for it in running], dtype=torch.float64, device=logits.device)
-        self.records.append(record_step(parents, phi.float(), logprobs, raw, self.ctx.top_n))
-        child_phi = phi[:, None] + logprobs.double()  # [b, vocab]
-        g = conditional_gumbel(g_parent, child_phi + gumbel(child_phi.shape, self.generator, logits.device))
-        pool_g, flat = g.view(-1).topk(min(2 * k, g.numel()))
-        vocab = logits.shape[-1]
-        pool = [(float(pg), int(f) // vocab, int(f) % vocab) for pg, f in zip(pool_g.tolist(), flat.tolist())]
-        # The beam: the k largest G among the new children and the finished hypotheses kept so far.
-        ranked = sorted([(it.g, "done", i) for i, it in enumerate(self.done)] +
-                        [(pg, "new", j) for j, (pg, _, _) in enumerate(pool)], key=lambda e: -e[0])[:k]
-        chosen = {(kind, i) for _, kind, i in ranked}
+        phi = [it.phi for it in running]
+        self.records.append(record_step(parents, torch.tensor(phi, dtype=torch.float32), logprobs, raw,
+                                        self.ctx.top_n))
+        child_phi, g = perturb_children(phi, [it.g for it in running], logprobs, self.generator)
+        pool = largest_children(g, 2 * k)
+        held, chosen = gumbel_top_k([it.g for it in self.done], pool, k)
         for i, it in enumerate(self.done):
-            if ("done", i) not in chosen:
+            if i not in held:
                 tree.set_status(it.node, "fell_off", f"finished, displaced by {k} larger perturbed scores at "
                                 f"step {step}")
-        self.done = [it for i, it in enumerate(self.done) if ("done", i) in chosen]
+        self.done = [it for i, it in enumerate(self.done) if i in held]
+        ids = torch.tensor([[row, tok] for _, row, tok in pool], device=logits.device)
+        lps = logprobs[ids[:, 0], ids[:, 1]].tolist()
+        raws = raw[ids[:, 0], ids[:, 1]].tolist()
         record, new_running = self.records[-1], []
-        for j, (pg, row, tok) in enumerate(pool):
-            lp, cphi = float(logprobs[row, tok]), float(child_phi[row, tok])
+        for j, ((pg, row, tok), lp, raw_lp) in enumerate(zip(pool, lps, raws)):
+            cphi, model_score = float(child_phi[row, tok]), running[row].model_score + raw_lp
             stop = last or tok in eos
-            if ("new", j) not in chosen:
+            if j not in chosen:
                 status, reason = "fell_off", f"perturbed score below the {k} largest"
             else:
                 status, reason = ("finished", "eos" if tok in eos else "max_length") if stop else ("kept", "")
-                record.chosen.add((row, tok))
-            node = tree.add(parents[row], step, tok, lp, cphi, status, reason, None, j, 0,
-                            raw_logprob=float(raw[row, tok]), perturbed=pg)
+                record.enter(row, tok, lp, raw_lp)
+            node = tree.add(parents[row], step, tok, lp, cphi, status, reason, None, j, 0, raw_logprob=raw_lp,
+                            perturbed=pg, model_logprob=raw_lp, model_score=model_score)
             if status == "finished":
-                self.done.append(Item(node, cphi, pg))
+                self.done.append(Item(node, cphi, pg, model_score))
             elif status == "kept":
-                new_running.append(Item(node, cphi, pg, row))
+                new_running.append(Item(node, cphi, pg, model_score, row))
         return new_running
 
     def counters(self) -> dict[str, Any]:

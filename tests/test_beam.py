@@ -13,34 +13,19 @@ import math
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 
+from beam_fakes import FakeLM, final
 from playground.charts_beam import DENSE, tree_figure, views
 from playground.engine import Request, prepare
-from playground.models import Forward, ModelStore
-from strategies.beam import BeamParams, beam
-from strategies.beam_prune import (ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules, select_running,
-                                   threshold_verdict)
-from strategies.chain import ChainParams
-from strategies.context import DecodeContext
 from playground.errors import InvalidRequest
+from strategies.beam import BeamParams, beam
+from strategies.beam_prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules
 from strategies.sample_beam import SampleBeamParams, sample_beam
-from strategies.sampling import sampling
 from strategies.stochastic_beam import StochasticBeamParams, conditional_gumbel, stochastic_beam
-
-
-def final(fn, lm, params, prompt_ids, max_new_tokens, seed=0, top_n=5):
-    """Run a strategy to the end and return its last trace."""
-    ctx = DecodeContext(lm=lm, prompt="test", prompt_ids=list(prompt_ids), seed=seed,
-                        max_new_tokens=max_new_tokens, top_n=top_n)
-    trace = None
-    for trace in fn(ctx, params):
-        pass
-    return trace
 
 
 def hf_beam(lm, prompt_ids, max_new_tokens, num_beams, length_penalty, early_stopping):
@@ -128,30 +113,6 @@ def test_sixteen_beams_over_a_sixteen_token_vocabulary_is_exhaustive(toy, prompt
 # --- pruning ---------------------------------------------------------------------------------
 
 
-def test_select_running_on_a_hand_table():
-    scores = [-1.0, -1.5, -3.0, -3.2, -6.0]
-    logprobs = [-0.5, -1.0, -0.2, -0.1, -2.0]
-    parents = [0, 0, 1, 0, 1]
-    stops = [False, False, False, True, False]
-    off = select_running(scores, logprobs, parents, stops, 3, PruneRules(), {})
-    assert [d and d.status for d in off] == ["kept", "kept", "kept", None, "fell_off"]
-    rel = PruneRules(relative=0.2)
-    bounds = rel.bounds(scores[0], max(logprobs))
-    assert bounds[RELATIVE] == pytest.approx(math.log(0.2) - 1.0)
-    got = select_running(scores, logprobs, parents, stops, 3, rel, bounds)
-    assert [d and (d.status, d.reason) for d in got] == [
-        ("kept", ""), ("kept", ""), ("pruned", RELATIVE), None, ("fell_off", "ranked below the 3 beams")]
-    per_node = select_running(scores, logprobs, parents, stops, 3, PruneRules(max_per_node=1), {})
-    assert [d and (d.status, d.reason) for d in per_node] == [
-        ("kept", ""), ("pruned", PER_NODE), ("kept", ""), None, ("pruned", PER_NODE)]
-    # The local rule looks at the last token only: c1 (p=e^-1) <= 0.5 x e^-0.1, but the best is exempt.
-    loc = PruneRules(local=0.5)
-    got = select_running(scores, logprobs, parents, stops, 3, loc, loc.bounds(scores[0], max(logprobs)))
-    assert [d and d.status for d in got] == ["kept", "pruned", "kept", None, "fell_off"]
-    assert threshold_verdict(-4.0, -1.0, {ABSOLUTE: -3.0}) == (ABSOLUTE, -3.0)
-    assert threshold_verdict(-2.0, -1.0, {ABSOLUTE: -3.0, LOCAL: -2.0}) is None
-
-
 def strip_timing(trace) -> dict:
     d = trace.to_dict(timing=False)
     d.pop("params")
@@ -190,43 +151,45 @@ def hand_bounds(rules: PruneRules, best: float, best_lp: float) -> dict[str, flo
 
 
 def check_rules_by_hand(trace, k: int, rules: PruneRules, max_new: int, eos: frozenset[int]) -> Counter:
-    """Re-derive every status from the nodes' own numbers; return the statuses seen."""
+    """Re-derive every status from the nodes' own numbers (transformers' finishing rule); return the
+    statuses seen.
+
+    The active list C of a step is its first k candidates that do not end; the rules compare each
+    with the best of C; a pruned candidate leaves its slot empty, so everything after C fell off.
+    """
     b = trace.beam
     tol = 2e-4  # the trace rounds to 6 significant digits
     seen: Counter = Counter()
     parents_expanded = {n["parent"] for n in b["nodes"]}
     expanded = without = 1
     for (_, step), nodes in sorted(step_groups(b).items(), key=lambda kv: kv[0][1]):
-        best = nodes[0]["score"]
-        best_lp = max(n["logprob"] for n in nodes)
-        bounds = hand_bounds(rules, best, best_lp)
         running = [n for n in nodes if not (n["token_id"] in eos or step + 1 == max_new)]
-        slots = [n for n in running if n["status"] == "kept" or
-                 (n["status"] == "pruned" and n["reason"] != PER_NODE)]
-        assert len(slots) <= k
-        if any(n["status"] == "fell_off" for n in running):
-            assert len(slots) == k  # only a full beam turns candidates away
-        if slots:
-            assert slots[0]["status"] == "kept"  # the best running candidate is never pruned
-        children = Counter(n["parent"] for n in slots)
-        for n in running:
+        active, below = running[:k], running[k:]
+        assert all(n["status"] in ("kept", "pruned") for n in active)
+        assert all(n["status"] == "fell_off" for n in below)  # never refilled from below, whatever was pruned
+        if not active:
+            continue
+        assert active[0]["status"] == "kept"  # the best active candidate is never pruned
+        bounds = hand_bounds(rules, active[0]["score"], max(n["logprob"] for n in active))
+        for i, n in enumerate(active):
             seen[(n["status"], n["reason"] if n["status"] == "pruned" else "")] += 1
-            if n["status"] == "pruned" and n["reason"] == PER_NODE:
-                better = [m for m in slots if m["parent"] == n["parent"] and m["rank"] < n["rank"]]
-                assert len(better) == rules.max_per_node
-            elif n["status"] == "pruned":
-                assert n["threshold"] == pytest.approx(bounds[n["reason"]], abs=tol)
-                value = n["logprob"] if n["reason"] == LOCAL else n["score"]
-                assert value <= n["threshold"] + tol
-            elif n["status"] == "kept" and n is not slots[0]:
-                for rule, bound in bounds.items():
-                    value = n["logprob"] if rule == LOCAL else n["score"]
-                    assert value > bound - tol, (rule, n)
-        if rules.max_per_node:
-            assert max(children.values(), default=0) <= rules.max_per_node
-        if any(n["id"] in parents_expanded for n in slots):
-            expanded += sum(1 for n in slots if n["status"] == "kept")
-            without += min(k, len(running))
+            crowded = bool(rules.max_per_node) and \
+                sum(1 for m in active[:i] if m["parent"] == n["parent"]) >= rules.max_per_node
+
+            def cut(slack: float) -> set[str]:
+                return {rule for rule, bound in bounds.items()
+                        if (n["logprob"] if rule == LOCAL else n["score"]) <= bound + slack} | \
+                    ({PER_NODE} if crowded else set())
+
+            if n["status"] == "pruned":
+                assert n["reason"] in cut(tol), n
+                if n["reason"] != PER_NODE:
+                    assert n["threshold"] == pytest.approx(bounds[n["reason"]], abs=tol)
+            elif i > 0:
+                assert not cut(-tol), n
+        if any(n["id"] in parents_expanded for n in active):
+            expanded += sum(1 for n in active if n["status"] == "kept")
+            without += len(active)
     c = b["counters"]
     assert c["expanded"] == expanded and c["expanded_without_pruning"] == without
     by_rule = Counter(n["reason"] for n in b["nodes"] if n["status"] == "pruned")
@@ -254,8 +217,7 @@ def test_tight_rules_cut_candidates_as_the_rule_says(toy, knobs):
         trace = final(beam, toy, params, prompt_ids, n)
         cut += check_rules_by_hand(trace, k, params.rules, n, toy.eos_ids)
         c = trace.beam["counters"]
-        if "max_candidates_per_node" not in knobs:
-            assert c["expanded"] <= c["expanded_without_pruning"]
+        assert c["expanded"] <= c["expanded_without_pruning"]
     for rule, name in ((RELATIVE, "relative_threshold"), (ABSOLUTE, "absolute_threshold"),
                        (LOCAL, "local_threshold"), (PER_NODE, "max_candidates_per_node")):
         if name in knobs and len(knobs) == 1:
@@ -337,16 +299,6 @@ def test_conditional_gumbel_keeps_the_parent_maximum():
 
 
 # --- sample-then-beam ---------------------------------------------------------------------------
-
-
-def test_sample_beam_prefix_is_what_sampling_draws(toy):
-    chain = dict(temperature=2.5, top_k=8)
-    ours = final(sample_beam, toy, SampleBeamParams(num_beams=3, prefix_tokens=2, num_prefixes=1, **chain),
-                 [4, 4], 8, seed=11)
-    drawn = final(sampling, toy, ChainParams(**chain), [4, 4], 2, seed=11)
-    assert ours.token_ids[:2] == drawn.token_ids
-    assert len(ours.steps) == len(ours.tokens)
-    assert ours.steps[0].stages  # the prefix steps carry the chain's waterfall
 
 
 def test_sample_beam_trees_continue_like_beam_search_on_their_prefix(toy):
@@ -442,41 +394,6 @@ def test_beam_charts_import_no_torch():
     code = "import sys, playground.charts_beam; sys.exit('torch' in sys.modules)"
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
-
-
-@dataclass
-class FakeCache:
-    rows: torch.Tensor | None = None  # [batch, seq] ids so far
-
-    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
-        self.rows = self.rows.index_select(0, beam_idx)
-
-
-@dataclass
-class FakeLM:
-    """A model seam with a fixed logit table: next-token logits depend on the last token only,
-    with a rare EOS, so wide beams run the whole length. Token texts carry HTML to check escaping."""
-
-    vocab_size: int = 64
-    eos_ids: frozenset = frozenset({0})
-    device: torch.device = torch.device("cpu")
-    key: str = "fake"
-    table: torch.Tensor = field(default_factory=lambda: torch.randn(
-        64, 64, generator=torch.Generator().manual_seed(1)) * 2.0)
-
-    def __post_init__(self):
-        self.table[:, 0] = -12.0
-
-    def forward(self, ids: torch.Tensor, cache: FakeCache | None = None, hidden: bool = False) -> Forward:
-        cache = cache or FakeCache(ids[:, :0])
-        cache.rows = torch.cat([cache.rows, ids], dim=1)
-        return Forward(self.table[ids], cache)
-
-    def piece(self, i: int) -> str:
-        return f"<t{i}>"
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(self.piece(i) for i in ids)
 
 
 def test_dense_tree_stays_whole_and_hides_faded_candidates():
