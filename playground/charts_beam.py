@@ -64,7 +64,7 @@ def layout_rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
     offset, start = {}, 0
     for tree in sorted(rows_per_tree):
         offset[tree] = start
-        start += rows_per_tree[tree] + 1  # one empty row between trees
+        start += rows_per_tree[tree] + 2  # two empty rows between trees: room for the next tree's label
     return {n["id"]: offset[n["tree"]] + n["rank"] for n in nodes}
 
 
@@ -108,12 +108,15 @@ def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
             continue
         visible: bool | str = "legendonly" if dense and status == "fell_off" else True
         ex, ey = _edges(group, by_id, y, root_y)
+        # a dense tree keeps its shape readable with hairline edges and small nodes
+        marker = dict(style["marker"], size=max(4, style["marker"]["size"] - 4)) if dense else style["marker"]
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
-                                 line=dict(color=style["edge"], width=1, dash=style["dash"]),
+                                 line=dict(color=style["edge"], width=0.5 if dense else 1, dash=style["dash"]),
+                                 opacity=0.55 if dense else 1.0,
                                  legendgroup=status, visible=visible, meta={"role": "edges", "status": status}))
         fig.add_trace(go.Scatter(
             x=[n["step"] for n in group], y=[y[n["id"]] for n in group], mode="markers", name=style["name"],
-            marker=style["marker"], opacity=style["opacity"], legendgroup=status, visible=visible,
+            marker=marker, opacity=style["opacity"], legendgroup=status, visible=visible,
             customdata=[n["id"] for n in group], hovertext=[hover(n, label, lp_label) for n in group],
             hoverinfo="text", meta={"role": "nodes", "status": status}))
     _add_best(fig, beam, by_id, y, root_y)
@@ -163,11 +166,15 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=BEST, width=3), hoverinfo="skip",
                              showlegend=False, meta={"role": "best_edges"}))
     labels = [_esc(n["text"]) for n in path] if len(path) <= MAX_LABELS else None
+    # neighbouring labels alternate above and below the path, so two short steps apart never collide
+    positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(len(path))]
     fig.add_trace(go.Scatter(
         x=[n["step"] for n in path], y=[y[n["id"]] for n in path], mode="markers+text" if labels else "markers",
-        text=labels, textposition="top center", textfont=dict(color=BEST, size=11), name="winning path",
+        text=labels, textposition=positions, textfont=dict(color=BEST, size=11), name="winning path",
         marker=dict(color="rgba(0,0,0,0)", size=15, line=dict(color=BEST, width=2.5)),
-        customdata=[n["id"] for n in path], hoverinfo="skip", meta={"role": "best"}))
+        customdata=[n["id"] for n in path], hovertext=[f"winning path, step {n['step']}: {_esc(repr(n['text']))}"
+                                                       for n in path],
+        hoverinfo="text", meta={"role": "best"}))
 
 
 def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], y: dict[int, float],
@@ -186,15 +193,15 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
         title += " (candidates that fell off are hidden: click the legend to show them)"
     fig.update_layout(title=title, xaxis_title="step", yaxis_title="rank within the step",
                       height=int(min(1400, max(380, 120 + 16 * rows))), hovermode="closest",
-                      legend=dict(orientation="h", y=-0.12), margin=dict(l=60, r=20, t=60, b=60),
-                      plot_bgcolor="white")
-    fig.update_yaxes(autorange="reversed", zeroline=False, gridcolor="#f1f5f9")
-    fig.update_xaxes(zeroline=False, gridcolor="#f1f5f9", dtick=1 if _max_step(nodes) <= 20 else 5)
+                      legend=dict(orientation="h", y=-0.16, yanchor="top", x=0, xanchor="left"),
+                      margin=dict(l=60, r=20, t=60, b=90))
+    fig.update_yaxes(autorange="reversed", zeroline=False)
+    fig.update_xaxes(zeroline=False, dtick=1 if _max_step(nodes) <= 20 else 5)
     for t in beam.get("trees") or []:
         ys = [y[n["id"]] for n in nodes if n["tree"] == t["tree"]]
         if ys:
             fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {_esc(t.get('prefix_text', ''))}",
-                               showarrow=False, xanchor="left", yshift=12, font=dict(size=10, color="#6b21a8"))
+                               showarrow=False, xanchor="left", yshift=26, font=dict(size=10, color="#6b21a8"))
 
 
 def _max_step(nodes: list[dict[str, Any]]) -> int:
