@@ -49,7 +49,8 @@ def test_min_p_line_is_the_threshold_min_p_used_on_its_own_input(store, toy):
     points = stage_points(fd, "min_p", "input")
     assert points is not None, "min-p's input is not the bars here: it must be drawn"
     the = toy.encode(" the")[-1]
-    assert points[the]["y"] == pytest.approx(float(into_min_p[the]), abs=1e-6) < line["y0"]
+    assert points[the]["y"] == pytest.approx(float(into_min_p[the]), abs=1e-6)
+    assert points[the]["y"] < line["y0"]
     assert bar_points(fd)[the]["color"] == charts.CUT
     for tok, pt in points.items():
         assert (pt["y"] >= line["y0"]) == stage(s, "min_p")["kept"][_index(s, tok)]
