@@ -91,8 +91,9 @@ class TopK(_Transform):
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         k = min(self.k, logits.shape[-1])
-        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        cut_prob = (kth - logits.logsumexp(-1, keepdim=True)).exp()
+        top = torch.topk(logits, k, dim=-1)
+        kth = top.values[..., -1:]
+        cut_prob = logits.softmax(-1).gather(1, top.indices[..., -1:])  # the same softmax the trace records
         return logits.masked_fill(logits < kth, NEG_INF), {"k": k, "cut_logit": kth[..., 0],
                                                            "cut_prob": cut_prob[..., 0]}
 
