@@ -45,9 +45,9 @@ FINAL = "#0891b2"  # the distribution after the whole chain: what the selector d
 ENTROPY = "#7c3aed"
 INK = "#334155"  # axis text in light mode; style.css lightens it in dark mode
 GRID = "rgba(148, 163, 184, 0.28)"
+PENALISED = "#b45309"  # the tokens a penalty touched
 FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
 
-PENALISED = "#b45309"
 TEMPLATE = "playground"
 
 
@@ -77,15 +77,15 @@ class Mark:
         return self.kind != "ids"
 
 
+# Stages drawn from their decision; a stage without an entry still gets its kept flags drawn.
 STAGE_MARKS: dict[str, Mark] = {
     "penalty": Mark("ids", "ids", "penalised ÷/× {penalty:g}", "×{penalty:g} on {touched} ids", PENALISED),
-    "top_k": Mark("rank", "cut_prob", "top-k {k}: p ≥ {cut_prob:.3g}", "k {k}", TOP_K),
+    "top_k": Mark("rank", "cut_prob", "top-k {k} (p ≥ {cut_prob:.3g})", "k {k}", TOP_K),
     "top_p": Mark("mass", "p", "top-p {p:g}", "p {p:g} · mass {mass:.3f}", CUMULATIVE, curve="cumulative"),
     "min_p": Mark("level", "threshold", "min-p {min_p:g} × top {top_prob:.3f} = {threshold:.3g}",
                   "p ≥ {threshold:.3g}", MIN_P),
 }
-"""Stages drawn from their decision; a stage without an entry still gets its kept flags drawn."""
-STAGE_SUMMARIES = {"temperature": "T {t:g}"}
+STAGE_SUMMARIES = {"temperature": "T {t:g}"}  # waterfall titles of the stages that draw no mark
 
 
 def _register_template() -> None:
