@@ -1,17 +1,23 @@
 """Trace (its JSON dict) -> plotly figures and the coloured-text HTML. Pure: no torch, no gradio.
 
-Every number drawn comes from the trace: candidate probabilities, the per-stage
-distributions of the chain (``steps[i]["stages"]``: "raw" first, then one per
-transform in chain order) and the run's ``params``. Thresholds are drawn on the
-distribution that entered the transform that used them:
+Every number drawn comes from the trace: candidate probabilities, and per step the
+chain's stages (``steps[i]["stages"]``: "raw" first, then one per transform in chain
+order), each with its distribution over the candidates, its kept flags and the decision
+it made on the distribution it received (its ``decision``). A chart never recomputes a
+decision: it draws the record, over the distribution the stage received.
 
-- the bars show the distribution that entered the first truncation (top-k, top-p,
-  min-p), i.e. after the penalty and the temperature, which is what truncation cuts;
-- the cumulative curve is that of the distribution that entered top-p, and the
-  top-p line sits on it (Holtzman et al. 2019);
-- the min-p line is min_p x the top bar: min-p compares each token with the top one,
-  a ratio that renormalising after top-k / top-p leaves unchanged (Nguyen et al. 2024);
-- the top-k cut falls after the k-th bar.
+- the bars show the distribution that entered the first truncating stage; a bar is blue
+  when the decoder kept the token (its ``kept`` flag), grey when it cut it;
+- each stage listed in ``STAGE_MARKS`` gets its mark from its own record: a line at a
+  probability it used (min-p's threshold, top-k's cut), its running mass with its target
+  (top-p; Holtzman et al. 2019), a rank cut, or the ids it touched (the penalty). When the
+  stage received another distribution than the bars (a temperature or a penalty ran in
+  between, or an earlier cut renormalised), that distribution is drawn as the stage's own
+  markers and the line sits on them; the marker is filled where the stage kept the token;
+- the waterfall colours each panel from that stage's kept flags, never from p == 0
+  (float32 softmax underflows to 0 for tokens the decoder kept).
+
+A new stage gets its marks by recording its decision and adding one ``Mark`` here.
 
 Token text is model output: it is escaped before it goes into HTML or plotly labels
 (plotly reads a subset of HTML tags in labels and decodes entities).
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
@@ -38,10 +45,47 @@ FINAL = "#0891b2"  # the distribution after the whole chain: what the selector d
 ENTROPY = "#7c3aed"
 INK = "#334155"  # axis text in light mode; style.css lightens it in dark mode
 GRID = "rgba(148, 163, 184, 0.28)"
+PENALISED = "#b45309"  # the tokens a penalty touched
 FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
 
-TRUNCATIONS = ("top_k", "top_p", "min_p")
 TEMPLATE = "playground"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How one stage's recorded decision is drawn over the distribution that stage received.
+
+    kind:
+      "level": a horizontal line at ``decision[key]``, a probability on the stage's input;
+      "mass": the stage's running mass (``decision[curve]``, one value per candidate) on the
+              right axis, with a line at ``decision[key]``;
+      "rank": a vertical cut after the stage's ``kept_count`` bars when the bars are the stage's
+              input and the tokens it kept are the leading bars; else a "level" line at ``decision[key]``;
+      "ids": the bars of the candidate ids listed in ``decision[key]`` are marked.
+    label: the line's text, formatted with the decision's fields; summary: the waterfall panel's.
+    """
+
+    kind: str
+    key: str
+    label: str
+    summary: str
+    color: str
+    curve: str = ""
+
+    @property
+    def truncates(self) -> bool:
+        return self.kind != "ids"
+
+
+# Stages drawn from their decision; a stage without an entry still gets its kept flags drawn.
+STAGE_MARKS: dict[str, Mark] = {
+    "penalty": Mark("ids", "ids", "penalised ÷/× {penalty:g}", "×{penalty:g} on {touched} ids", PENALISED),
+    "top_k": Mark("rank", "cut_prob", "top-k {k} (p ≥ {cut_prob:.3g})", "k {k}", TOP_K),
+    "top_p": Mark("mass", "p", "top-p {p:g}", "p {p:g} · mass {mass:.3f}", CUMULATIVE, curve="cumulative"),
+    "min_p": Mark("level", "threshold", "min-p {min_p:g} × top {top_prob:.3f} = {threshold:.3g}",
+                  "p ≥ {threshold:.3g}", MIN_P),
+}
+STAGE_SUMMARIES = {"temperature": "T {t:g}"}  # waterfall titles of the stages that draw no mark
 
 
 def _register_template() -> None:
@@ -101,11 +145,16 @@ def _stages(step: dict[str, Any]) -> list[dict[str, Any]]:
     return list(step.get("stages") or [])
 
 
-def _stage_index(stages: list[dict[str, Any]], name: str) -> int | None:
-    for i, st in enumerate(stages):
-        if st["name"] == name:
-            return i
-    return None
+def _truncates(stage: dict[str, Any]) -> bool:
+    mark = STAGE_MARKS.get(stage["name"])
+    return mark is not None and mark.truncates
+
+
+def _bar_index(stages: list[dict[str, Any]]) -> int:
+    """The stage whose output the bars show: the one before the first truncating stage (the last one
+    when none truncates)."""
+    first_cut = next((i for i, st in enumerate(stages) if i and _truncates(st)), len(stages))
+    return first_cut - 1
 
 
 def bar_stage(step: dict[str, Any]) -> tuple[str, list[float]]:
@@ -117,18 +166,21 @@ def bar_stage(step: dict[str, Any]) -> tuple[str, list[float]]:
     stages = _stages(step)
     if not stages:
         return "model p", [_prob(c["raw_prob"]) for c in step["candidates"]]
-    first_cut = next((i for i, st in enumerate(stages) if st["name"] in TRUNCATIONS), len(stages))
-    entering = stages[max(0, first_cut - 1)]
-    label = "model p" if entering["name"] == "raw" else f"p after {entering['name'].replace('_', '-')}"
+    entering = stages[_bar_index(stages)]
+    label = "model p" if entering["name"] == "raw" else f"p after {_display(entering['name'])}"
     return label, [_prob(p) for p in entering["probs"]]
 
 
-def _param(trace: dict[str, Any], name: str, default: float) -> float:
-    value = (trace.get("params") or {}).get(name, default)
+def _display(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _described(template: str, decision: dict[str, Any]) -> str:
+    """``template`` filled from a decision; empty when a field it names is missing or null."""
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
+        return template.format(**decision)
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:
@@ -147,11 +199,12 @@ def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:
 # --- 1. the distribution at one step --------------------------------------------------------------
 
 def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> go.Figure:
-    """Sorted top-``top`` candidates at ``step``, kept vs cut coloured, with the chain's thresholds.
+    """Sorted top-``top`` candidates at ``step``, kept vs cut coloured, with each stage's recorded marks.
 
-    Bars: the distribution that entered truncation, sorted; blue = kept, grey = cut.
-    Right axis: the cumulative mass (of what entered top-p) and the top-p line. Dashed lines:
-    the min-p threshold and the top-k cut. The chosen token has an amber outline and a label.
+    Bars: the distribution that entered the first truncation, sorted; blue = kept, grey = cut (the
+    decoder's flags). Each stage in ``STAGE_MARKS`` draws its record over the distribution it received
+    (see the module docstring); without a running-mass stage the right axis shows the bars' cumulative
+    mass. The chosen token has an amber outline and a label.
     """
     s = trace["steps"][step]
     cands = s["candidates"]
@@ -165,14 +218,15 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> 
     ticks = [show_token(cands[i]["text"]) for i in shown]
     if chosen_i is not None and shown[-1] == chosen_i and len(shown) > top:
         ticks[-1] = f"#{order.index(chosen_i) + 1} {ticks[-1]}"
+    bars = _Bars(cands, shown, bar_probs, ticks)
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     _add_bars(fig, cands, shown, bar_probs, label, chosen_i, ticks)
     if _stages(s):
         _add_chain_markers(fig, cands, shown, bar_probs, label)
-    _add_cumulative(fig, trace, s, shown, bar_probs, x)
-    _add_min_p(fig, trace, s, bar_probs, shown)
-    _add_top_k(fig, trace, s, shown)
+    heights, drew_mass = _add_stage_marks(fig, s, bars)
+    if not drew_mass:
+        _add_cumulative(fig, bars)
 
     if chosen_i is not None:
         j = shown.index(chosen_i)
@@ -184,7 +238,7 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> 
              f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
     # every marker stays on the chart: the after-chain probabilities are renormalised, often above the bars
     top_bar = max([bar_probs[i] for i in shown] + [_prob(cands[i]["prob"]) for i in shown]
-                  + [_prob(cands[i]["raw_prob"]) for i in shown] or [1.0])
+                  + [_prob(cands[i]["raw_prob"]) for i in shown] + heights or [1.0])
     fig.update_layout(template=TEMPLATE, title=dict(text=title), barmode="overlay", hovermode="closest", height=460,
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=ticks,
                                  tickangle=-40 if len(shown) > 10 else 0, range=[-0.7, len(shown) - 0.3]),
@@ -193,6 +247,35 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> 
     fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,
                      tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
     return fig
+
+
+@dataclass
+class _Bars:
+    """The bars of a distribution figure: candidate indices ``shown`` at x = 0, 1, ..., heights
+    ``probs`` (indexed by candidate), tick labels ``ticks`` (indexed by x)."""
+
+    cands: list[dict[str, Any]]
+    shown: list[int]
+    probs: list[float]
+    ticks: list[str]
+
+
+@dataclass
+class _StageView:
+    """One stage with the stage before it (``entering``: what it received); ``on_bars``: the bars are
+    that very distribution."""
+
+    stage: dict[str, Any]
+    entering: dict[str, Any]
+    on_bars: bool
+
+    @property
+    def name(self) -> str:
+        return self.stage["name"]
+
+    @property
+    def decision(self) -> dict[str, Any]:
+        return self.stage.get("decision") or {}
 
 
 def _add_bars(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar_probs: list[float], label: str,
@@ -233,48 +316,123 @@ def _add_chain_markers(fig: go.Figure, cands: list[dict[str, Any]], shown: list[
 
 def _kept_total(s: dict[str, Any]) -> int | None:
     stages = _stages(s)
-    return int(stages[-1]["kept"]) if stages else None
+    return int(stages[-1]["kept_count"]) if stages else None
 
 
-def _add_cumulative(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], shown: list[int],
-                    bar_probs: list[float], x: list[int]) -> None:
-    """Cumulative mass of what entered top-p (or of the bars when top-p is off), with the top-p line."""
+def _add_stage_marks(fig: go.Figure, s: dict[str, Any], bars: _Bars) -> tuple[list[float], bool]:
+    """Every stage's mark from its own record; (the heights drawn on the left axis, whether a running
+    mass took the right axis)."""
     stages = _stages(s)
-    at = _stage_index(stages, "top_p")
-    entering = [_prob(p) for p in stages[at - 1]["probs"]] if at else bar_probs
+    heights: list[float] = []
+    drew_mass = False
+    for k in range(1, len(stages)):
+        mark = STAGE_MARKS.get(stages[k]["name"])
+        if mark is None or not stages[k].get("decision"):
+            continue
+        view = _StageView(stages[k], stages[k - 1], [_prob(p) for p in stages[k - 1]["probs"]] == bars.probs)
+        if mark.truncates and not view.on_bars:
+            heights += _add_stage_input(fig, mark, view, bars)
+        heights += _DRAW[mark.kind](fig, mark, view, bars)
+        drew_mass = drew_mass or mark.kind == "mass"
+    return heights, drew_mass
+
+
+def _add_stage_input(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """The distribution the stage received, as markers over the bars' tokens: filled where the stage
+    kept the token, open where it cut it. Tokens cut before the stage are not drawn."""
+    pos = [j for j, i in enumerate(bars.shown) if view.entering["kept"][i]]
+    ys = [_prob(view.entering["probs"][bars.shown[j]]) for j in pos]
+    kept = [view.stage["kept"][bars.shown[j]] for j in pos]
+    fig.add_trace(go.Scatter(
+        x=pos, y=ys, mode="markers", name=f"p entering {_display(view.name)}",
+        meta={"stage": view.name, "role": "input"},
+        marker=dict(symbol=["circle" if k else "circle-open" for k in kept], size=10, color=mark.color,
+                    line=dict(width=2, color=mark.color)),
+        customdata=[[bars.cands[bars.shown[j]]["id"], "kept" if k else "cut"] for j, k in zip(pos, kept)],
+        text=[bars.ticks[j] for j in pos],
+        hovertemplate="<b>%{text}</b><br>p entering " + _display(view.name) + " %{y:.4f}<br>%{customdata[1]} by it"
+                      "<extra></extra>"), secondary_y=False)
+    return ys
+
+
+def _add_level(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """A horizontal line at the probability the stage used, on the distribution it received."""
+    value = view.decision.get(mark.key)
+    if value is None:
+        return []
+    fig.add_hline(y=value, name=f"{view.name} level", line=dict(color=mark.color, dash="dot", width=2),
+                  secondary_y=False, annotation=dict(text=_described(mark.label, view.decision),
+                                                     font=dict(color=mark.color), xanchor="right"),
+                  annotation_position="top right")
+    return [float(value)]
+
+
+def _add_rank(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """A cut after the stage's kept bars, where the bars are its input and the kept ones lead;
+    otherwise the level it cut at."""
+    n = int(view.stage["kept_count"])
+    flags = [bool(view.stage["kept"][i]) for i in bars.shown]
+    if not (view.on_bars and flags == [j < n for j in range(len(flags))]):
+        return _add_level(fig, mark, view, bars)
+    if n < len(flags):
+        fig.add_vline(x=n - 0.5, name=f"{view.name} rank", line=dict(color=mark.color, dash="dash", width=2),
+                      annotation=dict(text=_described(mark.label, view.decision), font=dict(color=mark.color)),
+                      annotation_position="top left")
+    return []
+
+
+def _add_mass(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """The stage's own running mass at each token it received (right axis), and its target line.
+    Joined by a line only where the stage ranked the tokens in the bars' order."""
+    curve = view.decision.get(mark.curve) or []
+    pos = [j for j, i in enumerate(bars.shown)
+           if view.entering["kept"][i] and i < len(curve) and curve[i] is not None]
+    ys = [curve[bars.shown[j]] for j in pos]
+    in_order = all(a <= b for a, b in zip(ys, ys[1:]))
+    fig.add_trace(go.Scatter(
+        x=pos, y=ys, mode="lines+markers" if in_order else "markers",
+        name=f"running mass of {_display(view.name)}", meta={"stage": view.name, "role": "cumulative"},
+        line=dict(color=mark.color, width=2), marker=dict(size=6, color=mark.color),
+        customdata=[[bars.cands[bars.shown[j]]["id"]] for j in pos],
+        hovertemplate="mass up to here, in " + _display(view.name) + "'s ranking %{y:.3f}<extra></extra>"),
+        secondary_y=True)
+    value = view.decision.get(mark.key)
+    if value is not None:
+        fig.add_hline(y=value, name=f"{view.name} mass", line=dict(color=mark.color, dash="dash", width=2),
+                      secondary_y=True)
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="bottom",
+                           showarrow=False, text=_described(mark.label, view.decision), font=dict(color=mark.color))
+    return []
+
+
+def _add_ids(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """A marker on the bars of the tokens the stage touched."""
+    ids = set(view.decision.get(mark.key) or [])
+    pos = [j for j, i in enumerate(bars.shown) if bars.cands[i]["id"] in ids]
+    if pos:
+        fig.add_trace(go.Scatter(
+            x=pos, y=[bars.probs[bars.shown[j]] for j in pos], mode="markers",
+            name=_described(mark.label, view.decision) or _display(view.name),
+            meta={"stage": view.name, "role": "ids"},
+            marker=dict(symbol="triangle-down", size=11, color=mark.color),
+            customdata=[[bars.cands[bars.shown[j]]["id"]] for j in pos],
+            hovertemplate="touched by " + _display(view.name) + "<extra></extra>"), secondary_y=False)
+    return []
+
+
+_DRAW = {"level": _add_level, "rank": _add_rank, "mass": _add_mass, "ids": _add_ids}
+
+
+def _add_cumulative(fig: go.Figure, bars: _Bars) -> None:
+    """The bars' cumulative mass, when no stage drew its own running mass."""
     total, cum = 0.0, []
-    for i in shown:
-        total += entering[i]
+    for i in bars.shown:
+        total += bars.probs[i]
         cum.append(min(total, 1.0))
-    name = "cumulative (entering top-p)" if at else "cumulative"
-    fig.add_trace(go.Scatter(x=x, y=cum, mode="lines+markers", name=name, line=dict(color=CUMULATIVE, width=2),
+    fig.add_trace(go.Scatter(x=list(range(len(bars.shown))), y=cum, mode="lines+markers", name="cumulative",
+                             meta={"role": "cumulative"}, line=dict(color=CUMULATIVE, width=2),
                              marker=dict(size=5), hovertemplate="cumulative %{y:.3f}<extra></extra>"),
                   secondary_y=True)
-    if at:
-        p = _param(trace, "top_p", 1.0)
-        fig.add_hline(y=p, line=dict(color=CUMULATIVE, dash="dash", width=2), secondary_y=True)
-        fig.add_annotation(x=1, xref="paper", xanchor="right", y=p, yref="y2", yanchor="bottom", showarrow=False,
-                           text=f"top-p {p:g}", font=dict(color=CUMULATIVE))
-
-
-def _add_min_p(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], bar_probs: list[float],
-               shown: list[int]) -> None:
-    if _stage_index(_stages(s), "min_p") is None:
-        return
-    min_p = _param(trace, "min_p", 0.0)
-    line = min_p * max(bar_probs or [0.0])
-    fig.add_hline(y=line, line=dict(color=MIN_P, dash="dot", width=2), secondary_y=False,
-                  annotation=dict(text=f"min-p {min_p:g} × top = {_fmt(line)}", font=dict(color=MIN_P),
-                                  xanchor="right"), annotation_position="top right")
-
-
-def _add_top_k(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], shown: list[int]) -> None:
-    if _stage_index(_stages(s), "top_k") is None:
-        return
-    k = int(_param(trace, "top_k", 0))
-    if 0 < k < len(shown):
-        fig.add_vline(x=k - 0.5, line=dict(color=TOP_K, dash="dash", width=2),
-                      annotation=dict(text=f"top-k {k}", font=dict(color=TOP_K)), annotation_position="top left")
 
 
 # --- 2. the chain waterfall -------------------------------------------------------------------------
@@ -282,14 +440,16 @@ def _add_top_k(fig: go.Figure, trace: dict[str, Any], s: dict[str, Any], shown: 
 def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.Figure:
     """The same step's distribution after each stage of the chain, left to right in chain order.
 
-    Rows are the step's top tokens by model probability (and the chosen one). In each panel a blue
-    bar is a token with mass after that stage; a grey bar is a token this stage removed, drawn at
-    the probability it had before the stage.
+    Rows are the step's top tokens by model probability (and the chosen one). Every colour is the
+    stage's own kept flag: a blue bar is a token the decoder still kept after that stage (drawn at its
+    probability, which float32 may round to 0); a grey bar is a token this stage removed, drawn at the
+    probability it had before the stage. Each panel's title holds the stage's recorded decision.
     """
     s = trace["steps"][step]
     cands = s["candidates"]
     stages = _stages(s) or [{"name": "raw", "probs": [_prob(c["raw_prob"]) for c in cands],
-                             "kept": sum(1 for c in cands if c["kept"])}]
+                             "kept": [bool(c["kept"]) for c in cands],
+                             "kept_count": sum(1 for c in cands if c["kept"])}]
     order = sorted(range(len(cands)), key=lambda i: -_prob(cands[i]["raw_prob"]))
     rows = order[:top]
     chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
@@ -297,27 +457,30 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
         rows.append(chosen_i)
     labels = [show_token(cands[i]["text"]) for i in rows]
     selector = (trace.get("chain") or ["?"])[-1]
-    titles = [f"{k + 1}. {st['name'].replace('_', '-')}<br>{st['kept']} kept"
+    titles = [f"{k + 1}. {_display(st['name'])}<br>" + " · ".join(filter(None, (_summary(st), f"{st['kept_count']} kept")))
               for k, st in enumerate(stages)]
     fig = make_subplots(rows=1, cols=len(stages), shared_yaxes=True, subplot_titles=titles,
                         horizontal_spacing=0.02 if len(stages) > 4 else 0.04)
     xmax = max([_prob(p) for st in stages for p in (st["probs"][i] for i in rows)] or [1.0])
     for k, st in enumerate(stages):
         probs = [_prob(st["probs"][i]) for i in rows]
+        kept = [bool(st["kept"][i]) for i in rows]
         before = [_prob(stages[k - 1]["probs"][i]) for i in rows] if k else probs
-        cut_here = [p == 0 and b > 0 for p, b in zip(probs, before)]
+        cut_here = [bool(k) and bool(stages[k - 1]["kept"][i]) and not st["kept"][i] for i in rows]
+        fate = ["kept" if kp else ("removed here" if c else "removed before") for kp, c in zip(kept, cut_here)]
         fig.add_trace(go.Bar(
             y=list(range(len(rows))), x=[b if c else p for p, b, c in zip(probs, before, cut_here)],
             orientation="h", showlegend=False, name=st["name"],
-            marker=dict(color=[CUT if c else KEPT for c in cut_here],
+            marker=dict(color=[KEPT if kp else CUT for kp in kept],
                         opacity=1.0, line=dict(color=[CHOSEN if i == chosen_i else "rgba(0,0,0,0)" for i in rows],
                                                width=[3 if i == chosen_i else 0 for i in rows])),
-            customdata=[[lab, p] for lab, p in zip(labels, probs)],
-            hovertemplate="<b>%{customdata[0]}</b><br>" + st["name"] + " %{customdata[1]:.4f}<extra></extra>"),
+            customdata=[[lab, p, cands[i]["id"], f] for lab, p, i, f in zip(labels, probs, rows, fate)],
+            hovertemplate="<b>%{customdata[0]}</b><br>" + st["name"] + " %{customdata[1]:.4g}<br>%{customdata[3]}"
+                          "<extra></extra>"),
             row=1, col=k + 1)
         fig.update_xaxes(range=[0, xmax * 1.08], showticklabels=k == 0 or len(stages) <= 3, tickformat=".1f",
                          row=1, col=k + 1)
-    for legend_name, color in (("has mass after the stage", KEPT), ("removed by this stage", CUT)):
+    for legend_name, color in (("kept after the stage", KEPT), ("removed by this stage", CUT)):
         fig.add_trace(go.Bar(x=[None], y=[None], name=legend_name, marker_color=color, showlegend=True))
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=labels, autorange="reversed")
     for ann in fig.layout.annotations:
@@ -327,6 +490,13 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
                                  if selector != "?" else f"Chain at step {step}"),
                       margin=dict(t=110), legend=dict(y=1.16), height=170 + 30 * len(rows))
     return fig
+
+
+def _summary(stage: dict[str, Any]) -> str:
+    """A stage's recorded decision in a few words, for its panel title."""
+    mark = STAGE_MARKS.get(stage["name"])
+    template = mark.summary if mark else STAGE_SUMMARIES.get(stage["name"], "")
+    return _described(template, stage.get("decision") or {})
 
 
 # --- 3. chosen-token probability and entropy over all steps ----------------------------------------

@@ -50,14 +50,29 @@ class Candidate:
 
 @dataclass
 class Stage:
-    """The distribution over a step's candidates after one stage of the chain."""
+    """One stage of the chain at one step, over the step's candidates (in candidate order).
+
+    probs: the distribution after the stage (what the next stage receives).
+    kept: whether each candidate still has a finite logit after the stage: the decoder's own
+        flag, which float underflow of ``probs`` to 0 does not change.
+    kept_count: how many tokens of the whole vocabulary still have a finite logit.
+    decision: what the stage decided on the distribution it received (the previous stage's
+        ``probs``), JSON-ready; its fields per stage are listed in strategies/transforms.py.
+        Absent for "raw" and for stages that record none.
+    """
 
     name: str
     probs: list[float]
-    kept: int  # how many tokens of the whole vocabulary still have mass
+    kept: list[bool]
+    kept_count: int
+    decision: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "probs": [rnd(p) for p in self.probs], "kept": self.kept}
+        d = {"name": self.name, "probs": [rnd(p) for p in self.probs], "kept": self.kept,
+             "kept_count": self.kept_count}
+        if self.decision:
+            d["decision"] = self.decision
+        return d
 
 
 @dataclass

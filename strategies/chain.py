@@ -7,16 +7,19 @@ Default order (the order transformers applies them in ``generate``):
 The order matters: top_p after temperature sees the sharpened or flattened
 distribution; min_p after top_k measures from the same top token but sees
 fewer candidates. A transform at its no-op value drops out of the chain.
+``record_chain`` keeps, beside the logits after each stage, the decision each
+stage made on the logits it received (strategies/transforms.py lists them).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from playground.errors import InvalidRequest
 from strategies.params import Params, param
-from strategies.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP, Transform
+from strategies.transforms import Decision, MinP, RepetitionPenalty, Temperature, TopK, TopP, Transform
 
 STAGE_NAMES = ("penalty", "temperature", "top_k", "top_p", "min_p")
 DEFAULT_ORDER = ",".join(STAGE_NAMES)
@@ -60,12 +63,36 @@ def build_chain(p: ChainParams) -> list[Transform]:
     return [t for t in chain if t is not None]
 
 
+@dataclass
+class ChainRecord:
+    """One pass through the chain: ``logits`` are ``[raw, after chain[0], ...]``, each [batch, vocab];
+    ``decisions[i]`` is what ``chain[i]`` decided on ``logits[i]`` (per row, see transforms.py)."""
+
+    logits: list[torch.Tensor]
+    decisions: list[Decision]
+
+    def row(self, r: int) -> tuple[list[torch.Tensor], list[Decision]]:
+        """Row ``r``: [vocab] logits per stage, and each decision with its tensors indexed at ``r``."""
+        return [x[r] for x in self.logits], [{k: _at(v, r) for k, v in d.items()} for d in self.decisions]
+
+
+def _at(value: Any, r: int) -> Any:
+    return value[r] if isinstance(value, torch.Tensor) else value
+
+
+def record_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> ChainRecord:
+    """Run the chain, keeping the logits after each stage and each stage's decision."""
+    record = ChainRecord([logits], [])
+    for t in chain:
+        out, decision = t.decide(record.logits[-1], context)
+        record.logits.append(out)
+        record.decisions.append(decision)
+    return record
+
+
 def run_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> list[torch.Tensor]:
     """Logits after each stage: ``[raw, after chain[0], ..., after chain[-1]]``."""
-    stages = [logits]
-    for t in chain:
-        stages.append(t.apply(stages[-1], context))
-    return stages
+    return record_chain(chain, logits, context).logits
 
 
 def apply_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
@@ -104,15 +131,25 @@ class GumbelMax:
     The argmax is distributed as Categorical(softmax(logits)) with no softmax
     and no CDF search (Gumbel 1954; Kool et al. 2019). Returns the noise so
     the trace can show it.
+
+    The uniforms are drawn in float64 where the device has it, so that -log(-log(U)) keeps both
+    tails. Apple's MPS has no float64: there they are float32, and the noise spans about
+    [-2.8, 16.6], outside which a Gumbel(0, 1) puts about 2e-7 of its mass.
     """
 
     generator: torch.Generator
     name = "gumbel"
 
     def select(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        u = torch.rand(logits.shape, generator=self.generator, device=logits.device, dtype=torch.float64)
+        dtype = torch.float64 if has_float64(logits.device) else torch.float32
+        u = torch.rand(logits.shape, generator=self.generator, device=logits.device, dtype=dtype)
         noise = (-torch.log(-torch.log(u))).to(logits.dtype)
         return (logits + noise).argmax(dim=-1), noise
+
+
+def has_float64(device: torch.device) -> bool:
+    """Whether ``device`` computes in float64 (Apple's MPS does not)."""
+    return torch.device(device).type != "mps"
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:

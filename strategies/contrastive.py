@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Step, Trace, rnd
-from strategies.chain import ChainParams, GumbelMax, Multinomial, build_chain, run_chain
+from strategies.chain import ChainParams, GumbelMax, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from strategies.contrastive_amateurs import Amateur, make_amateur
 from strategies.contrastive_scoring import ContrastiveScores, contrastive_scores, pick_greedy
@@ -95,15 +95,16 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
     expert_logits = out.logits[:, -1, :amateur_logits.shape[-1]]
     cs = contrastive_scores(expert_logits, amateur_logits, params.alpha, params.strength,
                             params.amateur_temperature)
-    stages = [expert_logits, *run_chain(chain, cs.masked_scores, context)]
+    record = record_chain(chain, cs.masked_scores, context)
     if selector is None:
-        chosen, noise = pick_greedy(stages[-1], cs.expert_logprobs), None
+        chosen, noise = pick_greedy(record.logits[-1], cs.expert_logprobs), None
     else:
-        chosen, noise = selector.select(stages[-1])
+        chosen, noise = selector.select(record.logits[-1])
     token_id = int(chosen[0])
     names = ["contrastive", *(t.name for t in chain)]
-    step, token = make_step(ctx.lm, context.shape[1], [s[0] for s in stages], names, token_id, ctx.top_n,
-                            None if noise is None else noise[0])
+    scored, decisions = record.row(0)
+    step, token = make_step(ctx.lm, context.shape[1], [expert_logits[0], *scored], names, token_id, ctx.top_n,
+                            None if noise is None else noise[0], [{}, *decisions])
     _annotate(step, cs, int(expert_logits[0].argmax()), ctx.lm)
     return token_id, step, token
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from playground.trace import Candidate, Stage, Step, Token, Trace
+from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
 from strategies.chain import entropy
 
 
@@ -27,8 +27,11 @@ def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: in
 
 
 def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: list[str], chosen: int,
-              top_n: int, noise: torch.Tensor | None = None) -> tuple[Step, Token]:
-    """``stages`` are [vocab] logits: the raw ones, then after each transform (``stage_names``)."""
+              top_n: int, noise: torch.Tensor | None = None,
+              decisions: list[dict[str, Any]] | None = None) -> tuple[Step, Token]:
+    """``stages`` are [vocab] logits: the raw ones, then after each transform (``stage_names``);
+    ``decisions[i]`` is what stage i decided on ``stages[i]`` (one row of a ChainRecord); a stage
+    without one records its kept flags only."""
     raw, final = stages[0], stages[-1]
     raw_logp = raw.float().log_softmax(-1)
     final_logp = final.float().log_softmax(-1)
@@ -46,13 +49,36 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
     recorded = []
     if len(stages) > 1:
         names = ["raw", *stage_names]
-        for name, logits in zip(names, stages):
-            probs = logits.float().softmax(-1)
-            recorded.append(Stage(name, probs[idx].tolist(), int(torch.isfinite(logits).sum())))
+        made = [{}, *(decisions or [{} for _ in stage_names])]
+        for name, logits, decision in zip(names, stages, made):
+            alive = torch.isfinite(logits)
+            recorded.append(Stage(name, logits.float().softmax(-1)[idx].tolist(), alive[idx].tolist(),
+                                  int(alive.sum()), decision_record(decision, ids, idx)))
     step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
                 entropy=float(entropy(final)), raw_entropy=float(entropy(raw)))
     token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))
     return step, token
+
+
+def decision_record(decision: dict[str, Any], ids: list[int], idx: torch.Tensor) -> dict[str, Any]:
+    """A stage's decision as JSON over the step's candidates: numbers stay numbers (floats rounded,
+    -inf and NaN as null); a per-token [vocab] float tensor becomes one value per candidate; a
+    per-token bool tensor becomes the candidate ids where it is true."""
+    out: dict[str, Any] = {}
+    for key, value in decision.items():
+        if not isinstance(value, torch.Tensor):
+            out[key] = rnd(value) if isinstance(value, float) else value
+        elif value.dim() == 1 and value.dtype == torch.bool:
+            out[key] = [i for i, hit in zip(ids, value[idx].tolist()) if hit]
+        elif value.dim() == 1:
+            out[key] = [rnd(v) for v in value[idx].tolist()]
+        elif value.dtype == torch.bool:
+            out[key] = bool(value)
+        elif value.is_floating_point():
+            out[key] = rnd(float(value))
+        else:
+            out[key] = int(value)
+    return out
 
 
 def finish(trace: Trace, ctx: Any, started: float, reason: str, target_passes: int) -> Trace:

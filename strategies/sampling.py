@@ -12,7 +12,7 @@ from typing import Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.chain import ChainParams, Greedy, GumbelMax, Multinomial, build_chain, run_chain
+from strategies.chain import ChainParams, Greedy, GumbelMax, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from strategies.params import Params
 from strategies.recording import finish, make_step
@@ -33,11 +33,12 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     passes, reason = 1, "length"
     names = [t.name for t in chain]
     for i in range(ctx.max_new_tokens):
-        stages = run_chain(chain, out.logits[:, -1], context)
-        chosen, noise = selector.select(stages[-1])
+        record = record_chain(chain, out.logits[:, -1], context)
+        chosen, noise = selector.select(record.logits[-1])
         token_id = int(chosen[0])
-        step, token = make_step(lm, len(ctx.prompt_ids) + i, [s[0] for s in stages], names, token_id,
-                                ctx.top_n, None if noise is None else noise[0])
+        stages, decisions = record.row(0)
+        step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
+                                None if noise is None else noise[0], decisions)
         trace.steps.append(step)
         trace.tokens.append(token)
         if stop_at_eos and token_id in lm.eos_ids:

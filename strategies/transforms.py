@@ -4,6 +4,22 @@ Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]``
 long (every token so far, prompt included). No transform modifies its input.
 Every transform keeps at least one token (the most probable one).
 
+Each transform makes one decision on the distribution it receives, and
+``decide(logits, context) -> (new_logits, decision)`` returns it with the new
+logits; ``apply`` is the same computation with the decision dropped, so the
+recorded decision is by construction the one that produced the logits. A
+decision is a dict of plain numbers (the stage's settings), ``[batch]`` tensors
+(one value per row) and ``[batch, vocab]`` tensors (one value per token); the
+recorder turns it into JSON for the step's candidates (strategies/recording.py):
+
+- penalty: ``penalty``; ``touched`` [batch] (distinct ids penalised); ``ids`` [batch, vocab] bool;
+- temperature: ``t``;
+- top_k: ``k`` (clamped); ``cut_logit``, ``cut_prob`` [batch]: the k-th logit and its probability;
+- top_p: ``p``; ``rank`` [batch] (tokens kept, the boundary rank); ``mass`` [batch] (their mass);
+  ``cumulative`` [batch, vocab]: the mass up to and including each token in top-p's own
+  ranking (NaN beyond the sorted head, which top-p cut without summing);
+- min_p: ``min_p``; ``top_prob`` [batch]; ``threshold`` [batch] = min_p x top_prob.
+
 Edge cases, each documented here once:
 - temperature 0 means greedy: only the argmax keeps a finite logit;
 - top_k is clamped to the vocabulary; 0 disables it;
@@ -12,14 +28,29 @@ Edge cases, each documented here once:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 NEG_INF = float("-inf")
 
+Decision = dict[str, Any]
+
+
+class _Transform:
+    """``apply`` is ``decide`` without the decision: one computation, never two."""
+
+    name: str
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        raise NotImplementedError
+
+    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        return self.decide(logits, context)[0]
+
 
 @dataclass(frozen=True)
-class RepetitionPenalty:
+class RepetitionPenalty(_Transform):
     """Penalise every token already in the context (prompt included).
 
     The rule of the course notes and of CTRL (Keskar et al. 2019): a positive
@@ -29,41 +60,46 @@ class RepetitionPenalty:
     penalty: float
     name = "penalty"
 
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         seen = torch.gather(logits, 1, context)
         seen = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
-        return logits.scatter(1, context, seen)
+        touched = torch.zeros_like(logits, dtype=torch.bool).scatter(1, context, True)
+        return logits.scatter(1, context, seen), {"penalty": self.penalty, "touched": touched.sum(-1),
+                                                  "ids": touched}
 
 
 @dataclass(frozen=True)
-class Temperature:
+class Temperature(_Transform):
     """Divide logits by t. t = 0 is greedy: keep only the argmax."""
 
     t: float
     name = "temperature"
 
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         if self.t == 0:
             top = logits.argmax(dim=-1, keepdim=True)
-            return torch.full_like(logits, NEG_INF).scatter(1, top, logits.gather(1, top))
-        return logits / self.t
+            return torch.full_like(logits, NEG_INF).scatter(1, top, logits.gather(1, top)), {"t": 0.0}
+        return logits / self.t, {"t": self.t}
 
 
 @dataclass(frozen=True)
-class TopK:
+class TopK(_Transform):
     """Keep the k highest logits (ties at the k-th value are kept too)."""
 
     k: int
     name = "top_k"
 
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         k = min(self.k, logits.shape[-1])
-        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
-        return logits.masked_fill(logits < kth, NEG_INF)
+        top = torch.topk(logits, k, dim=-1)
+        kth = top.values[..., -1:]
+        cut_prob = logits.softmax(-1).gather(1, top.indices[..., -1:])  # the same softmax the trace records
+        return logits.masked_fill(logits < kth, NEG_INF), {"k": k, "cut_logit": kth[..., 0],
+                                                           "cut_prob": cut_prob[..., 0]}
 
 
 @dataclass(frozen=True)
-class TopP:
+class TopP(_Transform):
     """Nucleus (Holtzman et al. 2019): keep the smallest set of most probable
     tokens whose mass reaches p. A token is kept when the mass of the tokens
     ranked above it is still below p, so the top token is always kept.
@@ -75,7 +111,7 @@ class TopP:
     p: float
     name = "top_p"
 
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
         vocab = logits.shape[-1]
         k = min(64, vocab)
@@ -84,24 +120,30 @@ class TopP:
             if k == vocab or bool((head.sum(-1) >= self.p).all()):
                 break
             k = min(vocab, k * 4)
-        keep_sorted = (head.cumsum(-1) - head) < self.p
+        running = head.cumsum(-1)
+        keep_sorted = (running - head) < self.p
         keep_sorted[..., 0] = True
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(1, idx, keep_sorted)
-        return logits.masked_fill(~keep, NEG_INF)
+        cumulative = torch.full_like(probs, float("nan")).scatter(1, idx, running)
+        decision = {"p": self.p, "rank": keep_sorted.sum(-1), "mass": (head * keep_sorted).sum(-1),
+                    "cumulative": cumulative}
+        return logits.masked_fill(~keep, NEG_INF), decision
 
 
 @dataclass(frozen=True)
-class MinP:
+class MinP(_Transform):
     """Min-p (Nguyen et al. 2024): drop tokens whose probability is below
     min_p x the top token's probability."""
 
     min_p: float
     name = "min_p"
 
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
-        threshold = self.min_p * probs.amax(dim=-1, keepdim=True)
-        return logits.masked_fill(probs < threshold, NEG_INF)
+        top = probs.amax(dim=-1, keepdim=True)
+        threshold = self.min_p * top
+        return logits.masked_fill(probs < threshold, NEG_INF), {"min_p": self.min_p, "top_prob": top[..., 0],
+                                                                "threshold": threshold[..., 0]}
 
 
 Transform = RepetitionPenalty | Temperature | TopK | TopP | MinP

@@ -84,7 +84,12 @@ def test_trace_contract(store):
     kept = [c for c in step["candidates"] if c["kept"]]
     assert len(kept) == 3 and math.isclose(sum(c["prob"] for c in kept), 1.0, rel_tol=1e-4)
     assert [s["name"] for s in step["stages"]] == ["raw", "temperature", "top_k"]
-    assert [s["kept"] for s in step["stages"]] == [16, 16, 3]
+    assert [s["kept_count"] for s in step["stages"]] == [16, 16, 3]
+    assert [s["kept"] for s in step["stages"]][-1] == [c["kept"] for c in step["candidates"]]
+    assert [sum(s["kept"]) for s in step["stages"]] == [16, 16, 3]
+    assert "decision" not in step["stages"][0]
+    assert step["stages"][1]["decision"] == {"t": 1.5}
+    assert set(step["stages"][2]["decision"]) == {"k", "cut_logit", "cut_prob"}
     raw = {c["id"]: c["raw_prob"] for c in step["candidates"]}
     assert step["stages"][0]["probs"] == [raw[c["id"]] for c in step["candidates"]]
     assert d["text"] == trace.text and d["chain"] == ["temperature", "top_k", "multinomial"]

@@ -54,6 +54,43 @@ def test_repetition_penalty_table():
     assert out.tolist() == [[1.0, -2.0, 0.5, -3.0]]  # positive divided, negative multiplied
 
 
+def plain(decision):
+    """A decision's row 0 as plain numbers (its [batch] tensors read at row 0)."""
+    out = {}
+    for key, value in decision.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value[0].tolist()
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("transform, expected", [
+    (TopK(2), {"k": 2, "cut_logit": math.log(0.3), "cut_prob": 0.3}),
+    (TopK(99), {"k": 4, "cut_logit": math.log(0.1), "cut_prob": 0.1}),  # k as clamped
+    (TopP(0.5), {"p": 0.5, "rank": 2, "mass": 0.7, "cumulative": [1.0, 0.9, 0.7, 0.4]}),
+    (TopP(1e-9), {"p": 1e-9, "rank": 1, "mass": 0.4, "cumulative": [1.0, 0.9, 0.7, 0.4]}),
+    (MinP(0.49), {"min_p": 0.49, "top_prob": 0.4, "threshold": 0.196}),
+    (Temperature(0.5), {"t": 0.5}),
+    (Temperature(0), {"t": 0.0}),
+])
+def test_decision_table(transform, expected):
+    """Each transform records the decision it made on the distribution it received."""
+    before = LOGITS.clone()
+    out, decision = transform.decide(LOGITS, NO_CONTEXT)
+    got = plain(decision)
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        assert got[key] == pytest.approx(want, rel=1e-6), key
+    assert torch.equal(out, transform.apply(LOGITS, NO_CONTEXT)) and torch.equal(LOGITS, before)
+
+
+def test_repetition_penalty_records_the_ids_it_touched():
+    out, decision = RepetitionPenalty(2.0).decide(torch.tensor([[2.0, -1.0, 0.5, -3.0]]), torch.tensor([[0, 1, 1]]))
+    assert decision["penalty"] == 2.0 and decision["touched"].tolist() == [2]
+    assert decision["ids"].tolist() == [[True, True, False, False]]
+
+
 CASES = [
     (lambda: Temperature(0.7), lambda: TemperatureLogitsWarper(0.7)),
     (lambda: Temperature(1.9), lambda: TemperatureLogitsWarper(1.9)),

@@ -114,22 +114,31 @@ def test_distribution_bars_are_coloured_kept_or_cut_as_the_trace_says(chain_trac
 def test_distribution_draws_the_chains_thresholds_where_they_apply(chain_trace):
     fig = charts.distribution_figure(chain_trace, 0)
     step = chain_trace["steps"][0]
+    recorded = {s["name"]: s for s in step["stages"]}
     shapes = fig.layout.shapes
     top_p = [s for s in shapes if s.yref == "y2"]
-    assert len(top_p) == 1 and top_p[0].y0 == pytest.approx(CHAIN["top_p"])
-    kept_bar, cut_bar = bars(fig)
-    top = max(list(kept_bar.y) + list(cut_bar.y))
+    assert len(top_p) == 1 and top_p[0].y0 == CHAIN["top_p"] == recorded["top_p"]["decision"]["p"]
+    # min-p received the distribution renormalised by top-k and top-p: its line is the threshold it
+    # recorded, min_p x its own top probability, drawn over its own markers
     min_p = [s for s in shapes if s.yref == "y" and s.y0 == s.y1]
-    assert len(min_p) == 1 and min_p[0].y0 == pytest.approx(CHAIN["min_p"] * top)
+    threshold = recorded["min_p"]["decision"]["threshold"]
+    assert len(min_p) == 1 and min_p[0].y0 == threshold
+    into_min_p = next(s["probs"] for s in step["stages"] if s["name"] == "top_p")
+    assert threshold == pytest.approx(CHAIN["min_p"] * max(into_min_p), rel=1e-5)
+    entering = next(t for t in fig.data if (t.meta or {}).get("stage") == "min_p")
+    ids = [c["id"] for c in step["candidates"]]
+    assert list(entering.y) == [into_min_p[ids.index(row[0])] for row in entering.customdata]
+    # top-k ran on the bars themselves: a cut after its kept bars
     top_k = [s for s in shapes if s.x0 == s.x1 and s.xref == "x"]
-    assert len(top_k) == 1 and top_k[0].x0 == pytest.approx(CHAIN["top_k"] - 0.5)
-    # the cumulative curve is that of the distribution entering top_p (after top_k here), in bar order
-    cum = next(t for t in fig.data if t.name.startswith("cumulative"))
-    ids = {x: row[0] for b in (kept_bar, cut_bar) for x, row in zip(b.x, b.customdata)}
-    into_top_p = dict(zip([c["id"] for c in step["candidates"]],
-                          next(s["probs"] for s in step["stages"] if s["name"] == "top_k")))
-    expected = [sum(into_top_p[ids[j]] for j in range(i + 1)) for i in range(len(cum.y))]
-    assert list(cum.y) == pytest.approx([min(1.0, e) for e in expected], abs=1e-6)
+    assert len(top_k) == 1 and top_k[0].x0 == pytest.approx(recorded["top_k"]["kept_count"] - 0.5)
+    assert recorded["top_k"]["kept_count"] == CHAIN["top_k"]
+    # the running mass is top-p's own record, which is the running sum of what entered it (after top_k)
+    kept_bar, cut_bar = bars(fig)
+    cum = next(t for t in fig.data if (t.meta or {}).get("role") == "cumulative")
+    into_top_p = dict(zip(ids, next(s["probs"] for s in step["stages"] if s["name"] == "top_k")))
+    by_x = {x: row[0] for b in (kept_bar, cut_bar) for x, row in zip(b.x, b.customdata)}
+    expected = [sum(into_top_p[by_x[j]] for j in range(x + 1)) for x in cum.x]
+    assert list(cum.y) == pytest.approx(expected, abs=1e-5)
     # the chosen token is outlined and labelled
     chosen_x = next(x for b in bars(fig) for x, row in zip(b.x, b.customdata) if row[0] == step["chosen"])
     assert any(a.text == "chosen" and a.x == chosen_x for a in fig.layout.annotations)
@@ -154,9 +163,9 @@ def test_waterfall_has_one_panel_per_stage_in_chain_order(chain_trace):
         assert [row[1] for row in t.customdata] == pytest.approx(
             [probs[i] for i in sorted(range(len(probs)), key=lambda i: -step["candidates"][i]["raw_prob"])][
                 :len(t.customdata)])
-        # grey = removed by this very stage: zero now, mass before
-        for color, row, i in zip(t.marker.color, t.customdata, range(len(t.customdata))):
-            assert (color == charts.CUT) == (row[1] == 0 and k > 0 and stage_bars[k - 1].customdata[i][1] > 0)
+        # blue = the stage's recorded kept flag, whatever the probability rounds to
+        kept = {c["id"]: flag for c, flag in zip(step["candidates"], step["stages"][k]["kept"])}
+        assert list(t.marker.color) == [charts.KEPT if kept[row[2]] else charts.CUT for row in t.customdata]
 
 
 def test_overview_plots_each_chosen_tokens_model_probability_and_entropy(chain_trace):

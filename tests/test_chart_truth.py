@@ -1,0 +1,211 @@
+"""Property: at any chain order and setting, every mark in the figures is the stage's own record.
+
+For random (order, parameters) cases, the step is built by the decoder's own code
+(``record_chain`` then ``make_step``) and the figures are read back from their plotly dicts. Every
+expected value is computed here from the decoder's logits after each stage with plain torch:
+- each threshold line sits at the value the stage recorded, and that value is the stage's decision
+  on the distribution it received (min-p: min_p x its top probability; top-k: its k-th probability,
+  or a cut after its kept bars; top-p: p, with its running mass in its own ranking);
+- the points a line is read against are that received distribution (its own markers, or the bars
+  when the bars are it), and the line separates the tokens the stage kept from those it cut;
+- every bar's kept / cut colour, and every waterfall panel's, is the decoder's kept flag.
+
+200 cases on a 50-token vocabulary with random logits, and 30 on SmolLM2's real logits (49,152
+tokens; fewer cases, each is a full-vocabulary chain plus two figures).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
+                            waterfall_panels)
+from playground import charts
+from playground.trace import Trace
+from strategies.chain import STAGE_NAMES, ChainParams, Multinomial, build_chain, record_chain
+from strategies.recording import make_step
+
+TRUNCATIONS = ("top_k", "top_p", "min_p")
+TOL = 1e-5  # the trace keeps 6 significant digits
+
+
+@dataclass
+class Case:
+    params: ChainParams
+    logits: torch.Tensor  # [vocab] float32, the model's raw logits
+    context: list[int]  # token ids so far (what the penalty sees)
+    top_n: int
+    seed: int
+
+
+class PieceLM:
+    """Just enough of the model seam for make_step: token text."""
+
+    def piece(self, token_id: int) -> str:
+        return f"t{token_id}"
+
+
+def random_params(rng: random.Random) -> ChainParams:
+    order = list(STAGE_NAMES)
+    rng.shuffle(order)
+    on = lambda: rng.random() < 0.75  # noqa: E731  (each stage on three times in four)
+    return ChainParams(
+        temperature=(0.0 if rng.random() < 0.05 else round(rng.uniform(0.05, 3.0), 3)) if on() else 1.0,
+        top_k=rng.randint(1, 70) if on() else 0,
+        top_p=round(rng.uniform(0.05, 0.99), 3) if on() else 1.0,
+        min_p=round(rng.uniform(0.001, 0.6), 3) if on() else 0.0,
+        repetition_penalty=round(rng.uniform(0.3, 4.0), 3) if on() else 1.0,
+        order=",".join(order))
+
+
+def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
+    """The step as the decoder records it: (trace dict, [vocab] logits after each stage, stage names)."""
+    chain = build_chain(case.params)
+    context = torch.tensor([case.context], dtype=torch.long)
+    record = record_chain(chain, case.logits[None], context)
+    chosen, _ = Multinomial(torch.Generator().manual_seed(case.seed)).select(record.logits[-1])
+    stages, decisions = record.row(0)
+    names = [t.name for t in chain]
+    step, token = make_step(PieceLM(), len(case.context), stages, names, int(chosen[0]), case.top_n, None,
+                            decisions)
+    trace = Trace("random", "sampling", case.params.to_dict(), case.seed, "", case.context,
+                  chain=[*names, "multinomial"], steps=[step], tokens=[token])
+    return trace.to_dict(), stages, names
+
+
+def check(case: Case) -> None:
+    d, logits, names = build(case)
+    s = d["steps"][0]
+    ids = [c["id"] for c in s["candidates"]]
+    alive = [torch.isfinite(x) for x in logits]  # after each stage: the decoder's kept flags
+    probs = [x.float().softmax(-1) for x in logits]
+    fd = fig_dict(charts.distribution_figure(d, 0))
+    bars = bar_points(fd)
+
+    # bars: the distribution that entered the first truncation, coloured by the decoder's final flag
+    first_cut = next((k for k, n in enumerate(names, start=1) if n in TRUNCATIONS), None)
+    bar_dist = probs[0 if not names else (first_cut - 1 if first_cut else len(names))]
+    for tok, bar in bars.items():
+        assert bar["y"] == pytest.approx(float(bar_dist[tok]), abs=TOL)
+        assert bar["color"] == (charts.KEPT if alive[-1][tok] else charts.CUT)
+
+    for k, name in enumerate(names, start=1):
+        rec = s["stages"][k]
+        entering, kept_in, kept_out = probs[k - 1], alive[k - 1], alive[k]
+        assert rec["kept"] == kept_out[ids].tolist() and rec["kept_count"] == int(kept_out.sum())
+        assert s["stages"][k - 1]["probs"] == pytest.approx(entering[ids].tolist(), abs=TOL)
+        if name in TRUNCATIONS:
+            points = _received(fd, name, bars, entering, kept_in, kept_out)
+            CHECKS[name](rec, fd, points, bars, entering, kept_in, kept_out, case)
+        elif name == "penalty":
+            marked = stage_points(fd, "penalty", "ids") or {}
+            assert set(marked) == set(bars) & set(case.context)
+
+    panels = waterfall_panels(fig_dict(charts.waterfall_figure(d, 0)))
+    assert [p["name"] for p in panels] == ["raw", *names] if names else len(panels) == 1
+    for panel, flags in zip(panels, alive):
+        assert panel["colors"] == [charts.KEPT if flags[tok] else charts.CUT for tok in panel["ids"]]
+
+
+def _received(fd, name, bars, entering, kept_in, kept_out) -> dict[int, float]:
+    """token -> the height the stage's mark is read against: its own markers, or the bars when the
+    figure draws none (then the bars must be exactly what the stage received)."""
+    points = stage_points(fd, name, "input")
+    if points is None:
+        for tok, bar in bars.items():
+            assert bar["y"] == pytest.approx(float(entering[tok]), abs=TOL)
+        return {tok: bar["y"] for tok, bar in bars.items() if kept_in[tok]}
+    assert set(points) == {tok for tok in bars if kept_in[tok]}  # every token the stage received
+    for tok, pt in points.items():
+        assert pt["y"] == pytest.approx(float(entering[tok]), abs=TOL)
+        assert pt["symbol"] == ("circle" if kept_out[tok] else "circle-open")
+    return {tok: pt["y"] for tok, pt in points.items()}
+
+
+def _separates(line: float, heights: dict[int, float], kept_out: torch.Tensor) -> None:
+    for tok, y in heights.items():
+        if abs(y - line) > TOL * max(line, 1e-3):
+            assert (y > line) == bool(kept_out[tok]), (tok, y, line)
+
+
+def _check_min_p(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    [line] = stage_shapes(fd, "min_p")
+    threshold = rec["decision"]["threshold"]
+    assert is_horizontal(line) and line["y0"] == threshold
+    assert threshold == pytest.approx(case.params.min_p * float(entering.max()), rel=TOL)
+    _separates(threshold, heights, kept_out)
+
+
+def _check_top_k(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    shapes = stage_shapes(fd, "top_k")
+    kth = float(torch.topk(entering, min(case.params.top_k, entering.numel())).values[-1])
+    assert rec["decision"]["cut_prob"] == pytest.approx(kth, rel=TOL, abs=1e-12)
+    if not shapes:  # a cut beyond the last bar: every bar the stage received, it kept
+        assert all(kept_out[tok] for tok in heights)
+        return
+    [line] = shapes
+    if is_vertical(line):
+        assert line["x0"] == int(kept_out.sum()) - 0.5
+        for tok, bar in bars.items():
+            assert (bar["x"] < line["x0"]) == bool(kept_out[tok])
+    else:
+        assert is_horizontal(line) and line["y0"] == rec["decision"]["cut_prob"]
+        _separates(line["y0"], heights, kept_out)
+
+
+def _check_top_p(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    [line] = stage_shapes(fd, "top_p")
+    assert is_horizontal(line) and line["yref"] == "y2" and line["y0"] == case.params.top_p
+    curve = stage_points(fd, "top_p", "cumulative")
+    assert curve is not None and set(curve) <= set(heights)
+    ranked, order = torch.sort(entering, descending=True)
+    running = torch.empty_like(entering).scatter(0, order, ranked.cumsum(0))
+    assert rec["decision"]["mass"] == pytest.approx(float(entering[kept_out].sum()), rel=TOL)
+    for tok, pt in curve.items():
+        assert pt["y"] == pytest.approx(float(running[tok]), abs=TOL)
+        before = pt["y"] - float(entering[tok])
+        if abs(before - case.params.top_p) > TOL:
+            assert (before < case.params.top_p) == bool(kept_out[tok])
+
+
+CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p}
+
+
+def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
+    rng = random.Random(seed)
+    cases = []
+    for i in range(n):
+        g = torch.Generator().manual_seed(seed * 1000 + i)
+        logits = torch.randn(vocab, generator=g) * rng.uniform(0.5, 4.0)
+        context = [rng.randrange(vocab) for _ in range(rng.randint(0, 20))]
+        cases.append(Case(random_params(rng), logits, context, rng.choice([10, 20, 50]), i))
+    return cases
+
+
+@pytest.mark.parametrize("case", random_cases(200, seed=9, vocab=50), ids=lambda c: c.params.order)
+def test_every_mark_is_the_stage_record_on_random_logits(case):
+    check(case)
+
+
+SMOLLM_PROMPTS = ["Name three colours of the rainbow.", "Once upon a time", "The capital of France is",
+                  "def fibonacci(n):"]
+
+
+@pytest.fixture(scope="module")
+def smollm_logits(smollm) -> list[tuple[torch.Tensor, list[int]]]:
+    out = []
+    with torch.no_grad():
+        for prompt in SMOLLM_PROMPTS:
+            ids = smollm.encode(prompt)
+            out.append((smollm.forward(torch.tensor([ids])).logits[0, -1].float(), ids))
+    return out
+
+
+def test_every_mark_is_the_stage_record_on_smollm2(smollm_logits):
+    rng = random.Random(17)
+    for i in range(30):
+        logits, ids = smollm_logits[i % len(smollm_logits)]
+        check(Case(random_params(rng), logits, ids, 20, i))
