@@ -121,7 +121,7 @@ def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
             hoverinfo="text", meta={"role": "nodes", "status": status}))
     _add_best(fig, beam, by_id, y, root_y)
     fig.add_trace(go.Scatter(x=[-1] * len(roots), y=[root_y[t] for t in roots], mode="markers",
-                             marker=dict(color="#0f172a", size=10, symbol="square"), name="prompt",
+                             marker=dict(color="#64748b", size=10, symbol="square"), name="prompt",
                              hovertext=["prompt"] * len(roots), hoverinfo="text", meta={"role": "prompt"}))
     _layout(fig, trace, nodes, y, dense)
     _mark_step(fig, trace, step)
@@ -136,7 +136,7 @@ def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
     tokens = trace.get("tokens") or []
     text = f"step {step}" + (f": {_esc(repr(tokens[step]['text']))}" if step < len(tokens) else "")
     fig.add_vrect(x0=step - 0.5, x1=step + 0.5, fillcolor=SELECTED, opacity=0.18, line_width=0, layer="below",
-                  name="selected_step", annotation=dict(text=text, font=dict(color="#92400e", size=11)),
+                  name="selected_step", annotation=dict(text=text, font=dict(color=SELECTED, size=11)),
                   annotation_position="bottom left")
 
 
@@ -201,7 +201,7 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
         ys = [y[n["id"]] for n in nodes if n["tree"] == t["tree"]]
         if ys:
             fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {_esc(t.get('prefix_text', ''))}",
-                               showarrow=False, xanchor="left", yshift=26, font=dict(size=10, color="#6b21a8"))
+                               showarrow=False, xanchor="left", yshift=26, font=dict(size=10, color="#9333ea"))
 
 
 def _max_step(nodes: list[dict[str, Any]]) -> int:

@@ -493,11 +493,12 @@ def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[
                 raws.append(raw)
         cands = [Candidate(i, lm.piece(i), math.exp(raw), math.exp(lp), i in entered,
                            {"score": rec.scores[row] + lp}) for i, lp, raw in zip(ids, lps, raws)]
-        stages = [Stage("raw", [math.exp(r) for r in raws], rec.with_mass[row])]
+        alive = [True] * len(ids)  # before the selection every listed continuation has a finite logit
+        stages = [Stage("raw", [math.exp(r) for r in raws], alive, rec.with_mass[row])]
         if rec.tempered:
-            stages.append(Stage("temperature", [math.exp(lp) for lp in lps], rec.with_mass[row]))
+            stages.append(Stage("temperature", [math.exp(lp) for lp in lps], alive, rec.with_mass[row]))
         stages.append(Stage(selector, [math.exp(lp) if i in entered else 0.0 for i, lp in zip(ids, lps)],
-                            len(entered)))
+                            [i in entered for i in ids], len(entered)))
         steps.append(Step(prompt_len + node["step"], node["token_id"], cands, stages, entropy=rec.entropy[row],
                           raw_entropy=rec.raw_entropy[row], extra={"beam_node": node_id}))
     return steps

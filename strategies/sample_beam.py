@@ -30,7 +30,7 @@ from playground.trace import Step, Trace, rnd
 from strategies.beam import (BeamParams, BeamSearch, BeamStart, StepRecord, beam_section_extra, best_path_steps,
                              finished_records, publish)
 from strategies.beam_tree import BeamTree
-from strategies.chain import ChainParams, build_chain, run_chain
+from strategies.chain import ChainParams, build_chain, record_chain
 from strategies.transforms import Transform
 from strategies.context import DecodeContext
 from strategies.params import param
@@ -98,8 +98,8 @@ def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, cou
     running, done = [Prefix()], []
     for i in range(length):
         context = torch.tensor([list(ctx.prompt_ids) + p.ids for p in running], device=lm.device)
-        stages = run_chain(chain, logits, context)
-        drawn = stages[-1].float().log_softmax(-1)  # the chain's distribution; -inf where it cut
+        record = record_chain(chain, logits, context)
+        drawn = record.logits[-1].float().log_softmax(-1)  # the chain's distribution; -inf where it cut
         raw = logits.float().log_softmax(-1)
         _, g = perturb_children([p.phi for p in running], [p.g for p in running], drawn, generator)
         children = largest_children(g, count)
@@ -108,7 +108,8 @@ def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, cou
         grown = []
         for j in sorted(chosen):
             g_child, row, tok = children[j]
-            step, token = make_step(lm, len(ctx.prompt_ids) + i, [st[row] for st in stages], names, tok, ctx.top_n)
+            stages, decisions = record.row(row)
+            step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, tok, ctx.top_n, decisions=decisions)
             ended = tok in lm.eos_ids
             child = running[row].child(tok, float(raw[row, tok]), token.logprob, g_child, row, step, ended)
             (done if ended or i + 1 == length else grown).append(child)

@@ -51,9 +51,10 @@ def test_best_path_steps_carry_the_decoders_kept_flags_and_probabilities(toy, fn
         assert {c["id"] for c in s["candidates"] if c["kept"]} == {n["token_id"] for n in siblings if entered(n)}
         assert cands[s["chosen"]]["kept"]
         *dists, selection = s["stages"]
-        assert selection["name"] == selector and selection["kept"] == sum(1 for n in siblings if entered(n))
+        assert selection["name"] == selector and selection["kept_count"] == sum(1 for n in siblings if entered(n))
+        assert selection["kept"] == [c["kept"] for c in s["candidates"]]
         assert [d["name"] for d in dists] == (["raw", "temperature"] if temperature != 1.0 else ["raw"])
-        assert all(d["kept"] == toy.vocab_size for d in dists)  # beam search truncates nothing
+        assert all(d["kept_count"] == toy.vocab_size and all(d["kept"]) for d in dists)  # nothing truncated
         for c, p in zip(s["candidates"], selection["probs"]):
             assert p == (c["prob"] if c["kept"] else 0.0)
         # the probabilities are the model's, recomputed here without the decoder's cache

@@ -36,7 +36,8 @@ def _inks(layout: dict) -> list[str]:
 # Semantic colours (chosen, kept, the top-k / top-p / min-p lines...) are mid-tones that read on both
 # backgrounds; every other annotation is written in the theme's ink.
 PALETTE = {c.lower() for c in (charts.KEPT, charts.CUT, charts.CHOSEN, charts.CUMULATIVE, charts.MIN_P,
-                               charts.TOP_K, charts.RAW, charts.FINAL, charts.ENTROPY)}
+                               charts.TOP_K, charts.RAW, charts.FINAL, charts.ENTROPY, charts.PENALISED,
+                               "#9333ea")}  # the last: a sampled prefix in the beam tree
 
 
 @pytest.mark.parametrize("name", ["light", "dark"])
