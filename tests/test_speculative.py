@@ -13,7 +13,7 @@ import strategies.speculative as speculative_module
 from playground.engine import Request, run, stream
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelSpec, ModelStore
-from strategies.chain import build_chain
+from strategies.chain import apply_chain, build_chain
 from strategies.context import Stopwatch
 from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
 from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
@@ -22,9 +22,11 @@ TOY_PROMPT = "1 2 3 4 5 6 7 8 0 1 2"  # a second pass of the path, so prompt loo
 SMOL_PROMPT = "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
 
 
-def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, **params) -> dict:
+def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, top_n: int = 20,
+                **params) -> dict:
     params.setdefault("measure_baseline", False)
-    return run(store, Request(model, "speculative", prompt, params, seed=seed, max_new_tokens=n)).to_dict()
+    return run(store, Request(model, "speculative", prompt, params, seed=seed, max_new_tokens=n,
+                              top_n=top_n)).to_dict()
 
 
 def greedy_ids(store: ModelStore, model: str, prompt: str, n: int) -> list[int]:
@@ -266,6 +268,23 @@ def test_nothing_after_the_end_of_the_text_is_kept(store, monkeypatch, runs_on):
     s = t["speculative"]
     assert s["accepted"] == s["evaluated"] == s["drafted"] == 2 and s["alpha"] == 1.0 and s["tau"] == 2.0
     assert s["accepted_lengths"] == [2]
+
+
+def test_each_position_is_chained_on_its_own_text(store):
+    """The penalty at drafted position i sees the text up to draft i: every step's chained distribution
+    equals the chain run on a fresh forward pass over the text before it."""
+    params = {"temperature": 1.5, "repetition_penalty": 3.0}  # nothing cut: every token's mass is compared
+    t = speculative(store, "toy", "once upon", 12, seed=4, draft="toy-small", gamma=4, top_n=16, **params)
+    lm = store.get("toy")
+    chain = build_chain(SpeculativeParams(**params))
+    ids = list(t["prompt_ids"])
+    assert max(r["accepted"] for r in t["rounds"]) >= 2  # some verification pass covered several drafts
+    for step, tok in zip(t["steps"], t["tokens"]):
+        context = torch.tensor([ids])
+        probs = apply_chain(chain, lm.forward(context).logits[:, -1], context).softmax(-1)[0]
+        for c in step["candidates"]:
+            assert c["prob"] == pytest.approx(float(probs[c["id"]]), rel=1e-3, abs=1e-9)
+        ids.append(tok["id"])
 
 
 def test_topk_rounds_have_no_uniform_draws(store):
