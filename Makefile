@@ -26,7 +26,9 @@ browser:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "chromium not found and cannot be installed here: browser tests will skip"; fi; }
 
+# Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
 test: install browser
+	$(BIN)/python -m py_compile bench/*.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests
 
 bench: install

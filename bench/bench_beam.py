@@ -11,7 +11,8 @@
 
 Our runs and transformers' alternate; the ratio is given best-to-best and as
 the median of the paired runs' ratios, so a busy machine slows both sides
-alike. Usage: python bench/bench_beam.py [--threads N] [--repeats R]
+alike. Usage: python bench/bench_beam.py [--threads N] [--repeats R] [--quick]
+(``--quick``: the toy model, one repeat, seconds; what the tests run).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,27 +30,38 @@ import torch  # noqa: E402
 from playground.engine import Request, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
 
-MODEL = "smollm2-135m"
-BEAMS, NEW_TOKENS = 4, 32
-PROMPT = "Explain in two sentences why the sky is blue."
-PRUNE_PROMPTS = [PROMPT, "Write a short poem about autumn leaves.", "What is the capital of Australia?",
-                 "Give me three tips for learning to cook."]
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: str
+    beams: int
+    new_tokens: int
+    prompt: str
+    prune_prompts: tuple[str, ...]
+
+
+FULL = Setup("smollm2-135m", 4, 32, "Explain in two sentences why the sky is blue.",
+             ("Explain in two sentences why the sky is blue.", "Write a short poem about autumn leaves.",
+              "What is the capital of Australia?", "Give me three tips for learning to cook."))
+QUICK = Setup("toy", 3, 10, "once upon", ("once upon", "upon the hill"))  # toy knows 16 words
 PAPER_RULES = {"relative_threshold": 0.6, "absolute_threshold": 2.5, "local_threshold": 0.02,
                "max_candidates_per_node": 3}  # the settings Freitag & Al-Onaizan report
 
 
-def ours(store: ModelStore, prompt: str, params: dict) -> tuple[float, object]:
+def ours(store: ModelStore, setup: Setup, prompt: str, params: dict) -> tuple[float, object]:
     start = time.perf_counter()
-    trace = run(store, Request(model=MODEL, strategy="beam", prompt=prompt, params=params,
-                               max_new_tokens=NEW_TOKENS))
+    trace = run(store, Request(model=setup.model, strategy="beam", prompt=prompt, params=params,
+                               max_new_tokens=setup.new_tokens))
     return time.perf_counter() - start, trace
 
 
 @torch.inference_mode()
-def transformers_beam(lm, ids: list[int]) -> tuple[float, list[int]]:
+def transformers_beam(lm, setup: Setup, ids: list[int]) -> tuple[float, list[int]]:
     start = time.perf_counter()
     out = lm.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                            num_beams=BEAMS, do_sample=False, max_new_tokens=NEW_TOKENS, length_penalty=1.0,
+                            num_beams=setup.beams, do_sample=False, max_new_tokens=setup.new_tokens,
+                            length_penalty=1.0,
                             early_stopping=False, eos_token_id=sorted(lm.eos_ids),
                             pad_token_id=lm.model.generation_config.pad_token_id)
     seconds = time.perf_counter() - start
@@ -61,41 +74,42 @@ def transformers_beam(lm, ids: list[int]) -> tuple[float, list[int]]:
 
 
 @torch.inference_mode()
-def naive_beam(lm, ids: list[int]) -> tuple[float, list[int]]:
+def naive_beam(lm, setup: Setup, ids: list[int]) -> tuple[float, list[int]]:
     """Per-beam loop, no cache: every beam re-runs the model on its whole sequence every step."""
     start = time.perf_counter()
     beams = [(0.0, list(ids))]
-    for _ in range(NEW_TOKENS):
+    for _ in range(setup.new_tokens):
         candidates = []
         for score, seq in beams:
             logprobs = lm.model(torch.tensor([seq])).logits[0, -1].float().log_softmax(-1)
-            top = logprobs.topk(BEAMS)
+            top = logprobs.topk(setup.beams)
             candidates += [(score + float(v), seq + [int(i)]) for v, i in zip(top.values, top.indices)]
-        beams = sorted(candidates, key=lambda c: -c[0])[:BEAMS]
+        beams = sorted(candidates, key=lambda c: -c[0])[:setup.beams]
     return time.perf_counter() - start, beams[0][1][len(ids):]
 
 
-def speed(store: ModelStore, repeats: int) -> None:
-    lm = store.get(MODEL)
-    ids = lm.encode(PROMPT)
-    ours(store, "Hi", {"num_beams": BEAMS})  # warm-up
-    transformers_beam(lm, ids[:8])
+def speed(store: ModelStore, setup: Setup, repeats: int) -> None:
+    lm = store.get(setup.model)
+    ids = lm.encode(setup.prompt)
+    beam = {"num_beams": setup.beams}
+    ours(store, setup, setup.prompt, beam)  # warm-up
+    transformers_beam(lm, setup, ids[:8])
     mine, theirs, naive = [], [], []
     for _ in range(repeats):
-        t, trace = ours(store, PROMPT, {"num_beams": BEAMS})
+        t, trace = ours(store, setup, setup.prompt, beam)
         mine.append(t)
-        t, hf_tokens = transformers_beam(lm, ids)
+        t, hf_tokens = transformers_beam(lm, setup, ids)
         theirs.append(t)
-    t, naive_tokens = naive_beam(lm, ids)
+    t, naive_tokens = naive_beam(lm, setup, ids)
     naive.append(t)
     m, h, n = min(mine), min(theirs), statistics.median(naive)
     paired = statistics.median(a / b for a, b in zip(mine, theirs))
-    print(f"prompt: {len(ids)} tokens; {BEAMS} beams, {NEW_TOKENS} new tokens; torch threads "
+    print(f"{setup.model}, prompt: {len(ids)} tokens; {setup.beams} beams, {setup.new_tokens} new tokens; torch threads "
           f"{torch.get_num_threads()}; repeats {repeats} (naive: 1)")
     print(f"generated {len(trace.tokens)} tokens, {trace.beam['counters']['forward_passes']} forward passes, "
           f"{len(trace.beam['nodes'])} traced candidates")
     print(f"ours (traced beam, engine.run):      best {m:7.3f} s  (runs: {', '.join(f'{x:.3f}' for x in mine)})")
-    print(f"transformers generate(num_beams=4):  best {h:7.3f} s  (runs: {', '.join(f'{x:.3f}' for x in theirs)})")
+    print(f"transformers generate(num_beams={setup.beams}):  best {h:7.3f} s  (runs: {', '.join(f'{x:.3f}' for x in theirs)})")
     print(f"naive per-beam loop, no cache:       {n:7.3f} s")
     print(f"ours / transformers = {m / h:.3f}x best-to-best, {paired:.3f}x median of paired runs  (goal <= 1.2x)")
     print(f"naive / ours        = {n / statistics.median(mine):.2f}x against our median run  (goal >= 3x)")
@@ -103,11 +117,11 @@ def speed(store: ModelStore, repeats: int) -> None:
     print(f"same best sequence as the naive loop (no EOS rule there): {trace.token_ids == naive_tokens}")
 
 
-def pruning(store: ModelStore) -> None:
+def pruning(store: ModelStore, setup: Setup) -> None:
     print(f"pruning with {PAPER_RULES}")
-    for prompt in PRUNE_PROMPTS:
-        t0, base = ours(store, prompt, {"num_beams": BEAMS})
-        t1, pruned = ours(store, prompt, {"num_beams": BEAMS, **PAPER_RULES})
+    for prompt in setup.prune_prompts:
+        t0, base = ours(store, setup, prompt, {"num_beams": setup.beams})
+        t1, pruned = ours(store, setup, prompt, {"num_beams": setup.beams, **PAPER_RULES})
         c, c0 = pruned.beam["counters"], base.beam["counters"]
         removed = 1 - c["expanded"] / c["expanded_without_pruning"]
         print(f"  {prompt[:40]!r:44} removed {removed:6.1%} of beam candidates "
@@ -119,12 +133,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="the toy model, one repeat (seconds)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    setup = QUICK if args.quick else FULL
     store = ModelStore("cpu")
-    speed(store, args.repeats)
-    pruning(store)
+    speed(store, setup, 1 if args.quick else args.repeats)
+    pruning(store, setup)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Prints the time ratio traced / generate for greedy and for sampling (goal: <= 1.10),
 tokens/s per model, and cold (GGUF dequantisation) and warm (converted cache) start times.
 
-    .venv/bin/python bench/bench_engine.py [--tokens 64] [--repeats 3] [--skip-cold]
+    .venv/bin/python bench/bench_engine.py [--tokens 64] [--repeats 3] [--skip-cold] [--quick]
+
+``--quick`` measures the toy model only, warm, one repeat (seconds; what the tests run).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from playground import models  # noqa: E402
 from playground.engine import Request, run  # noqa: E402
 
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
+TOY_PROMPT = "once upon"  # toy knows 16 words and 64 positions
 
 
 def hf_time(lm, prompt_ids, n, sample):
@@ -32,24 +35,24 @@ def hf_time(lm, prompt_ids, n, sample):
     return time.perf_counter() - start, out.shape[1] - ids.shape[1]
 
 
-def ours_time(store, key, n, sample):
+def ours_time(store, key, prompt, n, sample):
     params = {"temperature": 0.9, "top_p": 0.95} if sample else {}
-    req = Request(key, "sampling" if sample else "greedy", PROMPT, params, seed=0, max_new_tokens=n)
+    req = Request(key, "sampling" if sample else "greedy", prompt, params, seed=0, max_new_tokens=n)
     start = time.perf_counter()
     trace = run(store, req)
     return time.perf_counter() - start, len(trace.tokens), trace
 
 
-def compare(store, key, n, repeats):
+def compare(store, key, prompt, n, repeats):
     lm = store.get(key)
-    prompt_ids = lm.encode(PROMPT)
+    prompt_ids = lm.encode(prompt)
     for sample in (False, True):
         hf, ours = [], []
-        ours_time(store, key, 4, sample)  # warm-up
+        ours_time(store, key, prompt, 4, sample)  # warm-up
         for _ in range(repeats):
             t, k = hf_time(lm, prompt_ids, n, sample)
             hf.append(t / k)
-            t, k, _ = ours_time(store, key, n, sample)
+            t, k, _ = ours_time(store, key, prompt, n, sample)
             ours.append(t / k)
         h, o = statistics.median(hf), statistics.median(ours)
         name = "sampling" if sample else "greedy"
@@ -77,13 +80,17 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-cold", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="toy only, 16 tokens, one repeat, no cold start")
     args = ap.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
+    store = models.ModelStore("cpu")
+    if args.quick:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, 16 new tokens, one run")
+        compare(store, "toy", TOY_PROMPT, 16, 1)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.tokens} new tokens, "
           f"median of {args.repeats}")
-    store = models.ModelStore("cpu")
-    compare(store, "smollm2-135m", args.tokens, args.repeats)
-    compare(store, "gemma3-270m", args.tokens // 2, max(1, args.repeats - 1))
+    compare(store, "smollm2-135m", PROMPT, args.tokens, args.repeats)
+    compare(store, "gemma3-270m", PROMPT, args.tokens // 2, max(1, args.repeats - 1))
     if not args.skip_cold:
         for key in ("smollm2-135m", "gemma3-270m"):
             start_times(key)

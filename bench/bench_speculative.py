@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/bench_speculative.py [--tokens 24] [--quick] [--threads 1]
 
+``--quick`` runs only the toy / toy-small pair, a few seeds (seconds; what the tests run).
+
 For three fixed prompts (a chat answer, a summary of a pasted paragraph, a
 code edit) at temperature 0 and 1, each configuration runs through the
 ``speculative`` strategy with ``measure_baseline`` on, so every speedup is the
@@ -28,9 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.charts_speculative import expected_speedup  # noqa: E402
 from playground.engine import Request, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
+from strategies.speedup import break_even_alpha, expected_speedup  # noqa: E402
 
 PARAGRAPH = (
     "The Great Barrier Reef is the world's largest coral reef system, composed of over 2,900 individual reefs "
@@ -54,7 +56,6 @@ CONFIGS = [  # (label, params)
     ("prompt_lookup g=4", {"draft": "prompt_lookup", "gamma": 4}),
     ("prompt_lookup g=4 adaptive", {"draft": "prompt_lookup", "gamma": 4, "adaptive_gamma": True}),
 ]
-QUICK = {"early_exit L=4 g=2", "prompt_lookup g=4"}
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
@@ -62,9 +63,10 @@ def fmt(x: float | None, digits: int = 2) -> str:
 
 
 def measure(store: ModelStore, model: str, prompt: str, params: dict, tokens: int, seed: int = 0) -> dict:
+    """The run's counts and its wall-clock figures (which the trace keeps under timing), in one dict."""
     trace = run(store, Request(model, "speculative", prompt, {"measure_baseline": True, **params}, seed=seed,
-                               max_new_tokens=tokens))
-    return trace.to_dict()["speculative"]
+                               max_new_tokens=tokens)).to_dict()
+    return {**trace["speculative"], **trace["timing"]["speculative"]}
 
 
 def expectations(s: dict, gamma: int) -> tuple[float | None, float | None, float | None]:
@@ -76,21 +78,10 @@ def expectations(s: dict, gamma: int) -> tuple[float | None, float | None, float
     return v, expected_speedup(alpha, gamma, c), (expected_speedup(alpha, gamma, c, v) if v else None)
 
 
-def break_even_alpha(gamma: int, c: float, v: float) -> float:
-    """The alpha at which (1 - alpha^(gamma+1)) / (1 - alpha) tokens per round pay for gamma c + v (bisection);
-    1.0 when even gamma + 1 tokens per round cannot."""
-    lo, hi = 0.0, 1.0
-    if expected_speedup(1.0, gamma, c, v) < 1:
-        return 1.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_speedup(mid, gamma, c, v) < 1 else (lo, mid)
-    return hi
-
-
-def smollm2(store: ModelStore, tokens: int, quick: bool) -> list[tuple[str, float]]:
-    print(f"SmolLM2-135M, CPU ({torch.get_num_threads()} thread{"s" if torch.get_num_threads() > 1 else ""}), {tokens} new tokens per run; ratios are "
-          f"plain / speculative wall-clock measured back to back in one request\n")
+def smollm2(store: ModelStore, tokens: int) -> list[tuple[str, float]]:
+    threads = torch.get_num_threads()
+    print(f"SmolLM2-135M, CPU ({threads} thread{'s' if threads > 1 else ''}), {tokens} new tokens per run; "
+          f"ratios are plain / speculative wall-clock measured back to back in one request\n")
     print(f"{'prompt':8} {'T':>2} {'config':26} {'alpha':>6} {'tau':>5} {'c':>5} {'v':>5} "
           f"{'E[lev]':>6} {'E[v]':>6} {'measured':>8}")
     results: dict[str, list[float]] = {}
@@ -98,8 +89,6 @@ def smollm2(store: ModelStore, tokens: int, quick: bool) -> list[tuple[str, floa
     for name, prompt in PROMPTS.items():
         for temperature in (0.0, 1.0):
             for label, params in CONFIGS:
-                if quick and label not in QUICK:
-                    continue
                 s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens)
                 v, lev, with_v = expectations(s, params["gamma"])
                 results.setdefault(label, []).append(s["measured_speedup"])
@@ -123,34 +112,43 @@ def smollm2(store: ModelStore, tokens: int, quick: bool) -> list[tuple[str, floa
     return [(label, mean) for mean, label in summary]
 
 
-def toy_pair(store: ModelStore) -> None:
+def toy_pair(store: ModelStore, seeds: int) -> None:
     """The smaller-model kind: toy-small drafting for toy, averaged over seeds (toy texts are short)."""
-    print("\ntoy target, toy-small draft (the smaller-model kind), 20 seeds each:")
+    print(f"\ntoy target, toy-small draft (the smaller-model kind), {seeds} seeds each; measured = plain / "
+          f"speculative wall-clock ratio, geometric mean:")
     print(f"{'T':>3} {'gamma':>5} {'alpha':>6} {'tau':>5} {'c':>5} {'measured':>8}")
+    speedups = []
     for temperature in (0.0, 1.0):
         for gamma in (2, 4):
             rows = [measure(store, "toy", "1 2", {"draft": "toy-small", "gamma": gamma,
-                                                  "temperature": temperature}, 7, seed) for seed in range(20)]
+                                                  "temperature": temperature}, 7, seed) for seed in range(seeds)]
             acc, ev = sum(r["accepted"] for r in rows), sum(r["evaluated"] for r in rows)
             tau = statistics.mean(r["tau"] for r in rows)
             c = statistics.median(r["c"] for r in rows)
             sp = statistics.geometric_mean([r["measured_speedup"] for r in rows])
             print(f"{temperature:>3.0f} {gamma:>5} {acc / ev:>6.3f} {tau:>5.2f} {c:>5.2f} {sp:>8.3f}", flush=True)
+            speedups.append(sp)
+    print(f"toy: plain / speculative wall-clock ratio, geometric mean over {len(speedups)} configurations: "
+          f"{statistics.geometric_mean(speedups):.3f}x")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=24)
-    ap.add_argument("--quick", action="store_true", help="two configurations only")
+    ap.add_argument("--quick", action="store_true", help="the toy pair only, 3 seeds (seconds)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads; 1 keeps timings stable on a CPU shared with other jobs")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     store = ModelStore("cpu")
+    if args.quick:
+        toy_pair(store, seeds=3)
+        print(f"\nbench took {time.perf_counter() - started:.1f} s")
+        return
     store.get("smollm2-135m")
-    best = smollm2(store, args.tokens, args.quick)
-    toy_pair(store)
+    best = smollm2(store, args.tokens)
+    toy_pair(store, seeds=20)
     label, mean = best[0]
     print(f"\nbest on SmolLM2 here: {label} ({mean:.3f}x geometric mean); bench took "
           f"{time.perf_counter() - started:.0f} s")

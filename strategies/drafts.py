@@ -1,6 +1,8 @@
 """Drafts for speculative decoding: cheap proposers that share the target's tokenizer.
 
-Three kinds, one small interface (``prefill``, ``propose``, ``rollback``):
+Three kinds, one small interface (``prefill``, ``propose``, ``rollback``). A
+proposal ends at the first end-of-text token: nothing after it could enter the
+text, so nothing after it is drafted or verified.
 
 - ``ModelDraft`` around a smaller model of the same family (``toy-small`` for
   ``toy``; online ``gpt2`` for ``gpt2-xl``), checked to share the tokenizer;
@@ -119,8 +121,10 @@ class ModelDraft:
         self.forward_passes += 1
         return out.logits[0, -1]
 
-    def propose(self, ids: list[int], gamma: int, chain: list, generator: torch.Generator) -> Proposal:
-        """Draw ``gamma`` tokens autoregressively from the draft's chained distribution."""
+    def propose(self, ids: list[int], gamma: int, chain: list, generator: torch.Generator,
+                stop_ids: frozenset[int] | set[int]) -> Proposal:
+        """Draw up to ``gamma`` tokens autoregressively from the draft's chained distribution, up to and
+        including the first of ``stop_ids``."""
         drafted: list[int] = []
         rows: list[torch.Tensor] = []
         passes = self.forward_passes
@@ -132,6 +136,8 @@ class ModelDraft:
             token = int(sample(probs, generator)[0])
             rows.append(probs[0])
             drafted.append(token)
+            if token in stop_ids:
+                break
             pending = [token]
         probs = torch.stack(rows) if rows else torch.zeros(0, self.lm.vocab_size, device=self.lm.device)
         return Proposal(drafted, probs, self.forward_passes - passes)
@@ -175,9 +181,13 @@ class PromptLookupDraft:
     def prefill(self, prompt_ids: list[int]) -> None:
         """Nothing to run."""
 
-    def propose(self, ids: list[int], gamma: int, chain: list, generator: torch.Generator) -> Proposal:
-        """A deterministic proposal; its distribution is one-hot at each looked-up token."""
+    def propose(self, ids: list[int], gamma: int, chain: list, generator: torch.Generator,
+                stop_ids: frozenset[int] | set[int]) -> Proposal:
+        """A deterministic proposal, cut after the first of ``stop_ids``; its distribution is one-hot at
+        each looked-up token."""
         drafted = lookup(ids, self.max_ngram, gamma) if gamma > 0 else []
+        stops = [i for i, token in enumerate(drafted) if token in stop_ids]
+        drafted = drafted[: stops[0] + 1] if stops else drafted
         probs = torch.zeros(len(drafted), self.vocab_size, device=self.device)
         if drafted:
             probs[torch.arange(len(drafted)), torch.tensor(drafted)] = 1.0

@@ -14,11 +14,21 @@ Invariant between rounds: the target's cache holds every committed token but
 the last, which is fed at the head of the next verification pass. The trace is
 yielded after every round; with ``measure_baseline`` plain target decoding of
 the same length then runs in the same request, as the wall-clock reference.
+
+What the trace says about each token: ``rounds`` hold the decisions (each
+draft's probabilities, acceptance and fate; the token the target added, the
+distribution it was drawn from and the target's own probability of it); each
+step's ``speculative`` field names its round and where the token came from
+(``draft``, ``residual`` or ``target``), and the token's ``logprob`` is under
+the distribution it was drawn from. A draft never runs past an end-of-text
+token, and a token the verifier drew after the text ended is marked discarded,
+never kept. Wall-clock figures (per-round seconds, the plain-decoding
+reference, the draft cost c, the speedups) live under ``timing`` only.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -27,13 +37,14 @@ import torch
 from playground.trace import Trace, rnd
 from strategies.chain import ChainParams, Multinomial, build_chain, run_chain
 from strategies.context import DecodeContext
-from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
 from playground.errors import InvalidRequest
+from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
 from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
 from strategies.sampling import chain_loop
-from strategies.verify import Verdict, rejection, sample, topk
+from strategies.speedup import expected_curve
+from strategies.verify import Verdict, rejection, topk
 
 MAX_GAMMA = 16
 TOP_PER_TOKEN = 8  # alternatives recorded per drafted token, by target and by draft
@@ -53,8 +64,13 @@ class SpeculativeParams(ChainParams):
     adaptive_gamma: bool = param(False, "Grow gamma by 2 after a fully accepted round, shrink it by 1 after a "
                                  "rejection (transformers' heuristic). Off = fixed gamma.", noop=False)
     verify: str = param("rejection", "rejection: lossless (Leviathan et al. 2022). topk: accept while the draft "
-                        "is in the target's top-K (lossy).", choices=("rejection", "topk"))
-    verify_top_k: int = param(5, "K of topk verification.", low=1, high=1000, step=1, ui_max=50)
+                        "is in the target model's own top-K, as in the course notes (lossy); the replacement "
+                        "token is drawn from the target's processed distribution.",
+                        choices=("rejection", "topk"))
+    verify_top_k: int = param(5, "K of topk verification, taken on the target model's own distribution before the "
+                              "chain: temperature keeps the order, so it never changes the top K (T = 0 "
+                              "included); the repetition penalty and top-k / top-p / min-p do not apply to it.",
+                              low=1, high=1000, step=1, ui_max=50)
     lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
     measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
 
@@ -70,6 +86,11 @@ class SpeculativeParams(ChainParams):
 # --- one round ---------------------------------------------------------------------------------
 
 
+# (target_raw_probs [B, G + 1, V], target_probs [B, G + 1, V], draft_probs [B, G, V], draft_ids [B, G],
+#  generator) -> Verdict; see strategies.verify for the shapes.
+Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], Verdict]
+
+
 @dataclass
 class Round:
     """What one round did. ``target_stages`` are the G + 1 positions' [V] logits per chain stage."""
@@ -83,10 +104,10 @@ class Round:
     verify_seconds: float
 
 
-def verifier(params: SpeculativeParams) -> Callable[..., Verdict]:
+def verifier(params: SpeculativeParams) -> Verifier:
     if params.verify == "topk":
-        return lambda t, d, ids, g: topk(t, d, ids, g, params.verify_top_k)
-    return rejection
+        return lambda raw, t, d, ids, g: topk(t, d, ids, g, params.verify_top_k, raw)
+    return lambda raw, t, d, ids, g: rejection(t, d, ids, g)
 
 
 @dataclass
@@ -94,15 +115,17 @@ class SpeculativeDecoder:
     """Target, draft and the target's cache; ``step(gamma)`` runs one round and commits its tokens.
 
     ``ids`` is the prompt plus every committed token. The target's cache covers ``ids[:-1]``.
+    ``clock`` reads the decoder's own time (``DecodeContext.clock.now``).
     """
 
     target: Any  # playground.models.LM
     draft: Draft
     chain: list
-    verify: Callable[..., Verdict]
+    verify: Verifier
     draft_generator: torch.Generator
     verify_generator: torch.Generator
     ids: list[int]
+    clock: Callable[[], float]
     cache: Any = None
     target_passes: int = 0
 
@@ -120,11 +143,13 @@ class SpeculativeDecoder:
 
     def step(self, gamma: int) -> Round:
         """Draft up to ``gamma`` tokens, verify them in one target pass, commit, roll the caches back."""
-        t0 = time.perf_counter()
-        proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator)
-        t1 = time.perf_counter()
+        t0 = self.clock()
+        proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator, self.target.eos_ids)
+        t1 = self.clock()
         stages, target_probs = self._score(proposal.ids)
-        verdict = self.verify(target_probs.unsqueeze(0), proposal.probs.unsqueeze(0),
+        target_raw_probs = torch.stack([s[0] for s in stages]).softmax(-1)
+        verdict = self.verify(target_raw_probs.unsqueeze(0), target_probs.unsqueeze(0),
+                              proposal.probs.unsqueeze(0),
                               torch.tensor([proposal.ids], dtype=torch.long, device=target_probs.device),
                               self.verify_generator)
         n = int(verdict.n_accepted[0])
@@ -134,7 +159,7 @@ class SpeculativeDecoder:
         crop(self.cache, len(proposal.ids) - n)
         self.draft.rollback(len(self.ids) + n)
         self.ids = self.ids + committed
-        t2 = time.perf_counter()
+        t2 = self.clock()
         return Round(proposal, stages, target_probs, verdict, committed, t1 - t0, t2 - t1)
 
     def _score(self, drafted: list[int]) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
@@ -170,36 +195,62 @@ def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, to
     return [_tok(lm, i, p_target=p, q_draft=q) for i, p, q in rows]
 
 
-def round_record(lm: Any, index: int, start: int, r: Round, committed: int) -> dict[str, Any]:
+def _drafts(lm: Any, r: Round, committed: int) -> list[dict[str, Any]]:
+    """Each drafted token: its probabilities, the test it went through, and its fate."""
+    v, n = r.verdict, int(r.verdict.n_accepted[0])
+    lossless = not torch.isnan(v.u).any()
+    out = []
+    for i, token in enumerate(r.proposal.ids):
+        evaluated = i <= n  # drafts after the first rejection were never looked at
+        fields = dict(p_target=float(v.p_target[0, i]), q_draft=float(v.q_draft[0, i]),
+                      accept_prob=float(v.accept_prob[0, i]) if evaluated else None,
+                      u=float(v.u[0, i]) if evaluated and lossless else None)
+        if v.raw_p_target is not None:  # topk: the test ran on the target model's own distribution
+            fields.update(raw_p_target=float(v.raw_p_target[0, i]), raw_kth=float(v.raw_kth[0, i]))
+        accepted = bool(v.accepted[0, i])
+        out.append({**_tok(lm, token, **fields), "accepted": accepted, "evaluated": evaluated,
+                    "discarded": accepted and i >= committed,  # passed, but the text had ended before it
+                    "top": _alternatives(lm, r.target_probs[i], r.proposal.probs[i], token)})
+    return out
+
+
+def drawn_from(v: Verdict) -> str:
+    """The distribution the target's token was drawn from: "residual" or "target" (after the chain)."""
+    return "residual" if bool(v.from_residual[0]) else "target"
+
+
+def round_record(lm: Any, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
+                 ) -> dict[str, Any]:
     """The JSON-ready record of one round (see the trace contract in DESIGN.md).
 
-    ``committed``: how many of the round's tokens made it into the text (the budget or an EOS can
-    cut the round short).
+    ``committed``: how many of the round's tokens made it into the text. Only an end-of-text token
+    cuts a round short (gamma never drafts past the budget); what follows it is marked discarded:
+    drafts get ``discarded``, and a token drawn after it is recorded as neither resampled nor bonus.
     """
     v, g = r.verdict, len(r.proposal.ids)
     n = int(v.n_accepted[0])
-    lossless = not torch.isnan(v.u).any()
-    draft = []
-    for i, token in enumerate(r.proposal.ids):
-        evaluated = i <= n  # drafts after the first rejection were never looked at
-        draft.append({**_tok(lm, token, p_target=float(v.p_target[0, i]), q_draft=float(v.q_draft[0, i]),
-                             accept_prob=float(v.accept_prob[0, i]) if evaluated else None,
-                             u=float(v.u[0, i]) if evaluated and lossless else None),
-                      "accepted": bool(v.accepted[0, i]), "evaluated": evaluated,
-                      "top": _alternatives(lm, r.target_probs[i], r.proposal.probs[i], token)})
-    nxt = int(v.next_ids[0])
-    next_probs = v.next_probs[0]
-    q_row = r.proposal.probs[n] if n < g else torch.zeros_like(next_probs)
-    k = min(TOP_RESIDUAL, next_probs.shape[-1])
-    top_ids = torch.topk(next_probs, k).indices.tolist()
-    residual = [_tok(lm, i, prob=float(next_probs[i]), p_target=float(r.target_probs[n, i]),
-                     q_draft=float(q_row[i])) for i in top_ids if next_probs[i] > 0]
-    added = _tok(lm, nxt, prob=float(next_probs[nxt]), p_target=float(r.target_probs[n, nxt]),
-                 q_draft=float(q_row[nxt]) if n < g else None)
-    return {"round": index, "start": start, "gamma": g, "accepted": n, "target_tokens": g + 1,
-            "draft": draft, "resampled": added if n < g else None, "bonus": added if n == g else None,
-            "residual_top": residual, "committed": committed,
-            "seconds": {"draft": round(r.draft_seconds, 5), "verify": round(r.verify_seconds, 5)}}
+    added_in_text = committed > n
+    record: dict[str, Any] = {
+        "round": index, "start": start, "gamma": g, "accepted": n, "kept": min(n, committed),
+        "committed": committed, "ended": committed < len(r.committed), "target_tokens": g + 1,
+        "verify": params.verify, "draft": _drafts(lm, r, committed),
+        "resampled": None, "bonus": None, "drawn_from": None, "drawn_top": []}
+    if params.verify == "topk":
+        record["k"] = params.verify_top_k
+    if not added_in_text:
+        return record
+    nxt, next_probs = int(v.next_ids[0]), v.next_probs[0]
+    q_row = r.proposal.probs[n] if n < g else None
+    top_ids = torch.topk(next_probs, min(TOP_RESIDUAL, next_probs.shape[-1])).indices.tolist()
+
+    def entry(i: int) -> dict[str, Any]:
+        return _tok(lm, i, drawn_prob=float(next_probs[i]), p_target=float(r.target_probs[n, i]),
+                    q_draft=None if q_row is None else float(q_row[i]))
+
+    record["drawn_from"] = drawn_from(v)
+    record["drawn_top"] = [entry(i) for i in top_ids if next_probs[i] > 0]
+    record["resampled" if n < g else "bonus"] = entry(nxt)
+    return record
 
 
 # --- totals and the wall-clock reference -------------------------------------------------------
@@ -207,7 +258,10 @@ def round_record(lm: Any, index: int, start: int, r: Round, committed: int) -> d
 
 @dataclass
 class Tally:
-    """Running totals over rounds, for trace.extra["speculative"]."""
+    """Running totals over rounds: counts for trace.extra["speculative"], seconds for trace.timing.
+
+    Drafts the text never reached (after an end-of-text token) count nowhere.
+    """
 
     rounds: int = 0
     drafted: int = 0
@@ -222,51 +276,67 @@ class Tally:
     def add(self, r: Round, committed: int) -> None:
         g, n = len(r.proposal.ids), int(r.verdict.n_accepted[0])
         self.rounds += 1
-        self.drafted += g
-        self.evaluated += min(g, n + 1)
-        self.accepted += n
+        self.drafted += min(g, committed)
+        self.evaluated += min(g, n + 1, committed)
+        self.accepted += min(n, committed)
         self.produced += committed
         self.gamma_sum += g
         self.draft_seconds += r.draft_seconds
         self.verify_seconds.setdefault(g + 1, []).append(r.verify_seconds)
-        self.accepted_lengths.append(n)
+        self.accepted_lengths.append(min(n, committed))
 
     def summary(self) -> dict[str, Any]:
-        def ratio(a: float, b: float) -> float | None:
-            return rnd(a / b) if b else None
         return {"rounds": self.rounds, "drafted": self.drafted, "evaluated": self.evaluated,
-                "accepted": self.accepted, "alpha": ratio(self.accepted, self.evaluated),
-                "acceptance_rate": ratio(self.accepted, self.drafted),
-                "tau": ratio(self.produced, self.rounds), "mean_gamma": ratio(self.gamma_sum, self.rounds),
-                "accepted_lengths": list(self.accepted_lengths),
-                "draft_seconds_per_token": ratio(self.draft_seconds, self.drafted),
+                "accepted": self.accepted, "alpha": _ratio(self.accepted, self.evaluated),
+                "acceptance_rate": _ratio(self.accepted, self.drafted),
+                "tau": _ratio(self.produced, self.rounds), "mean_gamma": _ratio(self.gamma_sum, self.rounds),
+                "accepted_lengths": list(self.accepted_lengths)}
+
+    def seconds(self) -> dict[str, Any]:
+        return {"draft_seconds_per_token": _ratio(self.draft_seconds, self.drafted),
                 "verify_seconds": {str(k): rnd(sum(v) / len(v)) for k, v in sorted(self.verify_seconds.items())}}
 
 
-def plain_decode(ctx: DecodeContext, n_tokens: int, chain: list) -> dict[str, float]:
+def _ratio(a: float, b: float) -> float | None:
+    return rnd(a / b) if b else None
+
+
+def plain_decode(ctx: DecodeContext, n_tokens: int, chain: list) -> dict[str, float | None]:
     """The plain sampling loop itself (``chain_loop``, EOS ignored) for exactly ``n_tokens`` on the
-    same prompt and chain: the wall-clock reference. Seconds in all, for the prompt, and per token."""
+    same prompt and chain: the wall-clock reference. Seconds in all, for the prompt, and per step.
+
+    The loop runs the prompt once (its logits give the first token), then one pass per further
+    token: n - 1 passes after the prefill, so a step costs (seconds - prefill) / (n - 1).
+    """
     plain = dataclasses.replace(ctx, max_new_tokens=n_tokens)
     trace = plain.new_trace("sampling", {})
     for trace in chain_loop(plain, trace, chain, Multinomial(ctx.generator(2)), stop_at_eos=False):
         pass
     seconds, prefill = trace.timing.seconds, trace.timing.extra["prefill_seconds"]
     return {"tokens": n_tokens, "seconds": rnd(seconds), "prefill_seconds": rnd(prefill),
-            "step_seconds": rnd((seconds - prefill) / n_tokens) if n_tokens else None,
+            "step_seconds": rnd((seconds - prefill) / (n_tokens - 1)) if n_tokens > 1 else None,
             "tokens_per_second": rnd(n_tokens / seconds) if seconds else None}
 
 
-def speed(tally: dict[str, Any], seconds: float, produced: int, baseline: dict[str, float] | None) -> dict[str, Any]:
-    """Measured speedup and the costs Leviathan's formula needs (c, verification cost), when known."""
-    if not baseline or not baseline.get("step_seconds"):
-        return {"seconds": rnd(seconds), "baseline": None, "measured_speedup": None, "c": None}
-    step = baseline["step_seconds"]
-    per_token = tally["draft_seconds_per_token"]
-    verify = {k: rnd(v / step) for k, v in tally["verify_seconds"].items()}
-    return {"seconds": rnd(seconds), "baseline": baseline,
-            "measured_speedup": rnd(baseline["seconds"] / seconds) if seconds and produced else None,
-            "c": rnd(per_token / step) if per_token is not None else None,
-            "verify_cost": verify}  # cost of verifying k tokens, in plain target steps
+def speed(summary: dict[str, Any], costs: dict[str, Any], seconds: float, produced: int,
+          baseline: dict[str, float | None] | None) -> dict[str, Any]:
+    """The wall-clock side: this run's seconds and per-round costs, and against the plain reference the
+    measured speedup, the costs Leviathan's formula needs (c and verification cost, in plain target
+    steps) and the speedup that formula expects at each gamma."""
+    out: dict[str, Any] = {"seconds": rnd(seconds), **costs, "baseline": baseline, "measured_speedup": None,
+                           "c": None, "verify_cost": None, "expected_speedup": None}
+    step = baseline.get("step_seconds") if baseline else None
+    if not step:
+        return out
+    per_token = costs["draft_seconds_per_token"]
+    verify = {int(k): rnd(v / step) for k, v in costs["verify_seconds"].items()}
+    c = rnd(per_token / step) if per_token is not None else None
+    out.update(measured_speedup=rnd(baseline["seconds"] / seconds) if seconds and produced else None, c=c,
+               verify_cost={str(k): v for k, v in verify.items()})
+    if summary["alpha"] is not None and c is not None:
+        curve = expected_curve(summary["alpha"], c, verify, range(1, MAX_GAMMA + 1))
+        out["expected_speedup"] = {k: [rnd(x) if isinstance(x, float) else x for x in v] for k, v in curve.items()}
+    return out
 
 
 # --- the strategy ------------------------------------------------------------------------------
@@ -279,13 +349,30 @@ def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
     return min(MAX_GAMMA, gamma + 2) if accepted == proposed else max(1, gamma - 1)
 
 
+def _source(r: Round, i: int) -> tuple[str, float]:
+    """Where the round's i-th committed token came from, and its probability there."""
+    v, n = r.verdict, int(r.verdict.n_accepted[0])
+    if i < n:
+        return "draft", float(v.q_draft[0, i])
+    return drawn_from(v), float(v.next_probs[0, r.committed[i]])
+
+
 def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tuple[int, bool]:
-    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS)."""
+    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS).
+
+    Each step records the round and the token's source; the token's logprob is under the
+    distribution it was drawn from (the draft, the residual or the target's), the step's
+    candidates keep the target's.
+    """
     lm = ctx.lm
     room = ctx.max_new_tokens - len(trace.tokens)
     for i, token in enumerate(r.committed[:room]):
         step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), r.target_stages[i], names, token,
                               ctx.top_n)
+        source, drawn = _source(r, i)
+        step.extra["speculative"] = {"round": len(trace.rounds), "source": source, "drawn_prob": rnd(drawn),
+                                     "p_target": rnd(float(r.target_probs[i, token]))}
+        tok.logprob = math.log(drawn)
         trace.steps.append(step)
         trace.tokens.append(tok)
         if token in lm.eos_ids:
@@ -303,9 +390,10 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     draft = make_draft(lm, params.draft, params.draft_layer, params.lookup_ngram, ctx.load_model)
     trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
     trace.rounds = []
+    trace.timing.extra["rounds"] = []
     names = [t.name for t in chain]
     decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
-                                 list(ctx.prompt_ids))
+                                 list(ctx.prompt_ids), ctx.clock.now)
     started = ctx.clock.now()
     with torch.inference_mode():
         decoder.prefill()
@@ -317,7 +405,8 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
             r = decoder.step(g)
         start = len(trace.tokens)
         committed, eos = _commit(ctx, trace, r, names)
-        trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed))
+        trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
+        trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
         tally.add(r, committed)
         if params.adaptive_gamma:
             gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
@@ -338,10 +427,11 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
 
 def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally,
             baseline: dict[str, float] | None, seconds: float) -> None:
+    """The run's counts in trace.extra["speculative"], its wall-clock figures in trace.timing."""
     summary = tally.summary()
     trace.timing.extra["draft_forward_passes"] = draft.forward_passes
+    trace.timing.extra["speculative"] = speed(summary, tally.seconds(), seconds, len(trace.tokens), baseline)
     trace.extra["speculative"] = {
         "draft": draft.name, "draft_kind": draft.kind, "verify": trace.params["verify"],
         "target_forward_passes": decoder.target_passes, "draft_forward_passes": draft.forward_passes,
-        "verify_passes": tally.rounds, **summary,
-        **speed(summary, seconds, len(trace.tokens), baseline)}
+        "verify_passes": tally.rounds, **summary}

@@ -3,25 +3,30 @@ refusals. Short runs on the session's one ModelStore."""
 from __future__ import annotations
 
 import json
+import math
+import time
 
 import pytest
 import torch
 
-from playground.engine import Request, run
-from playground.models import LM, ModelSpec, ModelStore
-from strategies.chain import ChainParams, build_chain
-from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
+import strategies.speculative as speculative_module
+from playground.engine import Request, run, stream
 from playground.errors import InvalidRequest
-from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma
-from strategies.verify import rejection
+from playground.models import LM, ModelSpec, ModelStore
+from strategies.chain import apply_chain, build_chain
+from strategies.context import Stopwatch
+from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
+from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
 
 TOY_PROMPT = "1 2 3 4 5 6 7 8 0 1 2"  # a second pass of the path, so prompt lookup has something to copy
 SMOL_PROMPT = "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."
 
 
-def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, **params) -> dict:
+def speculative(store: ModelStore, model: str, prompt: str, n: int, seed: int = 0, top_n: int = 20,
+                **params) -> dict:
     params.setdefault("measure_baseline", False)
-    return run(store, Request(model, "speculative", prompt, params, seed=seed, max_new_tokens=n)).to_dict()
+    return run(store, Request(model, "speculative", prompt, params, seed=seed, max_new_tokens=n,
+                              top_n=top_n)).to_dict()
 
 
 def greedy_ids(store: ModelStore, model: str, prompt: str, n: int) -> list[int]:
@@ -31,10 +36,33 @@ def greedy_ids(store: ModelStore, model: str, prompt: str, n: int) -> list[int]:
 @pytest.mark.parametrize("draft", ["toy-small", "early_exit", "prompt_lookup"])
 @pytest.mark.parametrize("verify", ["rejection", "topk"])
 def test_greedy_speculative_equals_greedy_on_toy(store, draft, verify):
+    """rejection at T = 0 is greedy matching; topk is greedy only with K = 1 (its K is the model's own)."""
     expected = greedy_ids(store, "toy", TOY_PROMPT, 16)
     for gamma in (1, 3):
-        t = speculative(store, "toy", TOY_PROMPT, 16, draft=draft, verify=verify, gamma=gamma, temperature=0)
+        t = speculative(store, "toy", TOY_PROMPT, 16, draft=draft, verify=verify, verify_top_k=1, gamma=gamma,
+                        temperature=0)
         assert [tok["id"] for tok in t["tokens"]] == expected
+
+
+LOOKUP_PROMPT = "once upon the hill rose high once upon"  # lookup drafts " the hill ...", greedy says " a"
+
+
+def test_topk_at_temperature_zero_keeps_its_k(store):
+    """K is taken on the target model's own distribution: T = 0 does not turn topk into greedy matching."""
+    greedy = greedy_ids(store, "toy", LOOKUP_PROMPT, 6)
+    five = speculative(store, "toy", LOOKUP_PROMPT, 6, draft="prompt_lookup", verify="topk", verify_top_k=5,
+                       temperature=0, gamma=4)
+    first = five["rounds"][0]
+    d = first["draft"][0]
+    assert d["text"] == " the" and d["accepted"] and d["p_target"] == 0.0  # T = 0 cut it; the model ranks it 2nd
+    assert d["raw_p_target"] >= d["raw_kth"] > 0 and first["k"] == 5
+    assert [tok["id"] for tok in five["tokens"]] != greedy
+    one = speculative(store, "toy", LOOKUP_PROMPT, 6, draft="prompt_lookup", verify="topk", verify_top_k=1,
+                      temperature=0, gamma=4)
+    r = one["rounds"][0]
+    assert not r["draft"][0]["accepted"] and r["draft"][0]["raw_p_target"] < r["draft"][0]["raw_kth"]
+    assert r["resampled"]["id"] == greedy[0] and r["drawn_from"] == "target"  # the chained (processed) target
+    assert one["steps"][0]["speculative"]["source"] == "target"
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +103,10 @@ def test_adaptive_gamma_follows_the_heuristic(store):
 def decode_rounds(target: LM, draft, prompt_ids: list[int], temperature: float, gamma: int, limit: int,
                   seed: int = 0) -> tuple[SpeculativeDecoder, int]:
     """Run rounds until the text would pass ``limit`` tokens; (decoder, rounds that rejected)."""
-    chain = build_chain(ChainParams(temperature=temperature))
-    decoder = SpeculativeDecoder(target, draft, chain, rejection, torch.Generator().manual_seed(seed),
-                                 torch.Generator().manual_seed(seed + 1), list(prompt_ids))
+    params = SpeculativeParams(temperature=temperature)
+    decoder = SpeculativeDecoder(target, draft, build_chain(params), verifier(params),
+                                 torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1),
+                                 list(prompt_ids), Stopwatch().now)
     rejected = 0
     with torch.inference_mode():
         decoder.prefill()
@@ -167,7 +196,7 @@ def test_trace_rounds_and_totals(store):
     t = speculative(store, "toy", TOY_PROMPT, 12, seed=2, draft="toy-small", temperature=1.5, gamma=3,
                     measure_baseline=True)
     json.dumps(t)  # JSON-ready
-    rounds, s = t["rounds"], t["speculative"]
+    rounds, s, w = t["rounds"], t["speculative"], t["timing"]["speculative"]
     assert sum(r["committed"] for r in rounds) == len(t["tokens"]) == len(t["steps"])
     for r in rounds:
         n = r["accepted"]
@@ -178,20 +207,117 @@ def test_trace_rounds_and_totals(store):
             assert (d["u"] < d["accept_prob"]) == d["accepted"]
         added = r["resampled"] or r["bonus"]
         assert r["committed"] <= n or added["id"] == t["tokens"][r["start"] + n]["id"]
-        probs = [e["prob"] for e in r["residual_top"]]
+        assert r["drawn_from"] == ("residual" if r["resampled"] else "target")
+        probs = [e["drawn_prob"] for e in r["drawn_top"]]
         assert probs == sorted(probs, reverse=True) and 0.9 < sum(probs) <= 1 + 1e-5
     assert s["accepted"] == sum(r["accepted"] for r in rounds)
     assert s["evaluated"] == sum(min(r["gamma"], r["accepted"] + 1) for r in rounds)
     assert s["tau"] == pytest.approx(len(t["tokens"]) / len(rounds), rel=1e-5)
     assert s["target_forward_passes"] == len(rounds) + 1  # the prompt, then one pass per round
     assert s["draft_forward_passes"] == t["timing"]["draft_forward_passes"] > 0
-    assert s["baseline"]["tokens"] == len(t["tokens"]) and s["measured_speedup"] > 0 and s["c"] > 0
+    assert w["baseline"]["tokens"] == len(t["tokens"]) and w["measured_speedup"] > 0 and w["c"] > 0
+    assert len(t["timing"]["rounds"]) == len(rounds)
+
+
+def test_every_token_says_where_it_was_drawn_from(store):
+    """A resampled token was drawn from the residual: its logprob is there, the target's marginal beside it."""
+    resampled = 0
+    for seed in range(6):
+        t = speculative(store, "toy", "once upon", 8, seed=seed, draft="toy-small", gamma=3)
+        for r in t["rounds"]:
+            for i in range(r["committed"]):
+                step, tok = t["steps"][r["start"] + i], t["tokens"][r["start"] + i]
+                rec = step["speculative"]
+                chosen = next(c for c in step["candidates"] if c["id"] == tok["id"])
+                assert rec["round"] == r["round"] and rec["p_target"] == chosen["prob"]
+                assert math.exp(tok["logprob"]) == pytest.approx(rec["drawn_prob"], rel=1e-4)
+                if i < r["accepted"]:
+                    assert rec["source"] == "draft" and rec["drawn_prob"] == r["draft"][i]["q_draft"]
+                else:
+                    added = r["resampled"] or r["bonus"]
+                    assert rec["source"] == r["drawn_from"] and rec["drawn_prob"] == added["drawn_prob"]
+                    assert rec["p_target"] == added["p_target"]
+            if r["resampled"] and abs(r["resampled"]["drawn_prob"] - r["resampled"]["p_target"]) > 0.05:
+                resampled += 1
+    assert resampled > 0  # some residual draw differed from the target's marginal, and both were recorded
+
+
+EOS_PROMPT = "once upon a time there lived happily"  # the text ends after " ever"
+
+
+class RunOnDraft(ModelDraft):
+    """A draft that ignores the end of the text, as a careless one would."""
+
+    def propose(self, ids, gamma, chain, generator, stop_ids):
+        return super().propose(ids, gamma, chain, generator, frozenset())
+
+
+@pytest.mark.parametrize("runs_on", [False, True])
+def test_nothing_after_the_end_of_the_text_is_kept(store, monkeypatch, runs_on):
+    """The draft stops at <eos>; a draft that runs on has its later tokens marked discarded; either way no
+    bonus follows the end, and alpha and tau count only what the text reached."""
+    if runs_on:
+        monkeypatch.setattr(speculative_module, "make_draft", lambda lm, *a: RunOnDraft(store.get("toy"), "model"))
+    t = speculative(store, "toy", EOS_PROMPT, 8, seed=0, draft="toy", gamma=4)
+    assert [tok["text"] for tok in t["tokens"]] == [" ever", "<eos>"] and t["finish_reason"] == "eos"
+    (r,) = t["rounds"]
+    assert r["ended"] and r["bonus"] is None and r["resampled"] is None and r["drawn_top"] == []
+    assert r["kept"] == r["committed"] == 2
+    assert [d["discarded"] for d in r["draft"]] == [False, False] + [True] * (r["gamma"] - 2)
+    assert r["gamma"] == (4 if runs_on else 2)
+    s = t["speculative"]
+    assert s["accepted"] == s["evaluated"] == s["drafted"] == 2 and s["alpha"] == 1.0 and s["tau"] == 2.0
+    assert s["accepted_lengths"] == [2]
+
+
+def test_each_position_is_chained_on_its_own_text(store):
+    """The penalty at drafted position i sees the text up to draft i: every step's chained distribution
+    equals the chain run on a fresh forward pass over the text before it."""
+    params = {"temperature": 1.5, "repetition_penalty": 3.0}  # nothing cut: every token's mass is compared
+    t = speculative(store, "toy", "once upon", 12, seed=4, draft="toy-small", gamma=4, top_n=16, **params)
+    lm = store.get("toy")
+    chain = build_chain(SpeculativeParams(**params))
+    ids = list(t["prompt_ids"])
+    assert max(r["accepted"] for r in t["rounds"]) >= 2  # some verification pass covered several drafts
+    for step, tok in zip(t["steps"], t["tokens"]):
+        context = torch.tensor([ids])
+        probs = apply_chain(chain, lm.forward(context).logits[:, -1], context).softmax(-1)[0]
+        for c in step["candidates"]:
+            assert c["prob"] == pytest.approx(float(probs[c["id"]]), rel=1e-3, abs=1e-9)
+        ids.append(tok["id"])
 
 
 def test_topk_rounds_have_no_uniform_draws(store):
     t = speculative(store, "toy", TOY_PROMPT, 10, draft="toy-small", verify="topk", verify_top_k=1, gamma=3)
     assert all(d["u"] is None for r in t["rounds"] for d in r["draft"])
     assert all(d["accept_prob"] in (0.0, 1.0) for r in t["rounds"] for d in r["draft"] if d["evaluated"])
+
+
+# --- timing --------------------------------------------------------------------------------------------
+
+
+def test_baseline_step_is_per_pass_after_the_prefill(store):
+    w = speculative(store, "toy", "once upon", 5, seed=1, draft="toy-small", measure_baseline=True)["timing"]
+    base = w["speculative"]["baseline"]
+    # n tokens: the prompt pass gives the first, n - 1 passes give the rest
+    assert base["step_seconds"] == pytest.approx((base["seconds"] - base["prefill_seconds"]) / (base["tokens"] - 1),
+                                                 rel=1e-3)
+    one = speculative(store, "toy", "once upon", 1, seed=1, draft="toy-small", measure_baseline=True)
+    assert one["timing"]["speculative"]["baseline"]["step_seconds"] is None
+    assert one["timing"]["speculative"]["c"] is None
+
+
+def test_time_held_by_the_consumer_is_not_speculative_time(store):
+    req = Request("toy", "speculative", TOY_PROMPT, {"draft": "toy-small", "gamma": 1, "measure_baseline": False},
+                  seed=0, max_new_tokens=6)
+    held = 0.0
+    for trace in stream(store, req):
+        if trace.finish_reason == "running":
+            time.sleep(0.25)  # a slow consumer: drawing charts between two rounds
+            held += 0.25
+    assert held >= 0.5
+    rounds = trace.timing.extra["rounds"]
+    assert 0 < sum(r["draft"] + r["verify"] for r in rounds) <= trace.timing.seconds < 0.25
 
 
 # --- refusals ------------------------------------------------------------------------------------------

@@ -31,14 +31,16 @@ P_VALUE = 1e-3  # a fit passes above this
 DELTA = 1e-6  # the total-variation bound holds with probability at least 1 - DELTA
 
 
-def tables(chain_name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(target_probs, draft_probs), each [ROWS, V], after the chain. The draft is a noisy target."""
+def tables(chain_name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(target_probs, draft_probs) after the chain and the target's own target_raw_probs, each [ROWS, V].
+    The draft is a noisy target."""
     g = torch.Generator().manual_seed(1234)
     target_logits = torch.randn(ROWS, V, generator=g)
     draft_logits = 0.5 * target_logits + torch.randn(ROWS, V, generator=g)
     chain = build_chain(CHAINS[chain_name])
     context = torch.zeros(ROWS, 1, dtype=torch.long)  # context-free transforms only
-    return tuple(apply_chain(chain, x, context).softmax(-1) for x in (target_logits, draft_logits))
+    target, draft = (apply_chain(chain, x, context).softmax(-1) for x in (target_logits, draft_logits))
+    return target, draft, target_logits.softmax(-1)
 
 
 def row(n: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
@@ -61,8 +63,11 @@ def exact(target: torch.Tensor) -> np.ndarray:
     return probs.double().numpy()
 
 
-def speculative_samples(target: torch.Tensor, draft: torch.Tensor, gamma: int, verify, seed: int) -> torch.Tensor:
-    """[N] codes of 3-token continuations from batched speculative decoding."""
+def speculative_samples(target: torch.Tensor, draft: torch.Tensor, gamma: int, verify, seed: int,
+                        target_raw: torch.Tensor | None = None) -> torch.Tensor:
+    """[N] codes of 3-token continuations from batched speculative decoding; ``verify`` gets
+    (target_raw_probs, target_probs, draft_probs, draft_ids, generator) like the strategy's verifier."""
+    target_raw = target if target_raw is None else target_raw
     draft_gen, verify_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
     n = torch.zeros(N, dtype=torch.long)
     code = torch.zeros(N, dtype=torch.long)
@@ -76,7 +81,8 @@ def speculative_samples(target: torch.Tensor, draft: torch.Tensor, gamma: int, v
             ids.append(token)
             states.append(advance(*states[-1], token))
         target_probs = torch.stack([target[row(*s)] for s in states], 1)
-        verdict = verify(target_probs, torch.stack(draft_rows, 1), torch.stack(ids, 1), verify_gen)
+        raw_probs = torch.stack([target_raw[row(*s)] for s in states], 1)
+        verdict = verify(raw_probs, target_probs, torch.stack(draft_rows, 1), torch.stack(ids, 1), verify_gen)
         new = torch.cat([torch.stack(ids, 1), verdict.next_ids[:, None]], 1)
         new.scatter_(1, verdict.n_accepted[:, None], verdict.next_ids[:, None])
         for j in range(gamma + 1):
@@ -124,7 +130,7 @@ def fit(codes: torch.Tensor, expected_probs: np.ndarray) -> tuple[float, float, 
 @pytest.mark.parametrize("chain_name", sorted(CHAINS))
 def test_direct_sampling_passes_the_same_test(chain_name):
     """Control: the test's own machinery accepts plain samples of the target."""
-    target, _ = tables(chain_name)
+    target, _, _ = tables(chain_name)
     p_value, tv, bound, impossible = fit(direct_samples(target, seed=7), exact(target))
     assert p_value > P_VALUE and tv < bound and impossible == 0, (p_value, tv, bound, impossible)
 
@@ -132,9 +138,9 @@ def test_direct_sampling_passes_the_same_test(chain_name):
 @pytest.mark.parametrize("chain_name", sorted(CHAINS))
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_rejection_sampling_matches_the_target_exactly(chain_name, gamma):
-    target, draft = tables(chain_name)
+    target, draft, _ = tables(chain_name)
     expected = exact(target)
-    codes = speculative_samples(target, draft, gamma, rejection, seed=11 + gamma)
+    codes = speculative_samples(target, draft, gamma, lambda raw, t, d, i, g: rejection(t, d, i, g), seed=11 + gamma)
     p_value, tv, bound, impossible = fit(codes, expected)
     assert impossible == 0  # nothing the target's chain cut ever comes out
     assert p_value > P_VALUE, f"chi-square p = {p_value:.3g}"
@@ -143,21 +149,21 @@ def test_rejection_sampling_matches_the_target_exactly(chain_name, gamma):
 
 def test_the_draft_is_far_from_the_target():
     """Otherwise the lossless test would prove little: drafts must be rejected often."""
-    target, draft = tables("plain")
+    target, draft, _ = tables("plain")
     p_value, tv, bound, _ = fit(direct_samples(draft, seed=3), exact(target))
     assert p_value < 1e-12 and tv > 5 * bound
 
 
-def topk_first_token(target: torch.Tensor, draft: torch.Tensor, k: int) -> np.ndarray:
+def topk_first_token(target: torch.Tensor, draft: torch.Tensor, target_raw: torch.Tensor, k: int) -> np.ndarray:
     """[V] the closed-form first-token distribution of top-k verification.
 
-    Drafted x passes when it is in the target's top-k; otherwise the target draws: so
+    Drafted x passes when it is in the top k of the target model's own distribution (before the
+    chain); otherwise the target draws from its chained distribution: so
     P(x) = draft(x) [x in top-k] + (1 - draft(top-k)) target(x).
     """
     t, d = target[0].double(), draft[0].double()
     inside = torch.zeros(V, dtype=torch.bool)
-    inside[torch.topk(t, k).indices] = True
-    inside &= t > 0
+    inside[torch.topk(target_raw[0], k).indices] = True
     return (d * inside + (1 - d[inside].sum()) * t).numpy()
 
 
@@ -165,14 +171,14 @@ def topk_first_token(target: torch.Tensor, draft: torch.Tensor, k: int) -> np.nd
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_topk_verification_is_lossy_exactly_as_predicted(chain_name, gamma):
     """topk fails the fit to the target, and its first token follows the closed form instead."""
-    target, draft = tables(chain_name)
+    target, draft, target_raw = tables(chain_name)
     k = 3
-    codes = speculative_samples(target, draft, gamma, lambda t, d, i, g: topk(t, d, i, g, k), seed=21 + gamma)
-    p_value, tv, bound, impossible = fit(codes, exact(target))
+    codes = speculative_samples(target, draft, gamma, lambda raw, t, d, i, g: topk(t, d, i, g, k, raw),
+                                seed=21 + gamma, target_raw=target_raw)
+    p_value, tv, bound, _ = fit(codes, exact(target))
     assert p_value < 1e-12 and tv > 2 * bound, (p_value, tv, bound)
-    assert impossible == 0  # it never emits what the target's chain cut either
     first = codes // (V * V)
-    predicted = topk_first_token(target, draft, k)
+    predicted = topk_first_token(target, draft, target_raw, k)
     counts = np.bincount(first.numpy(), minlength=V)
     keep = predicted > 0
     assert counts[~keep].sum() == 0

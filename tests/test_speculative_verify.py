@@ -38,7 +38,7 @@ def test_residual_after_a_rejection_at_the_first_token():
     for seed in range(40):
         v = rejection(TARGET, DRAFT, IDS, gen(seed))
         if int(v.n_accepted[0]) == 0:
-            assert torch.allclose(v.next_probs[0], residual)
+            assert torch.allclose(v.next_probs[0], residual) and v.from_residual.tolist() == [True]
             assert int(v.next_ids[0]) in (2, 3)  # never a token the residual gives nothing
             return
     pytest.fail("no seed rejected the first token")
@@ -49,12 +49,12 @@ def test_bonus_comes_from_the_target_after_the_last_draft():
     target = torch.cat([always, torch.tensor([[[0.0, 0.0, 0.0, 1.0]]])], 1)
     v = rejection(target, always, torch.tensor([[1]]), gen())
     assert v.bonus.tolist() == [True] and v.next_ids.tolist() == [3]
-    assert torch.equal(v.next_probs[0], target[0, 1])
+    assert torch.equal(v.next_probs[0], target[0, 1]) and v.from_residual.tolist() == [False]
 
 
 def test_no_draft_is_a_plain_target_step():
     target = torch.tensor([[[0.0, 1.0, 0.0]]])
-    for verify in (rejection, lambda t, d, i, g: topk(t, d, i, g, 2)):
+    for verify in (rejection, lambda t, d, i, g: topk(t, d, i, g, 2, t)):
         v = verify(target, torch.zeros(1, 0, 3), torch.zeros(1, 0, dtype=torch.long), gen())
         assert v.n_accepted.tolist() == [0] and v.bonus.tolist() == [True] and v.next_ids.tolist() == [1]
 
@@ -94,24 +94,39 @@ def test_one_hot_draft_is_lossless_in_closed_form():
 def test_topk_accepts_inside_the_targets_top_k_only():
     target = torch.tensor([[[0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]]])
     draft = torch.full((1, 2, 4), 0.25)
-    v = topk(target, draft, torch.tensor([[1, 0]]), gen(), k=2)  # 1 is 2nd of the first row; 0 is last
+    v = topk(target, draft, torch.tensor([[1, 0]]), gen(), 2, target)  # 1 is 2nd of the first row; 0 is last
     assert v.accepted.tolist() == [[True, False]]
     assert v.accept_prob.tolist() == [[1.0, 0.0]]
+    assert torch.allclose(v.raw_p_target, torch.tensor([[0.3, 0.1]]))
+    assert torch.allclose(v.raw_kth, torch.tensor([[0.3, 0.3]]))  # the 2nd largest of each row
     assert torch.isnan(v.u).all()  # no uniform draws: the test is deterministic
     assert torch.equal(v.next_probs[0], target[0, 1])  # the target draws its own token (no residual)
+    assert v.from_residual.tolist() == [False]
 
 
-def test_topk_never_accepts_what_the_targets_chain_cut():
-    target = torch.tensor([[[0.6, 0.4, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]])
-    v = topk(target, torch.full((1, 1, 4), 0.25), torch.tensor([[2]]), gen(), k=4)
-    assert v.accepted.tolist() == [[False]]
+def test_topk_takes_k_on_the_target_models_own_distribution():
+    """The chain cannot override K: at T = 0 (one-hot after the chain) a drafted token in the model's own
+    top 2 still passes, and the replacement comes from the chained distribution."""
+    raw = torch.tensor([[[0.4, 0.3, 0.2, 0.1], [0.1, 0.6, 0.2, 0.1]]])
+    chained = torch.tensor([[[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]])  # what temperature 0 leaves
+    draft = torch.tensor([[[0.0, 1.0, 0.0, 0.0]]])
+    ids = torch.tensor([[1]])
+    two = topk(chained, draft, ids, gen(), 2, raw)
+    assert two.accepted.tolist() == [[True]] and two.p_target.tolist() == [[0.0]]  # cut by the chain, yet in
+    assert two.next_ids.tolist() == [1]  # the bonus, from the chained row after it
+    one = topk(chained, draft, ids, gen(), 1, raw)
+    assert one.accepted.tolist() == [[False]] and one.next_ids.tolist() == [0]
+    assert torch.equal(one.next_probs[0], chained[0, 0])
+    with pytest.raises(ValueError, match="shapes disagree"):
+        topk(chained, draft, ids, gen(), 1, raw[:, :, :3])
 
 
 def test_inputs_are_not_modified():
     t, d, i = TARGET.clone(), DRAFT.clone(), IDS.clone()
     rejection(t, d, i, gen())
-    topk(t, d, i, gen(), 2)
-    assert torch.equal(t, TARGET) and torch.equal(d, DRAFT) and torch.equal(i, IDS)
+    raw = TARGET.flip(-1)
+    topk(t, d, i, gen(), 2, raw)
+    assert torch.equal(t, TARGET) and torch.equal(raw, TARGET.flip(-1)) and torch.equal(d, DRAFT) and torch.equal(i, IDS)
 
 
 def test_shapes_are_checked():

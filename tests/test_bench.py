@@ -1,0 +1,35 @@
+"""The benchmarks run: each script parses and its --quick mode finishes on toy and prints its ratios."""
+from __future__ import annotations
+
+import py_compile
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+RATIO_LINES = {  # what each --quick run must print: its ratios against a reference in the same process
+    "bench_engine.py": [r"toy +greedy .* ratio traced/generate \d+\.\d+", r"toy +sampling .* ratio traced/generate \d+\.\d+"],
+    "bench_beam.py": [r"ours / transformers = \d+\.\d+x", r"naive / ours += \d+\.\d+x"],
+    "bench_speculative.py": [r"toy: plain / speculative wall-clock ratio, .*: \d+\.\d+x"],
+}
+
+
+def test_every_bench_script_is_listed():
+    assert sorted(p.name for p in BENCH.glob("bench_*.py")) == sorted(RATIO_LINES)
+
+
+@pytest.mark.parametrize("script", sorted(RATIO_LINES))
+def test_bench_compiles(script, tmp_path):
+    py_compile.compile(str(BENCH / script), cfile=str(tmp_path / "out.pyc"), doraise=True)
+
+
+@pytest.mark.parametrize("script", sorted(RATIO_LINES))
+def test_bench_quick_runs_on_toy(script):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True,
+                          timeout=300, cwd=BENCH.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for pattern in RATIO_LINES[script]:
+        assert re.search(pattern, done.stdout), (pattern, done.stdout[-2000:])
