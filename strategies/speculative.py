@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from playground.trace import Trace, rnd
-from strategies.chain import ChainParams, Multinomial, build_chain, run_chain
+from strategies.chain import ChainParams, ChainRecord, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from playground.errors import InvalidRequest
 from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
@@ -93,10 +93,10 @@ Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, tor
 
 @dataclass
 class Round:
-    """What one round did. ``target_stages`` are the G + 1 positions' [V] logits per chain stage."""
+    """What one round did. ``target_chain[i]`` is the chain's record at position i of G + 1."""
 
     proposal: Proposal
-    target_stages: list[list[torch.Tensor]]
+    target_chain: list[ChainRecord]
     target_probs: torch.Tensor  # [G + 1, V]
     verdict: Verdict  # batch of one
     committed: list[int]  # accepted drafts, then the resampled or bonus token
@@ -146,8 +146,8 @@ class SpeculativeDecoder:
         t0 = self.clock()
         proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator, self.target.eos_ids)
         t1 = self.clock()
-        stages, target_probs = self._score(proposal.ids)
-        target_raw_probs = torch.stack([s[0] for s in stages]).softmax(-1)
+        records, target_probs = self._score(proposal.ids)
+        target_raw_probs = torch.cat([r.logits[0] for r in records]).softmax(-1)
         verdict = self.verify(target_raw_probs.unsqueeze(0), target_probs.unsqueeze(0),
                               proposal.probs.unsqueeze(0),
                               torch.tensor([proposal.ids], dtype=torch.long, device=target_probs.device),
@@ -160,20 +160,19 @@ class SpeculativeDecoder:
         self.draft.rollback(len(self.ids) + n)
         self.ids = self.ids + committed
         t2 = self.clock()
-        return Round(proposal, stages, target_probs, verdict, committed, t1 - t0, t2 - t1)
+        return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1)
 
-    def _score(self, drafted: list[int]) -> tuple[list[list[torch.Tensor]], torch.Tensor]:
-        """One target pass over [last token, drafts]: per-position chain stages and [G + 1, V] probs."""
+    def _score(self, drafted: list[int]) -> tuple[list[ChainRecord], torch.Tensor]:
+        """One target pass over [last token, drafts]: per-position chain records and [G + 1, V] probs."""
         out = self.target.forward(self._tensor([self.ids[-1]] + drafted), self.cache)
         self.cache = out.cache
         self.target_passes += 1
         context = self._tensor(self.ids + drafted)
         n = len(self.ids)
         # Position i sees the text up to draft i, so the penalty stage gets that context.
-        stages = [[s[0] for s in run_chain(self.chain, out.logits[:, i], context[:, : n + i])]
-                  for i in range(len(drafted) + 1)]
-        target_probs = torch.stack([s[-1] for s in stages]).softmax(-1)
-        return stages, target_probs
+        records = [record_chain(self.chain, out.logits[:, i], context[:, : n + i]) for i in range(len(drafted) + 1)]
+        target_probs = torch.cat([r.logits[-1] for r in records]).softmax(-1)
+        return records, target_probs
 
 
 # --- the trace of a round ----------------------------------------------------------------------
@@ -367,8 +366,9 @@ def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tup
     lm = ctx.lm
     room = ctx.max_new_tokens - len(trace.tokens)
     for i, token in enumerate(r.committed[:room]):
-        step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), r.target_stages[i], names, token,
-                              ctx.top_n)
+        stages, decisions = r.target_chain[i].row(0)
+        step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), stages, names, token, ctx.top_n,
+                              decisions=decisions)
         source, drawn = _source(r, i)
         step.extra["speculative"] = {"round": len(trace.rounds), "source": source, "drawn_prob": rnd(drawn),
                                      "p_target": rnd(float(r.target_probs[i, token]))}

@@ -132,3 +132,16 @@ def test_speed_view_without_a_baseline(trace):
 def test_charts_import_no_torch():
     code = "import sys, playground.charts_speculative; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
+
+
+def test_speculative_steps_record_each_stage_decision(store):
+    """The target's chain at every committed position records its decisions, so the distribution
+    chart draws the top-p and min-p lines the verifier's target really used."""
+    from playground.engine import Request, run
+    d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small", "temperature": 1.5, "top_p": 0.9,
+                                                          "min_p": 0.05}, seed=1, max_new_tokens=6)).to_dict()
+    for step in d["steps"]:
+        by_name = {s["name"]: s for s in step["stages"]}
+        assert by_name["top_p"]["decision"]["p"] == 0.9
+        assert by_name["min_p"]["decision"]["threshold"] == pytest.approx(
+            0.05 * by_name["min_p"]["decision"]["top_prob"], rel=1e-5)
