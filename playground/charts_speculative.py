@@ -43,6 +43,10 @@ def _num(x: Any, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}g}"
 
 
+# figures with two titled panels keep their legend under the plot, clear of the panel titles
+BELOW = dict(orientation="h", y=-0.2, yanchor="top", x=0, xanchor="left")
+
+
 def _span(text: str, style: str, title: str) -> str:
     return f'<span style="{STYLES[style]};padding:1px 2px;border-radius:3px" title="{_esc(title)}">{_esc(text)}</span>'
 
@@ -96,10 +100,10 @@ def timeline_html(trace: dict[str, Any]) -> str:
         if r.get("ended"):
             label += " · text ended"
         rows.append(f'<div style="margin:2px 0;white-space:pre-wrap"><span style="display:inline-block;'
-                    f'min-width:15em;color:#475569;font-size:0.85em">{label}</span>{_round_spans(r)}</div>')
+                    f'min-width:15em;color:var(--body-text-color-subdued, #475569);font-size:0.85em">{label}</span>{_round_spans(r)}</div>')
     lossy = (' <b style="color:#b91c1c">top-K verification is lossy: the text does not follow the '
              'target\'s distribution.</b>') if s.get("verify") == "topk" else ""
-    head = (f'<div style="color:#334155;margin-bottom:6px">draft {_esc(str(s.get("draft", "?")))} · '
+    head = (f'<div style="color:var(--body-text-color, #334155);margin-bottom:6px">draft {_esc(str(s.get("draft", "?")))} · '
             f'verify {_esc(str(s.get("verify", "?")))} · α = {_num(s.get("alpha"))} · '
             f'τ = {_num(s.get("tau"))} tokens per target pass · {s.get("target_forward_passes", "?")} target / '
             f'{s.get("draft_forward_passes", "?")} draft passes{lossy}</div>')
@@ -154,14 +158,14 @@ def round_figure(trace: dict[str, Any], round_index: int | None = None) -> go.Fi
         fig.add_bar(x=names, y=[d.get("raw_p_target") for d in r["draft"]], name="target model's own",
                     marker_color=RAW, row=1, col=1)
         fig.add_scatter(x=names[:len(checked)], y=[d.get("raw_kth") for d in checked], mode="markers",
-                        marker=dict(symbol="line-ew-open", size=22, color="#0f172a"),
+                        marker=dict(symbol="line-ew-open", size=22, color="#64748b"),
                         name=f"K-th largest there (K = {r.get('k')})", row=1, col=1)
     colors = [GREY if d.get("discarded") else GREEN if d["accepted"] else RED for d in checked]
     fig.add_scatter(x=names[:len(checked)], y=[d["accept_prob"] for d in checked], mode="markers",
                     marker=dict(symbol="diamond", size=11, color=colors), name="accept prob", row=1, col=1)
     if any(d.get("u") is not None for d in checked):
         fig.add_scatter(x=names[:len(checked)], y=[d.get("u") for d in checked], mode="markers",
-                        marker=dict(symbol="x", size=10, color="#0f172a"), name="uniform draw u", row=1, col=1)
+                        marker=dict(symbol="x", size=10, color="#64748b"), name="uniform draw u", row=1, col=1)
     added, top = _added(r), r["drawn_top"]
     labels = _labels(top)
     if added is not None:
@@ -179,7 +183,8 @@ def round_figure(trace: dict[str, Any], round_index: int | None = None) -> go.Fi
                   f"target p {_num(added['p_target'])}")
     else:
         title += f"; the text ended at {trace['tokens'][r['start'] + r['committed'] - 1]['text']!r}"
-    fig.update_layout(title=title, barmode="group", yaxis_title="probability", yaxis_range=[0, 1.05])
+    fig.update_layout(title=title, barmode="group", yaxis_title="probability", yaxis_range=[0, 1.05],
+                      legend=BELOW)
     return fig
 
 
@@ -200,7 +205,7 @@ def accepted_lengths_figure(trace: dict[str, Any]) -> go.Figure:
         law = [alpha ** n * (1 - alpha) if n < g else alpha ** g for n in range(g + 1)]
         fig.add_scatter(x=list(range(g + 1)), y=[p * gammas.count(g) for p in law], mode="lines+markers",
                         name=f"i.i.d. acceptance α={alpha:.2f}, {gammas.count(g)} rounds of γ={g}",
-                        line=dict(color="#0f172a", dash="dot"))
+                        line=dict(color="#64748b", dash="dot"))
     title = "accepted drafts per round" + (f" ({idle} rounds drafted nothing)" if idle else "")
     fig.update_layout(title=title, xaxis_title="accepted", yaxis_title="rounds", xaxis=dict(dtick=1))
     return fig
@@ -232,7 +237,7 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
     vk = (w.get("verify_cost") or {}).get(str(round(s.get("mean_gamma") or 0) + 1))
     if vk is not None:
         parts.append(f"verify γ+1 = {vk:.2f} steps")
-    fig.update_layout(title=" · ".join(parts), yaxis_title="seconds", xaxis2_title="γ (drafts per round)",
+    fig.update_layout(title=" · ".join(parts), yaxis_title="seconds", xaxis2_title="γ (drafts per round)", legend=BELOW,
                       yaxis2_title="speedup")
     return fig
 
@@ -248,7 +253,7 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     if ((trace.get("timing") or {}).get("speculative") or {}).get("baseline"):
         out.append(View("speed", figure=speed_figure(trace)))
     else:
-        out.append(View("speed", html='<div style="color:#475569">With measure_baseline on, plain target '
+        out.append(View("speed", html='<div style="color:var(--body-text-color-subdued, #475569)">With measure_baseline on, plain target '
                                       'decoding of the same length is timed after the last round and '
                                       'compared here.</div>'))
     return out

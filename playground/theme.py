@@ -87,7 +87,9 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         lines = wrap(title, per_line)
         extra = len(lines) - 1
         fig.layout.title.text = "<br>".join(lines)
-    fig.update_layout(title_font_size=size, legend_font_size=11, font_size=12)
+    # the legend goes under the plot: above it, it would sit on the wrapped title
+    fig.update_layout(title_font_size=size, font_size=12,
+                      legend=dict(orientation="h", y=-0.3, yanchor="top", x=0, xanchor="left", font_size=11))
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
     panel_chars = max(12, per_line // max(1, _columns(fig)))
@@ -95,8 +97,18 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":  # a subplot's title
             ann.text = "<br>".join(wrap(ann.text, panel_chars))
             ann.font.size = 12
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else 86
-    fig.update_layout(margin_t=top + 18 * extra, margin_l=40, margin_r=40)
+    # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
+    panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()
+                       if a.yref == "paper" and (a.yanchor or "") == "bottom"), default=0)
+    fig.update_layout(margin_t=34 + 19 * (extra + 1) + 16 * panel_lines, margin_l=40, margin_r=40)
+    for ax in fig.select_xaxes():
+        if ax.dtick is not None and ax.type != "category":  # a tick every step would overlap
+            ax.dtick, ax.nticks = None, 7
+    most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
+    for trace in fig.data:
+        mode = getattr(trace, "mode", None) or ""
+        if "text" in mode and trace.x is not None and len(trace.x) > most:
+            trace.mode = mode.replace("+text", "").replace("text+", "") or "markers"
 
 
 def _columns(fig: go.Figure) -> int:

@@ -842,7 +842,9 @@ def _explore_tab(page: Page) -> None:
     with page.main.step_slot:
         page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                               info="Drag, click a token or a bar above to inspect that step.")
-    page.view_plots = [plot_component(visible=False, elem_id=f"pg-view-{i}") for i in range(VIEW_PLOTS)]
+    # each view's figure carries its own title: no Gradio label on top of it
+    page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
+                       for i in range(VIEW_PLOTS)]
     page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
     with gr.Accordion("Export", open=False, elem_id="pg-export"):
         page.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")

@@ -79,5 +79,6 @@ def test_a_phone_view_wraps_long_titles_and_keeps_the_theme(figures):
     narrow = themed(fig, "dark:390")
     assert "<br>" not in (wide.layout.title.text or "")
     assert "<br>" in narrow.layout.title.text and narrow.layout.font.color == THEMES["dark"].ink
-    template_top = charts.pio.templates[charts.TEMPLATE].layout.margin.t
-    assert narrow.layout.margin.t > (wide.layout.margin.t or template_top)
+    lines = narrow.layout.title.text.count("<br>") + 1
+    assert narrow.layout.margin.t >= 34 + 19 * lines  # room above the plot for every title line
+    assert narrow.layout.legend.y < 0  # the legend under the plot, not on the wrapped title
