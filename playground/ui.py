@@ -973,8 +973,9 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     step_views = [*page.view_plots, page.view_html]
     page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], [*main.views, *step_views],
                     trigger_mode="always_last", **QUIET)
+    # a click while the last one is still drawing is not dropped: the latest click wins
     main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *main.views, *step_views],
-                    **QUIET)
+                    trigger_mode="always_last", **QUIET)
     page.png.click(_gr_errors(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
                    [page.trace, page.step, page.theme],
                    page.png_files, api_visibility="private")
@@ -1023,7 +1024,7 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
                             trigger_mode="always_last", **QUIET)
     for side in sides:
         side.text.click(on_click, [*states, page.model, page.chat, page.theme], [page.compare_step, *side_outputs],
-                        **QUIET)
+                        trigger_mode="always_last", **QUIET)
     return event
 
 

@@ -233,3 +233,18 @@ def test_stop_on_compare_ends_both_sides(page, url, store):
     assert (len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))) == (n_a, n_b)  # nothing after Stop
     # both sides are drawn at their last step
     assert bar_count(page, "pg-dist-a") > 0 and bar_count(page, "pg-dist-b") > 0
+
+
+def test_speculative_round_detail_follows_the_selected_step(page, url, store):
+    params = {"draft": "toy-small", "gamma": 2}
+    ref = run(store, Request("toy", "speculative", "1 2", params, seed=5, max_new_tokens=12)).to_dict()
+    rounds = [s["speculative"]["round"] for s in ref["steps"]]
+    assert len(set(rounds)) >= 3  # the case needs several rounds
+    query = ui.share_query("toy", "speculative", "1 2", "", False, 5, 12, params, "greedy", {}, run="generate")
+    page.goto(url.rstrip("/") + "/" + query)
+    wait_done(page)
+    title = "() => document.querySelector('#pg-view-0 .gtitle')?.textContent || ''"
+    for k in (len(rounds) - 1, 0, rounds.index(rounds[-1]) - 1):
+        page.locator("#pg-text .pg-tok").nth(k).click()
+        page.wait_for_function(f"() => ({title})().startsWith('round {rounds[k]}:')", timeout=20_000)
+        page.wait_for_function(f"() => document.querySelector('#pg-step input[type=number]').value === '{k}'")
