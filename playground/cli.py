@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore
 from playground.errors import InvalidRequest
+from strategies.forcing import parse_force
 from strategies.params import describe, field_kind
 from strategies.registry import all_strategies, get_strategy
 
@@ -36,6 +37,9 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
     p.add_argument("--png", metavar="FILE", help="write the per-step distribution chart as PNG (kaleido)")
     p.add_argument("--step", type=int, default=0, help="which step the chart shows")
+    p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN",
+                   help="take TOKEN at step STEP (0 = the first new token) instead of the strategy's choice; "
+                        "TOKEN is an id or text that is one token; repeatable")
     return p
 
 
@@ -76,7 +80,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
-                  top_n=args.top_n)
+                  top_n=args.top_n, forced=parse_force(args.force))
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr))
     data = trace.to_dict()

@@ -28,6 +28,7 @@ from strategies.chain import ChainParams, GumbelMax, Multinomial, build_chain, r
 from strategies.context import DecodeContext
 from strategies.contrastive_amateurs import Amateur, make_amateur
 from strategies.contrastive_scoring import ContrastiveScores, contrastive_scores, pick_greedy
+from strategies.forcing import annotate, choose
 from playground.errors import InvalidRequest
 from strategies.params import param
 from strategies.recording import finish, make_step
@@ -88,8 +89,9 @@ def _annotate(step: Step, cs: ContrastiveScores, expert_choice: int, lm: Any) ->
 
 
 def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, selector: Any, out: Any,
-                 amateur: Amateur, context: torch.Tensor) -> tuple[int, Any, Any]:
-    """Score, chain, select and record one token: (token id, Step, Token)."""
+                 amateur: Amateur, context: torch.Tensor, index: int) -> tuple[int, Any, Any]:
+    """Score, chain, select (or take the forced token of step ``index``) and record one token:
+    (token id, Step, Token)."""
     amateur_logits = amateur.next_logits(out, context)
     # A model amateur's head may be shorter (padding rows past the tokenizer): compare the common part.
     expert_logits = out.logits[:, -1, :amateur_logits.shape[-1]]
@@ -97,14 +99,15 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
                             params.amateur_temperature)
     stages = [expert_logits, *run_chain(chain, cs.masked_scores, context)]
     if selector is None:
-        chosen, noise = pick_greedy(stages[-1], cs.expert_logprobs), None
+        select = lambda: (pick_greedy(stages[-1], cs.expert_logprobs), None)  # noqa: E731
     else:
-        chosen, noise = selector.select(stages[-1])
-    token_id = int(chosen[0])
+        select = lambda: selector.select(stages[-1])  # noqa: E731
+    token_id, noise, forced = choose(ctx.forced, index, select, getattr(selector, "generator", None))
     names = ["contrastive", *(t.name for t in chain)]
     step, token = make_step(ctx.lm, context.shape[1], [s[0] for s in stages], names, token_id, ctx.top_n,
                             None if noise is None else noise[0])
     _annotate(step, cs, int(expert_logits[0].argmax()), ctx.lm)
+    annotate(step, forced, ctx.lm)
     return token_id, step, token
 
 
@@ -135,7 +138,7 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
     out = lm.forward(context, hidden=amateur.needs_hidden)
     passes, reason = 1, "length"
     for i in range(ctx.max_new_tokens):
-        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context)
+        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context, i)
         trace.steps.append(step)
         trace.tokens.append(token)
         if token_id in lm.eos_ids:
