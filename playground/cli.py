@@ -1,4 +1,4 @@
-"""``python -m playground run|list``: the same engine as the UI, text or JSON out.
+"""``python -m playground run|list|sample|score``: the same engine as the UI, text or JSON out.
 
 Strategy flags are derived from the chosen strategy's Params dataclass: each
 field ``top_p`` becomes ``--top-p``. Bad input exits with status 2 and one
@@ -43,14 +43,19 @@ def base_parser() -> argparse.ArgumentParser:
     return p
 
 
-def strategy_parser(strategy: str) -> argparse.ArgumentParser:
-    p = base_parser()
+def strategy_parser(strategy: str, base: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """``base`` (default: the run parser) plus one flag per parameter of ``strategy``."""
+    p = base or base_parser()
     group = p.add_argument_group(f"{strategy} parameters")
     for f in dataclasses.fields(get_strategy(strategy).params):
         meta = f.metadata
         group.add_argument(_flag(f.name), dest=f"param_{f.name}", type=str, default=None,
                            help=f"{meta.get('help', '')} Default {f.default!r}. {_range(meta, field_kind(f))}")
     return p
+
+
+def strategy_params(args: argparse.Namespace) -> dict[str, str]:
+    return {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
 
 
 def _range(meta: dict[str, Any], kind: type) -> str:
@@ -77,7 +82,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     known, _ = base_parser().parse_known_args(argv)
     get_strategy(known.strategy)
     args = strategy_parser(known.strategy).parse_args(argv)
-    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params = strategy_params(args)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
                   top_n=args.top_n, forced=parse_force(args.force))
@@ -108,15 +113,18 @@ def _write_chart(data: dict[str, Any], args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m playground {run,list} [options]   (run --help for the options)")
+        print("usage: python -m playground {run,list,sample,score} [options]   (run --help for the options)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    from playground.cli_whatif import COMMANDS as WHATIF
     try:
         if command == "list":
             return cmd_list()
         if command == "run":
             return cmd_run(rest)
-        print(f"error: command must be run or list, got {command!r}", file=sys.stderr)
+        if command in WHATIF:
+            return WHATIF[command](rest)
+        print(f"error: command must be run, list, sample or score, got {command!r}", file=sys.stderr)
         return 2
     except InvalidRequest as err:
         print(f"error: {err}", file=sys.stderr)
