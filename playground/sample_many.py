@@ -6,11 +6,12 @@ budget as long as the run's, that is the whole text).
 
 How the samples are drawn:
 
-- greedy, sampling, gumbel: batched. The rows of one forward pass are the samples (the prompt is
-  run once and its KV cache repeated, ``ROWS_PER_PASS`` rows at a time). Row r has its own
-  ``torch.Generator`` seeded s + r and its own selector object, called on its own [1, vocab] row
-  exactly as the single run with seed s + r calls it, so a row draws what that run draws whenever
-  the batched logits equal the single run's bit for bit. They can differ in the last bits (a matrix
+- greedy, sampling, gumbel: batched, ``ROWS_PER_PASS`` samples at a time. The prompt is run once;
+  then each forward pass takes one row per distinct text so far (samples that drew the same
+  tokens share a row and its KV cache). Sample r has its own ``torch.Generator`` seeded s + r and
+  its own selector object, called on its row's [1, vocab] logits exactly as the single run with
+  seed s + r calls it, so it draws what that run draws whenever the batched logits equal the
+  single run's bit for bit. They can differ in the last bits (a matrix
   product over N rows may sum in another order than over one), which can flip a draw only when
   the uniform lands within that rounding of a boundary of the cumulative distribution;
   ``replay_mismatches`` counts how often that happens.
@@ -115,32 +116,39 @@ def reference_chain(strategy: str, params: Any) -> list | None:
 @torch.inference_mode()
 def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], Any], prompt_ids: list[int],
               seeds: list[int], max_new_tokens: int) -> list[Sample]:
-    """One batched decode: row r is the run with seed ``seeds[r]`` (see the module docstring)."""
-    n = len(seeds)
+    """One batched decode: sample r is the run with seed ``seeds[r]`` (see the module docstring).
+
+    The rows of each forward pass are the distinct texts so far, not the samples: samples that
+    drew the same tokens share a row (and its KV cache row), so the first steps, where most samples
+    agree, cost a few rows instead of N. Finished samples leave the batch.
+    """
     selectors = [make_selector(_generator(lm, s)) for s in seeds]
     out = lm.forward(torch.tensor([prompt_ids], device=lm.device))
-    out.cache.batch_repeat_interleave(n)
-    logits, cache = out.logits[:, -1].expand(n, -1), out.cache
-    context = torch.tensor([prompt_ids], device=lm.device).expand(n, -1)
-    rows: list[list[int]] = [[] for _ in seeds]
-    logprobs = [0.0] * n
-    alive = list(range(n))
+    logits, cache = out.logits[:, -1], out.cache  # one row: every sample starts from the prompt
+    context = torch.tensor([prompt_ids], device=lm.device)
+    row_of = [0] * len(seeds)  # sample -> its row in the current batch
+    drawn: list[list[int]] = [[] for _ in seeds]
+    logprobs = [0.0] * len(seeds)
+    alive = list(range(len(seeds)))
     for i in range(max_new_tokens):
         final = apply_chain(chain, logits, context)
         final_logp = final.log_softmax(-1)
-        chosen = torch.zeros(n, dtype=torch.long)
         for r in alive:
-            chosen[r] = selectors[r].select(final[r:r + 1])[0][0]
-        for r in alive:
-            rows[r].append(int(chosen[r]))
-            logprobs[r] += float(final_logp[r, chosen[r]])
-        alive = [r for r in alive if rows[r][-1] not in lm.eos_ids]
+            token = int(selectors[r].select(final[row_of[r]:row_of[r] + 1])[0][0])
+            drawn[r].append(token)
+            logprobs[r] += float(final_logp[row_of[r], token])
+        alive = [r for r in alive if drawn[r][-1] not in lm.eos_ids]
         if not alive or i + 1 == max_new_tokens:
             break
-        new = chosen.view(n, 1).to(lm.device)  # finished rows are fed too (one batch), and ignored
-        context = torch.cat([context, new], dim=1)
+        rows: dict[tuple[int, int], int] = {}  # (parent row, token) -> new row
+        for r in alive:
+            row_of[r] = rows.setdefault((row_of[r], drawn[r][-1]), len(rows))
+        parents = torch.tensor([p for p, _ in rows], device=lm.device)
+        new = torch.tensor([[t] for _, t in rows], device=lm.device)
+        cache.reorder_cache(parents)
+        context = torch.cat([context[parents], new], dim=1)
         logits = lm.forward(new, cache).logits[:, -1]
-    return [Sample(s, [tuple(r)], [lp]) for s, r, lp in zip(seeds, rows, logprobs)]
+    return [Sample(s, [tuple(d)], [lp]) for s, d, lp in zip(seeds, drawn, logprobs)]
 
 
 def _generator(lm: Any, seed: int) -> torch.Generator:
@@ -264,16 +272,15 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     lm, seeds = ctx.lm, list(range(req.seed, req.seed + n))
     started = time.perf_counter()
     use_batch = batched and spec.name in BATCHED
-    if use_batch:
-        samples = draw_batched(lm, build_chain(params) if spec.name != "greedy" else [], spec.name,
-                               ctx.prompt_ids, seeds, ctx.max_new_tokens, progress)
+    chain = reference_chain(spec.name, params)
+    if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
+        samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress)
     else:
         samples = draw_one_by_one(store, req, seeds, progress)
     sampled = time.perf_counter()
     tally = Tally()
     for s in samples:
         tally.add(s)
-    chain = reference_chain(spec.name, params)
     exact = {} if chain is None else enumerate_outcomes(lm, ctx.prompt_ids, chain, ctx.max_new_tokens,
                                                         MIN_EXPECTED / n)
     test, tv = goodness_of_fit(tally.counts, {k: math.exp(v) for k, v in exact.items()}, n) \

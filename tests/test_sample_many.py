@@ -115,3 +115,9 @@ def test_bad_sizes_name_the_range(store, n, tokens, strategy, message):
     with pytest.raises(InvalidRequest) as err:
         _sample(store, strategy, n=n, tokens=tokens)
     assert message in str(err.value)
+
+
+def test_greedy_gives_one_outcome_of_probability_one(store):
+    result = _sample(store, "greedy", n=50, tokens=4)
+    assert [(o["text"], o["count"], o["probability"]) for o in result["outcomes"]] == [("a time there lived", 50, 1.0)]
+    assert result["chi_square"] is None and result["tv_distance"] == 0
