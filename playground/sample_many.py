@@ -50,7 +50,6 @@ from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from strategies.chain import Greedy, GumbelMax, Multinomial, apply_chain, build_chain
-from strategies.registry import get_strategy
 from strategies.transforms import Temperature
 
 MAX_SAMPLES = 1000
