@@ -121,3 +121,10 @@ def test_greedy_gives_one_outcome_of_probability_one(store):
     result = _sample(store, "greedy", n=50, tokens=4)
     assert [(o["text"], o["count"], o["probability"]) for o in result["outcomes"]] == [("a time there lived", 50, 1.0)]
     assert result["chi_square"] is None and result["tv_distance"] == 0
+
+
+def test_contrastive_outcomes_carry_their_own_probability_without_a_test(store):
+    result = _sample(store, "contrastive", n=30, tokens=3, amateur="toy-small", selector="multinomial")
+    assert not result["batched"] and result["chi_square"] is None and "none" in result["reference"]
+    assert sum(o["count"] for o in result["outcomes"]) == 30
+    assert all(0 < o["probability"] <= 1 for o in result["outcomes"])
