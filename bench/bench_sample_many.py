@@ -4,7 +4,7 @@ generate() drawing the same N sequences in one batch, and against one run per se
 Prints seconds for each, the ratios, the goal (500 samples of 8 tokens in at most 20 s), how many
 replayed seeds wrote another text than their batched row (batched floating point), and the load.
 
-    .venv/bin/python bench/bench_sample_many.py [--quick] [--n 500] [--tokens 8] [--replays 10] [--threads 2] [--skip-generate]
+    .venv/bin/python bench/bench_sample_many.py [--quick] [--n 500] [--tokens 8] [--replays 10] [--threads 1] [--skip-generate]
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--replays", type=int, default=10, help="seeds replayed as single runs")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: on a shared 2-core machine, "
+                    "OpenMP threads waiting for each other made 2 threads 8x slower here)")
     ap.add_argument("--skip-generate", action="store_true", help="no transformers generate() reference")
     args = ap.parse_args()
     n, replays = (100, 3) if args.quick else (args.n, args.replays)
