@@ -1,4 +1,4 @@
-"""``python -m playground run|list``: the same engine as the UI, text or JSON out.
+"""``python -m playground run|list|sample|score``: the same engine as the UI, text or JSON out.
 
 Strategy flags are derived from the chosen strategy's Params dataclass: each
 field ``top_p`` becomes ``--top-p``. Bad input exits with status 2 and one
@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore
 from playground.errors import InvalidRequest
+from strategies.forcing import parse_force
 from strategies.params import describe, field_kind
 from strategies.registry import all_strategies, get_strategy
 
@@ -36,17 +37,25 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
     p.add_argument("--png", metavar="FILE", help="write the per-step distribution chart as PNG (kaleido)")
     p.add_argument("--step", type=int, default=0, help="which step the chart shows")
+    p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN",
+                   help="take TOKEN at step STEP (0 = the first new token) instead of the strategy's choice; "
+                        "TOKEN is an id or text that is one token; repeatable")
     return p
 
 
-def strategy_parser(strategy: str) -> argparse.ArgumentParser:
-    p = base_parser()
+def strategy_parser(strategy: str, base: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """``base`` (default: the run parser) plus one flag per parameter of ``strategy``."""
+    p = base or base_parser()
     group = p.add_argument_group(f"{strategy} parameters")
     for f in dataclasses.fields(get_strategy(strategy).params):
         meta = f.metadata
         group.add_argument(_flag(f.name), dest=f"param_{f.name}", type=str, default=None,
                            help=f"{meta.get('help', '')} Default {f.default!r}. {_range(meta, field_kind(f))}")
     return p
+
+
+def strategy_params(args: argparse.Namespace) -> dict[str, str]:
+    return {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
 
 
 def _range(meta: dict[str, Any], kind: type) -> str:
@@ -73,10 +82,10 @@ def cmd_run(argv: Sequence[str]) -> int:
     known, _ = base_parser().parse_known_args(argv)
     get_strategy(known.strategy)
     args = strategy_parser(known.strategy).parse_args(argv)
-    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params = strategy_params(args)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
-                  top_n=args.top_n)
+                  top_n=args.top_n, forced=parse_force(args.force))
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr))
     data = trace.to_dict()
@@ -104,15 +113,18 @@ def _write_chart(data: dict[str, Any], args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m playground {run,list} [options]   (run --help for the options)")
+        print("usage: python -m playground {run,list,sample,score} [options]   (run --help for the options)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    from playground.cli_whatif import COMMANDS as WHATIF
     try:
         if command == "list":
             return cmd_list()
         if command == "run":
             return cmd_run(rest)
-        print(f"error: command must be run or list, got {command!r}", file=sys.stderr)
+        if command in WHATIF:
+            return WHATIF[command](rest)
+        print(f"error: command must be run, list, sample or score, got {command!r}", file=sys.stderr)
         return 2
     except InvalidRequest as err:
         print(f"error: {err}", file=sys.stderr)

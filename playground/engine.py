@@ -12,6 +12,7 @@ from typing import Any, Iterator
 from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
+from strategies.forcing import resolve_forced
 from playground.errors import InvalidRequest
 from strategies.registry import get_strategy
 
@@ -31,6 +32,7 @@ class Request:
     system: str = ""
     chat: bool | None = None  # None: the model's chat template when it has one
     top_n: int = 20
+    forced: dict[Any, int | str] = field(default_factory=dict)  # step -> token id or text (a branch)
 
     def __post_init__(self) -> None:
         checks = (("seed", self.seed, 0, MAX_SEED), ("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS),
@@ -60,9 +62,10 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None) -
     lm = store.get(req.model, progress)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
     lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
+    forced = resolve_forced(lm, req.forced, req.max_new_tokens, spec.family, spec.name)
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n,
-                        load_model=lambda key: store.get(key, progress))
+                        load_model=lambda key: store.get(key, progress), forced=forced)
     return spec, params, ctx
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence  # noqa: E402
 import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 
-from playground import charts, share  # noqa: E402
+from playground import charts, share, ui_whatif  # noqa: E402
 from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore, Progress, on_space, spec_for  # noqa: E402
@@ -716,6 +716,7 @@ class Page:
     trace: gr.State
     traces: dict[str, gr.State]
     mode: gr.State
+    whatif: ui_whatif.WhatIf
 
     @property
     def config_inputs(self) -> list[gr.Component]:
@@ -903,6 +904,8 @@ def _layout() -> Page:
                     _explore_tab(page)
                 with gr.Tab("Compare", id="compare") as page.compare_tab:
                     _compare_tab(page)
+                with gr.Tab("What if", id="whatif"):
+                    page.whatif = ui_whatif.layout()
     _api_inputs(page)
     return page
 
@@ -1074,6 +1077,7 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
         _wire_explore(page, store, decode, _wire_compare(page, store, decode))
         _wire_share(page, demo)
         _wire_api(page, decode)
+        ui_whatif.wire(page, page.whatif, store)
     demo.queue(max_size=QUEUE_MAX)
     return demo
 

@@ -47,6 +47,7 @@ class DecodeContext:
     load_model: Callable[[str], Any] | None = None  # key -> LM, for drafts and amateurs
     extra: dict[str, Any] = field(default_factory=dict)
     clock: Stopwatch = field(default_factory=Stopwatch)  # read ``clock.now()``, never time.perf_counter()
+    forced: dict[int, int] = field(default_factory=dict)  # step -> token id to take there (strategies.forcing)
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A fresh generator seeded from the request (offset separates independent streams)."""

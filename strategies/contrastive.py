@@ -28,6 +28,7 @@ from strategies.chain import ChainParams, GumbelMax, Multinomial, build_chain, r
 from strategies.context import DecodeContext
 from strategies.contrastive_amateurs import Amateur, make_amateur
 from strategies.contrastive_scoring import ContrastiveScores, contrastive_scores, pick_greedy
+from strategies.forcing import annotate, choose
 from playground.errors import InvalidRequest
 from strategies.params import param
 from strategies.recording import finish, make_step
@@ -88,8 +89,9 @@ def _annotate(step: Step, cs: ContrastiveScores, expert_choice: int, lm: Any) ->
 
 
 def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, selector: Any, out: Any,
-                 amateur: Amateur, context: torch.Tensor) -> tuple[int, Any, Any]:
-    """Score, chain, select and record one token: (token id, Step, Token)."""
+                 amateur: Amateur, context: torch.Tensor, index: int) -> tuple[int, Any, Any]:
+    """Score, chain, select (or take the forced token of step ``index``) and record one token:
+    (token id, Step, Token)."""
     amateur_logits = amateur.next_logits(out, context)
     # A model amateur's head may be shorter (padding rows past the tokenizer): compare the common part.
     expert_logits = out.logits[:, -1, :amateur_logits.shape[-1]]
@@ -97,15 +99,16 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
                             params.amateur_temperature)
     record = record_chain(chain, cs.masked_scores, context)
     if selector is None:
-        chosen, noise = pick_greedy(record.logits[-1], cs.expert_logprobs), None
+        select = lambda: (pick_greedy(record.logits[-1], cs.expert_logprobs), None)  # noqa: E731
     else:
-        chosen, noise = selector.select(record.logits[-1])
-    token_id = int(chosen[0])
+        select = lambda: selector.select(record.logits[-1])  # noqa: E731
+    token_id, noise, forced = choose(ctx.forced, index, select, getattr(selector, "generator", None))
     names = ["contrastive", *(t.name for t in chain)]
     scored, decisions = record.row(0)
     step, token = make_step(ctx.lm, context.shape[1], [expert_logits[0], *scored], names, token_id, ctx.top_n,
                             None if noise is None else noise[0], [{}, *decisions])
     _annotate(step, cs, int(expert_logits[0].argmax()), ctx.lm)
+    annotate(step, forced, ctx.lm)
     return token_id, step, token
 
 
@@ -136,7 +139,7 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
     out = lm.forward(context, hidden=amateur.needs_hidden)
     passes, reason = 1, "length"
     for i in range(ctx.max_new_tokens):
-        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context)
+        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context, i)
         trace.steps.append(step)
         trace.tokens.append(token)
         if token_id in lm.eos_ids:

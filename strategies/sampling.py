@@ -14,6 +14,7 @@ import torch
 from playground.trace import Trace
 from strategies.chain import ChainParams, Greedy, GumbelMax, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
+from strategies.forcing import annotate, choose
 from strategies.params import Params
 from strategies.recording import finish, make_step
 from strategies.registry import register
@@ -21,7 +22,7 @@ from strategies.registry import register
 
 def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
                ) -> Iterator[Trace]:
-    """The per-step loop: chain the last logits, select, record, feed the token back.
+    """The per-step loop: chain the last logits, select (or take a forced token), record, feed it back.
 
     ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
     """
@@ -34,11 +35,12 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     names = [t.name for t in chain]
     for i in range(ctx.max_new_tokens):
         record = record_chain(chain, out.logits[:, -1], context)
-        chosen, noise = selector.select(record.logits[-1])
-        token_id = int(chosen[0])
+        token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
+                                         getattr(selector, "generator", None))
         stages, decisions = record.row(0)
         step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
                                 None if noise is None else noise[0], decisions)
+        annotate(step, forced, lm)
         trace.steps.append(step)
         trace.tokens.append(token)
         if stop_at_eos and token_id in lm.eos_ids:
@@ -50,7 +52,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         yield trace
         if i + 1 == ctx.max_new_tokens:
             break
-        new = chosen.view(1, 1)
+        new = torch.tensor([[token_id]], device=lm.device)
         context = torch.cat([context, new], dim=1)
         out = lm.forward(new, out.cache)
         passes += 1

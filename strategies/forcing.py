@@ -1,0 +1,112 @@
+"""Forced tokens: a branch takes a given token at a given step instead of the strategy's choice.
+
+``DecodeContext.forced`` maps a step (0 = the first generated token) to a token id. The loops of
+the sampling family and of contrastive decoding ask ``choose`` for every step's token.
+
+The seed-stream rule: a forced step draws nothing from the run's generator. The strategy's own
+choice at that step is still computed, for the trace, from a copy of the generator's state, which
+is then put back. So forcing the whole prefix of steps ``0 .. f`` gives, from step ``f + 1`` on,
+exactly the run whose prompt already holds those ``f + 1`` tokens, with the same seed: both start
+drawing from the fresh generator at the same text. (Forcing only step ``f`` keeps steps ``0 .. f - 1``
+as the unforced run wrote them, and its step ``f + 1`` takes the draw the unforced run used at ``f``.)
+
+A forced step records ``forced: true``, ``strategy_choice`` (the id the strategy would have
+taken, on the same distribution) and its text; the token's log-probability is the forced token's
+under the chained distribution (-inf, written as null, when the chain had cut it).
+
+Beam search and speculative decoding refuse forced tokens: a beam step commits k hypotheses at
+once and a speculative round commits several tokens from one verification, so there is no single
+choice to replace. Their answer to "what if" is a prompt that already holds the prefix.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from playground.errors import InvalidRequest
+
+FORCEABLE_FAMILIES = ("sampling", "contrastive")
+
+Select = Callable[[], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def choose(forced: dict[int, int], step: int, select: Select, generator: torch.Generator | None
+           ) -> tuple[int, torch.Tensor | None, dict[str, Any]]:
+    """The token of ``step``: the selector's pick, or the forced id. Returns (id, noise, step extra).
+
+    ``select`` runs the selector ([1] ids, [1, vocab] noise or None); ``generator`` is the one it
+    draws from (None for greedy). At a forced step the generator's state is restored afterwards.
+    """
+    token = forced.get(step)
+    if token is None:
+        chosen, noise = select()
+        return int(chosen[0]), noise, {}
+    saved = generator.get_state() if generator is not None else None
+    would, _ = select()
+    if saved is not None:
+        generator.set_state(saved)
+    return int(token), None, {"forced": True, "strategy_choice": int(would[0])}
+
+
+def annotate(step: Any, extra: dict[str, Any], lm: Any) -> None:
+    """Write a forced step's record (``choose``'s extra) onto a trace Step."""
+    if extra:
+        step.extra.update(extra, strategy_choice_text=lm.piece(extra["strategy_choice"]))
+
+
+def resolve_token(lm: Any, token: int | str) -> int:
+    """A forced token as given by a person: an id (an int, or a string of digits), or a piece of text
+    the tokenizer maps to exactly one token (``"the"`` on toy is `` the``, id 9)."""
+    vocab = lm.vocab_size
+    if isinstance(token, bool):
+        raise InvalidRequest(f"a forced token must be a token id or text, got {token!r}")
+    if isinstance(token, int) or (isinstance(token, str) and token.strip().isdigit()):
+        token_id = int(token)
+        if not 0 <= token_id < vocab:
+            raise InvalidRequest(f"forced token ids must be in [0, {vocab - 1}], got {token_id}")
+        return token_id
+    if not isinstance(token, str) or not token:
+        raise InvalidRequest(f"a forced token must be a token id or text, got {token!r}")
+    ids = lm.tokenizer(token, add_special_tokens=False)["input_ids"]
+    unk = lm.tokenizer.unk_token_id
+    if unk is not None and unk in ids:
+        raise InvalidRequest(f"a forced token's text must be in the vocabulary of {lm.key}, got {token!r}")
+    if len(ids) != 1:
+        raise InvalidRequest(f"a forced token's text must map to exactly one token of {lm.key}, got {token!r} "
+                             f"({len(ids)} tokens: {[lm.piece(i) for i in ids]})")
+    return int(ids[0])
+
+
+def parse_force(items: list[str]) -> dict[str, str]:
+    """``STEP:TOKEN`` strings (the CLI's ``--force``) -> step -> token; the text may hold colons."""
+    out: dict[str, str] = {}
+    for item in items:
+        step, sep, token = item.partition(":")
+        if not sep or not token:
+            raise InvalidRequest(f"--force must be STEP:TOKEN (e.g. 0:the or 0:9), got {item!r}")
+        out[step.strip()] = token
+    return out
+
+
+def resolve_forced(lm: Any, forced: dict[Any, int | str], max_new_tokens: int, family: str,
+                   strategy: str) -> dict[int, int]:
+    """Check a request's forced tokens (step -> id or text) and return step -> id."""
+    if not forced:
+        return {}
+    if not isinstance(forced, dict):
+        raise InvalidRequest(f"forced tokens must be a mapping of step to token, got {type(forced).__name__}")
+    if family not in FORCEABLE_FAMILIES:
+        raise InvalidRequest(f"forced tokens work with greedy, sampling, gumbel and contrastive, not {strategy}: "
+                             f"a {family} step commits several tokens at once, so there is no single choice to "
+                             f"replace; put the prefix in the prompt instead")
+    out: dict[int, int] = {}
+    for step, token in forced.items():
+        try:
+            index = int(step)
+        except (TypeError, ValueError):
+            index = -1
+        if isinstance(step, bool) or not 0 <= index < max_new_tokens or str(step).strip() != str(index):
+            raise InvalidRequest(f"forced steps must be integers in [0, {max_new_tokens - 1}], got {step!r}")
+        out[index] = resolve_token(lm, token)
+    return out
