@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,10 +244,29 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> 
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=ticks,
                                  tickangle=-40 if len(shown) > 10 else 0, range=[-0.7, len(shown) - 0.3]),
                       legend=dict(y=1.01))
-    fig.update_yaxes(title_text=label, range=[0, min(1.02, top_bar * 1.18) or 1.0], secondary_y=False)
+    y_range = [0, min(1.02, top_bar * 1.18) or 1.0]
+    fig.update_yaxes(title_text=label, range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,
                      tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
+    _add_zoom_buttons(fig, [bool(cands[i]["kept"]) for i in shown], y_range)
     return fig
+
+
+def _add_zoom_buttons(fig: go.Figure, kept: list[bool], y_range: list[float]) -> None:
+    """In-figure buttons for dense steps: a log scale (bars of 0.02 and of 1e-6 both show) and a zoom
+    onto the bars up to the last one the decoder kept. Plotly applies them in the browser, also on an
+    exported figure; they change the view, never what is drawn."""
+    buttons = [dict(label="linear", method="relayout", args=[{"yaxis.type": "linear", "yaxis.range": y_range}]),
+               dict(label="log", method="relayout", args=[{"yaxis.type": "log", "yaxis.autorange": True}])]
+    last = max((j for j, k in enumerate(kept) if k), default=-1)
+    if 0 <= last < len(kept) - 1:
+        buttons += [dict(label=f"all {len(kept)}", method="relayout",
+                         args=[{"xaxis.range": [-0.7, len(kept) - 0.3]}]),
+                    dict(label="kept only", method="relayout", args=[{"xaxis.range": [-0.7, last + 0.7]}])]
+    fig.update_layout(updatemenus=[dict(type="buttons", direction="right", buttons=buttons, showactive=True,
+                                        x=1.0, xanchor="right", y=0.93, yanchor="top", pad=dict(r=4, t=0),
+                                        font=dict(size=11), bgcolor="rgba(148, 163, 184, 0.15)",
+                                        bordercolor="rgba(148, 163, 184, 0.5)")])
 
 
 @dataclass
@@ -400,7 +420,8 @@ def _add_mass(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if value is not None:
         fig.add_hline(y=value, name=f"{view.name} mass", line=dict(color=mark.color, dash="dash", width=2),
                       secondary_y=True)
-        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="bottom",
+        # at the left end: the right end holds the cumulative axis's ticks and title
+        fig.add_annotation(x=0, xref="paper", xanchor="left", y=value, yref="y2", yanchor="bottom",
                            showarrow=False, text=_described(mark.label, view.decision), font=dict(color=mark.color))
     return []
 
@@ -478,7 +499,8 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
             hovertemplate="<b>%{customdata[0]}</b><br>" + st["name"] + " %{customdata[1]:.4g}<br>%{customdata[3]}"
                           "<extra></extra>"),
             row=1, col=k + 1)
-        fig.update_xaxes(range=[0, xmax * 1.08], showticklabels=k == 0 or len(stages) <= 3, tickformat=".1f",
+        # three significant digits: small ranges never show one label twice (".1f" wrote 0.1 0.1 0.1)
+        fig.update_xaxes(range=[0, xmax * 1.08], showticklabels=k == 0 or len(stages) <= 3, tickformat=".3~g",
                          row=1, col=k + 1)
     for legend_name, color in (("kept after the stage", KEPT), ("removed by this stage", CUT)):
         fig.add_trace(go.Bar(x=[None], y=[None], name=legend_name, marker_color=color, showlegend=True))
@@ -579,9 +601,9 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
 
 def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,
                step: dict[str, Any] | None, alternatives: int) -> str:
-    lines = [f"step {i} · {tok['text']!r}", f"model p {_fmt(p_raw)} · sampled from p {_fmt(p)}"]
-    if tok.get("logprob") is not None:
-        lines.append(f"logprob {tok['logprob']:.3f}")
+    lines = [f"step {i} · {tok['text']!r}", f"model p {_fmt(p_raw)} (the model's own distribution)",
+             f"drawn with p {_fmt(p)} (the distribution it was drawn from)"
+             + (f" · log p {tok['logprob']:.3f}" if tok.get("logprob") is not None else "")]
     if step is not None:
         cands = sorted(step["candidates"], key=lambda c: -_prob(c["raw_prob"]))
         rank = next((r + 1 for r, c in enumerate(cands) if c["id"] == tok["id"]), None)
@@ -607,13 +629,34 @@ def legend_html() -> str:
 
 def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tuple[go.Figure, go.Figure, go.Figure]:
     """(distribution, waterfall, overview) for ``step``; the three charts of the page.
-    ``compact``: for half-width columns (compare), without legends and with smaller titles."""
+    ``compact``: for half-width columns (compare): smaller type, titles wrapped, legends under the plot."""
     figs = distribution_figure(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
     if compact:
         for fig in figs:
-            fig.update_layout(showlegend=False, title_font_size=15, margin=dict(t=60 if fig is not figs[1] else 90))
+            lines = wrap(fig.layout.title.text or "", 58)
+            fig.update_layout(title_text="<br>".join(lines), title_font_size=15, font_size=12,
+                              legend=dict(orientation="h", y=-0.28, yanchor="top", x=0, xanchor="left",
+                                          font_size=11),
+                              margin=dict(t=(80 if fig is figs[1] else 44) + 20 * len(lines), b=40))
         figs[1].update_xaxes(nticks=3)
     return figs
+
+
+def wrap(text: str, per_line: int) -> list[str]:
+    """Words of a plotly label (which may hold <b> and <br>) in lines of at most ``per_line``
+    visible characters; tags count for nothing and are never split (plotly never wraps a title)."""
+    lines: list[str] = []
+    for part in text.split("<br>"):
+        line, shown = "", 0
+        for word in part.split(" "):
+            visible = len(re.sub(r"<[^>]+>", "", word))
+            if line and shown + 1 + visible > per_line:
+                lines.append(line)
+                line, shown = word, visible
+            else:
+                line, shown = (f"{line} {word}" if line else word), shown + (1 if line else 0) + visible
+        lines.append(line)
+    return lines
 
 
 def empty_figure(message: str = "Generate to see the charts") -> go.Figure:

@@ -91,6 +91,40 @@ def _round_spans(r: dict[str, Any]) -> str:
     return "".join(spans)
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+SLOW_ALPHA = 0.3  # below this acceptance rate a draft rarely pays for itself (Leviathan et al. 2022, fig. 3)
+DRAFT_ADVICE = {
+    "early_exit": "a deeper draft_layer agrees more often but costs more; prompt lookup suits repetitive text",
+    "prompt_lookup": "prompt lookup only finds drafts where the text repeats what came before",
+}
+
+
+def slow_reason(trace: dict[str, Any]) -> str:
+    """One line on why a run was not faster than plain decoding, from its recorded figures; "" when
+    it was faster, or when nothing says it was slow."""
+    s = trace.get("speculative") or {}
+    w = (trace.get("timing") or {}).get("speculative") or {}
+    alpha, speedup, c = s.get("alpha"), w.get("measured_speedup"), w.get("c")
+    slow = speedup is not None and speedup < 1.0
+    if alpha is None or not (slow or (speedup is None and alpha < SLOW_ALPHA)):
+        return ""
+    if alpha < SLOW_ALPHA:
+        advice = DRAFT_ADVICE.get(s.get("draft_kind") or s.get("draft"), "a draft closer to the target agrees more often")
+        return f"α {alpha:.2f}: the {s.get('draft', 'draft')} draft rarely agrees with the target; {advice}."
+    if c is not None and c > 0.5:
+        return (f"c {c:.2f}: a draft step costs {c:.0%} of a target step here, so drafting eats what the "
+                "accepted tokens save.")
+    costs = w.get("verify_cost") or {}
+    g = str(round(s.get("mean_gamma") or 0) + 1)
+    if costs.get(g) is not None and costs[g] > 1.5:
+        return (f"verifying {g} tokens in one pass costs {costs[g]:.1f} plain steps on this device, so each "
+                "round pays more than its accepted tokens save.")
+    return f"measured {speedup:.2f}x: the drafts saved fewer target steps than they cost."
+
+
 def timeline_html(trace: dict[str, Any]) -> str:
     """One line per round: accepted, rejected, never-checked and discarded drafts and the target's own token."""
     s = trace.get("speculative", {})
@@ -107,6 +141,9 @@ def timeline_html(trace: dict[str, Any]) -> str:
             f'verify {_esc(str(s.get("verify", "?")))} · α = {_num(s.get("alpha"))} · '
             f'τ = {_num(s.get("tau"))} tokens per target pass · {s.get("target_forward_passes", "?")} target / '
             f'{s.get("draft_forward_passes", "?")} draft passes{lossy}</div>')
+    why = slow_reason(trace)
+    if why:
+        head += f'<div style="color:#d97706;margin-bottom:6px">{_esc(why)}</div>'
     legend = " ".join(_span(name, style, name) for name, style in (
         ("accepted", "accepted"), ("rejected", "rejected"), ("never checked", "skipped"),
         ("discarded (after the end)", "discarded"), ("resampled / bonus", "added")))
@@ -206,7 +243,7 @@ def accepted_lengths_figure(trace: dict[str, Any]) -> go.Figure:
         fig.add_scatter(x=list(range(g + 1)), y=[p * gammas.count(g) for p in law], mode="lines+markers",
                         name=f"i.i.d. acceptance α={alpha:.2f}, {gammas.count(g)} rounds of γ={g}",
                         line=dict(color="#64748b", dash="dot"))
-    title = "accepted drafts per round" + (f" ({idle} rounds drafted nothing)" if idle else "")
+    title = "accepted drafts per round" + (f" ({plural(idle, 'round')} drafted nothing)" if idle else "")
     fig.update_layout(title=title, xaxis_title="accepted", yaxis_title="rounds", xaxis=dict(dtick=1))
     return fig
 

@@ -9,13 +9,13 @@ Pure: plotly only.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from playground import charts
+from playground.charts import wrap
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,8 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
         font = getattr(trace, "textfont", None)
         if font is not None and font.color is not None and str(font.color).lower() in LIGHT_INKS:
             font.color = t.ink
+    for menu in out.layout.updatemenus or ():
+        menu.font.color = t.ink
     width = view_width(view)
     if width is not None and width < NARROW and not export:
         _fit_narrow(out, width)
@@ -116,20 +118,3 @@ def _columns(fig: go.Figure) -> int:
     lefts = {round(ax.domain[0], 3) for name in fig.layout if name.startswith("xaxis")
              for ax in [fig.layout[name]] if ax.domain is not None}
     return max(1, len(lefts))
-
-
-def wrap(text: str, per_line: int) -> list[str]:
-    """Words of a plotly label (which may hold <b> and <br>) in lines of at most ``per_line``
-    visible characters; tags count for nothing and are never split."""
-    lines: list[str] = []
-    for part in text.split("<br>"):
-        line, shown = "", 0
-        for word in part.split(" "):
-            visible = len(re.sub(r"<[^>]+>", "", word))
-            if line and shown + 1 + visible > per_line:
-                lines.append(line)
-                line, shown = word, visible
-            else:
-                line, shown = (f"{line} {word}" if line else word), shown + (1 if line else 0) + visible
-        lines.append(line)
-    return lines

@@ -204,7 +204,7 @@ Draft = ModelDraft | PromptLookupDraft
 
 
 def auto_layer(num_layers: int) -> int:
-    """The early-exit depth used for ``draft_layer = 0``: a quarter of the target, at least one layer."""
+    """The early-exit depth used for ``draft_layer = -1``: a quarter of the target, at least one layer."""
     return max(1, num_layers // 4)
 
 
@@ -214,10 +214,10 @@ def make_draft(target: Any, draft: str, draft_layer: int, lookup_ngram: int,
     if draft == "prompt_lookup":
         return PromptLookupDraft(target.vocab_size, target.device, lookup_ngram)
     if draft == "early_exit":
-        if draft_layer > target.num_layers:
-            raise InvalidRequest(f"draft_layer must be in [0, {target.num_layers}] for {target.key} "
-                                 f"(0 = {auto_layer(target.num_layers)}), got {draft_layer}")
-        layers = draft_layer or auto_layer(target.num_layers)
+        if draft_layer == 0 or draft_layer > target.num_layers:
+            raise InvalidRequest(f"draft_layer must be in [1, {target.num_layers}] for {target.key}, or -1 "
+                                 f"(= {auto_layer(target.num_layers)}), got {draft_layer}")
+        layers = auto_layer(target.num_layers) if draft_layer == -1 else draft_layer
         short = target if layers == target.num_layers else target.truncated(layers)
         return ModelDraft(short, "early_exit")
     if load_model is None:

@@ -58,8 +58,9 @@ class SpeculativeParams(ChainParams):
     draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
                        "'prompt_lookup' (copy from the prompt, no model), or a model key with the target's "
                        "tokenizer (e.g. toy-small for toy).")
-    draft_layer: int = param(0, "Layers the early-exit draft keeps. 0 = a quarter of the target's.",
-                             low=0, high=256, noop=0, step=1, ui_max=32)
+    draft_layer: int = param(-1, "Early-exit draft: the target's layer it reads through the final norm and LM "
+                             "head, i.e. how many layers it runs (as amateur_layer in contrastive decoding). "
+                             "-1 = a quarter of the target's layers.", low=-1, high=256, step=1, ui_max=32)
     gamma: int = param(4, "Tokens drafted per round.", low=1, high=MAX_GAMMA, step=1)
     adaptive_gamma: bool = param(False, "Grow gamma by 2 after a fully accepted round, shrink it by 1 after a "
                                  "rejection (transformers' heuristic). Off = fixed gamma.", noop=False)

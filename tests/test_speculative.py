@@ -340,8 +340,9 @@ def test_bad_params_are_refused(params, message):
 
 
 def test_draft_layer_is_checked_against_the_model(store):
-    with pytest.raises(InvalidRequest, match=r"draft_layer must be in \[0, 2\] for toy \(0 = 1\), got 3"):
-        speculative(store, "toy", "1 2", 4, draft="early_exit", draft_layer=3)
+    for bad in (0, 3):
+        with pytest.raises(InvalidRequest, match=rf"draft_layer must be in \[1, 2\] for toy, or -1 \(= 1\), got {bad}"):
+            speculative(store, "toy", "1 2", 4, draft="early_exit", draft_layer=bad)
 
 
 def test_mismatched_pair_is_refused(store):

@@ -145,3 +145,21 @@ def test_speculative_steps_record_each_stage_decision(store):
         assert by_name["top_p"]["decision"]["p"] == 0.9
         assert by_name["min_p"]["decision"]["threshold"] == pytest.approx(
             0.05 * by_name["min_p"]["decision"]["top_prob"], rel=1e-5)
+
+
+def test_a_slow_run_says_why_in_one_line():
+    from playground.charts_speculative import plural, slow_reason
+    assert plural(1, "round") == "1 round" and plural(2, "round") == "2 rounds"
+    base = {"speculative": {"draft": "early_exit", "draft_kind": "early_exit", "alpha": 0.07, "mean_gamma": 4},
+            "timing": {"speculative": {"measured_speedup": 0.4, "c": 0.3, "verify_cost": {"5": 1.2}}}}
+    assert slow_reason(base).startswith("α 0.07: the early_exit draft rarely agrees with the target; a deeper")
+    costly = copy.deepcopy(base)
+    costly["speculative"]["alpha"] = 0.8
+    costly["timing"]["speculative"]["c"] = 0.9
+    assert slow_reason(costly).startswith("c 0.90: a draft step costs 90% of a target step")
+    heavy_verify = copy.deepcopy(costly)
+    heavy_verify["timing"]["speculative"].update(c=0.1, verify_cost={"5": 2.4})
+    assert slow_reason(heavy_verify).startswith("verifying 5 tokens in one pass costs 2.4 plain steps")
+    fast = copy.deepcopy(base)
+    fast["timing"]["speculative"]["measured_speedup"] = 1.3
+    assert slow_reason(fast) == ""

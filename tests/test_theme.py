@@ -66,7 +66,7 @@ def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
 
 
 def test_titles_wrap_on_a_phone_without_splitting_tags():
-    from playground.theme import wrap
+    from playground.charts import wrap
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 13) == ["Step 0: chose", "<b>·a</b> · p 0.700"]
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 12) == ["Step 0:", "chose <b>·a</b> · p", "0.700"]
     assert wrap("short", 40) == ["short"]
