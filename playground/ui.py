@@ -51,6 +51,7 @@ MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (
 QUEUE_MAX = 32
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
 VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
+COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
 HUB_MODELS = ("gpt2", "gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
@@ -640,6 +641,18 @@ class Side:
         self.step_slot = gr.Column() if key == "main" else None
         self.dist = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-dist{suffix}")
         self.water = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
+        # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts
+        self.view_slots: list[gr.Component] = []
+        if key != "main":
+            self.view_slots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view{suffix}-{i}")
+                               for i in range(COMPARE_VIEW_PLOTS)]
+            self.view_slots.append(gr.HTML(visible=False, elem_id=f"pg-view-html{suffix}"))
+
+    def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> list[Any]:
+        """The side's view slots for ``step`` (nothing for the Explore side: its slots are the page's)."""
+        if not self.view_slots:
+            return []
+        return _step_view_updates(trace, step, theme, len(self.view_slots) - 1)
 
     @property
     def views(self) -> list[gr.Component]:
@@ -994,6 +1007,7 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
     sides = [page.sides["a"], page.sides["b"]]
     states = [page.traces["a"], page.traces["b"]]
     side_outputs = [c for side in sides for c in (side.status, *side.views)]
+    view_outputs = [c for side in sides for c in side.view_slots]
 
     def run_compare(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg, seed_update, theme = run_config(page, values)
@@ -1003,7 +1017,9 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
                               progress=_progress_adapter(progress), decoder=decode)):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
-            yield [*sides[0].frame_updates(fa, theme), *sides[1].frame_updates(fb, theme),
+            views = [u for side, f in zip(sides, (fa, fb))
+                     for u in (_view_updates(f.views if f else None, theme, COMPARE_VIEW_PLOTS))]
+            yield [*sides[0].frame_updates(fa, theme), *sides[1].frame_updates(fb, theme), *views,
                    gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0)),
                    fa.trace if fa else gr.skip(), fb.trace if fb else gr.skip(), seed_update if k == 0 else gr.skip()]
 
@@ -1012,21 +1028,23 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
         out: list[Any] = []
         for side, trace in zip(sides, (a, b)):
             out += [gr.skip(), *side.select_updates(trace, k, _show_prompt(model, chat), theme)]
-        return out
+        return out + [u for side, trace in zip(sides, (a, b)) for u in side.view_updates(trace, k, theme)]
 
     def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
                  evt: gr.EventData) -> list[Any]:
         k = int((getattr(evt, "_data", None) or {}).get("step", 0))
         return [gr.update(value=k), *on_select(a, b, k, model, chat, theme)]
 
-    outputs = [*side_outputs, page.compare_step, *states, page.seed]
+    outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
     event = page.compare_run.click(_gr_errors(run_compare, len(page.run_inputs), True), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
-    page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme], side_outputs,
+    page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],
+                            [*side_outputs, *view_outputs],
                             trigger_mode="always_last", **QUIET)
     for side in sides:
-        side.text.click(on_click, [*states, page.model, page.chat, page.theme], [page.compare_step, *side_outputs],
+        side.text.click(on_click, [*states, page.model, page.chat, page.theme],
+                        [page.compare_step, *side_outputs, *view_outputs],
                         trigger_mode="always_last", **QUIET)
     return event
 
@@ -1109,19 +1127,19 @@ def _show_prompt(model: str, chat: Any) -> bool:
     return not spec.numeric_prompt and (chat is False or not spec.chat)
 
 
-def _step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str) -> list[Any]:
+def _step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
     """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
     k = charts.clamp_step(trace, step)
-    return _view_updates(strategy_views(trace, k) if trace and k is not None else None, theme)
+    return _view_updates(strategy_views(trace, k) if trace and k is not None else None, theme, plots)
 
 
-def _view_updates(views: list[View] | None, theme: str) -> list[Any]:
-    """Fill the view slots from what the trace carries; hide the unused ones."""
+def _view_updates(views: list[View] | None, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
+    """Fill ``plots`` figure slots and one HTML slot from what the trace carries; hide the unused ones."""
     if views is None:
-        return [gr.skip()] * (VIEW_PLOTS + 1)
-    figs = [v for v in views if v.figure is not None][:VIEW_PLOTS]
+        return [gr.skip()] * (plots + 1)
+    figs = [v for v in views if v.figure is not None][:plots]
     html_parts = [f'<div class="pg-view"><h3>{_esc(v.title)}</h3>{v.html}</div>' for v in views if v.html]
     out: list[Any] = [gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True) for v in figs]
-    out += [gr.update(visible=False)] * (VIEW_PLOTS - len(figs))
+    out += [gr.update(visible=False)] * (plots - len(figs))
     out.append(gr.update(value="".join(html_parts), visible=bool(html_parts)))
     return out
