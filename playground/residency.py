@@ -61,9 +61,13 @@ class MemoryBudget:
         return cls(gb * GB or None, int(count) or None)
 
     def describe(self) -> str:
-        parts = [f"{self.max_bytes / GB:.2f} GB" if self.max_bytes else "", f"{self.max_models} models"
+        parts = [size_text(self.max_bytes) if self.max_bytes else "", f"{self.max_models} models"
                  if self.max_models else ""]
         return " and ".join(p for p in parts if p) or "unlimited"
+
+
+def size_text(nbytes: float) -> str:
+    return f"{nbytes / GB:.2f} GB" if nbytes >= 0.01 * GB else f"{nbytes / 1e6:.3f} MB"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -126,10 +130,10 @@ class Residency:
                 total, count = total - entry.nbytes, count - 1
         if self._over(total, count):
             held = [str(k) for k, e in self.entries.items() if k not in out]
+            needs = f"; the new one needs {size_text(incoming)}" if incoming else ""
             raise OverBudget(f"no room for another model: the memory budget is {b.describe()}, and "
-                             f"{(total - incoming) / GB:.2f} GB are held by models in use or kept loaded "
-                             f"({', '.join(held) or 'none'}); the new one needs {incoming / GB:.2f} GB "
-                             f"(${MEMORY_ENV}, ${COUNT_ENV})")
+                             f"{size_text(total - incoming)} are held by models in use or kept loaded "
+                             f"({', '.join(held) or 'none'}){needs} (${MEMORY_ENV}, ${COUNT_ENV})")
         return out
 
     def _over(self, total: int, count: int) -> bool:
