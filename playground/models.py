@@ -328,6 +328,12 @@ def _hub_env_offline_hint(key: str) -> ModelUnavailable:
                             f"the offline models are: {names}")
 
 
+def default_models() -> frozenset[str]:
+    """The models a store never unloads: the default one, the one preloaded ($PLAYGROUND_MODEL), the toys."""
+    preload = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL).strip()
+    return frozenset({DEFAULT_MODEL, "toy", "toy-small"} | ({preload} if preload.lower() != "none" else set()))
+
+
 def model_bytes(model: Any) -> int:
     """Bytes of a model's parameters and buffers (tied weights counted once)."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
@@ -355,7 +361,7 @@ class ModelStore:
         self.device = pick_device(device)
         self.policy = policy or KeyPolicy.from_env(OFFLINE)
         self.size_cap = size_cap or SizeCap(cap_from_env(self.device.type == "cuda"))
-        self.keep = frozenset((DEFAULT_MODEL, "toy", "toy-small") if keep is None else keep)
+        self.keep = default_models() if keep is None else frozenset(keep)
         self.residency = Residency(budget or MemoryBudget.from_env(_device_memory(self.device)))
         self._models: dict[str, LM] = {}
         self._lock = threading.Lock()  # guards the two tables; held briefly
