@@ -272,11 +272,12 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str)
     finally:
         server.stop()
     lat = tally.toy_latency
-    print(f"served {tally.served} requests in {wall:.0f} s ({', '.join(f'{k} {v}' for k, v in sorted(tally.by_kind.items()))}); "
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(tally.by_kind.items()))
+    print(f"served {tally.served} requests in {wall:.0f} s ({kinds}); "
           f"hostile calls refused with their message: {tally.refused}")
     print(f"errors: {len(tally.errors)}" + "".join(f"\n  {e}" for e in tally.errors[:10]))
-    print(f"short toy requests while long ones run: p50 {percentile(lat, 0.5):.2f} s, p95 {percentile(lat, 0.95):.2f} s "
-          f"(n={len(lat)}; they wait in the one-model queue)")
+    print(f"short toy requests while long ones run: p50 {percentile(lat, 0.5):.2f} s, "
+          f"p95 {percentile(lat, 0.95):.2f} s (n={len(lat)}; they wait in the one-model queue)")
     print(f"server RSS: after warm-up {rss_start:.0f} MB, peak {peak[0]:.0f} MB, end {rss_end:.0f} MB "
           f"(end / start = {rss_end / rss_start:.3f})")
     print(f"stopped by the time budget: {tally.out_of_time}")
@@ -309,10 +310,11 @@ def fault_test() -> bool:
         second = Server(env)
         t1 = time.monotonic()
         second.wait_ready()
-        print(f"restart ready in {time.monotonic() - t1:.1f} s; converted again: "
-              f"{'dequantising' in second.output()}; cache sealed and sound: {seal_problem(target) is None and (target / CHECKSUMS).is_file()}; "
-              f"left on disk: {sorted(p.name for p in target.parent.iterdir())}")
-        ok &= "dequantising" in second.output() and seal_problem(target) is None and (target / CHECKSUMS).is_file()
+        converted = "dequantising" in second.output()
+        sealed = seal_problem(target) is None and (target / CHECKSUMS).is_file()
+        print(f"restart ready in {time.monotonic() - t1:.1f} s; converted again: {converted}; cache sealed and "
+              f"sound: {sealed}; left on disk: {sorted(p.name for p in target.parent.iterdir())}")
+        ok &= converted and sealed
         ok &= sorted(p.name for p in target.parent.iterdir()) == [SMOL]
         text = answer(Client(second.url, verbose=False), workload()["smol_sampling"][0])["text"]
         second.stop()

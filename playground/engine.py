@@ -97,7 +97,8 @@ def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None
     trace = None
     try:
         while True:
-            if trace is not None and trace.finish_reason == "running" and deadline is not None and deadline.passed():
+            out_of_time = deadline is not None and trace is not None and trace.finish_reason == "running"
+            if out_of_time and deadline.passed():
                 trace.finish_reason = OUT_OF_TIME
                 break
             ctx.clock.resume()

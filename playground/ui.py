@@ -55,7 +55,8 @@ QUEUE_NOTE = ("One run at a time: this server keeps one model busy for one visit
               "generating, your run waits in the queue; its position shows over the text.")
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
 VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
-HUB_MODELS = ("openai-community/gpt2", "openai-community/gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct")
+HUB_MODELS = ("openai-community/gpt2", "openai-community/gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct",
+              "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
 
