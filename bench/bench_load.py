@@ -251,11 +251,11 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str)
               f"{rss_start:.0f} MB")
         tally, budget = Tally(), [max_requests]
         stop_at = time.monotonic() + seconds
-        peak = [rss_start]
+        samples = [rss_start]
 
         def sample_rss() -> None:
             while time.monotonic() < stop_at:
-                peak[0] = max(peak[0], rss_mb(server.proc.pid))
+                samples.append(rss_mb(server.proc.pid))
                 time.sleep(1)
 
         threads = [threading.Thread(target=client_loop, args=(server.url, ROLES[i % len(ROLES)],
@@ -278,7 +278,9 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str)
     print(f"errors: {len(tally.errors)}" + "".join(f"\n  {e}" for e in tally.errors[:10]))
     print(f"short toy requests while long ones run: p50 {percentile(lat, 0.5):.2f} s, "
           f"p95 {percentile(lat, 0.95):.2f} s (n={len(lat)}; they wait in the one-model queue)")
-    print(f"server RSS: after warm-up {rss_start:.0f} MB, peak {peak[0]:.0f} MB, end {rss_end:.0f} MB "
+    quarters = [samples[min(len(samples) - 1, len(samples) * q // 4)] for q in (1, 2, 3)]
+    print(f"server RSS: after warm-up {rss_start:.0f} MB, at 1/4, 1/2, 3/4 of the load "
+          f"{', '.join(f'{v:.0f}' for v in quarters)} MB, peak {max(samples):.0f} MB, end {rss_end:.0f} MB "
           f"(end / start = {rss_end / rss_start:.3f})")
     print(f"stopped by the time budget: {tally.out_of_time}")
     print(f"seeded answers equal to their serial reference: {tally.served - len(tally.mismatches)}/{tally.served}"
