@@ -1,6 +1,7 @@
 # make run   - set up .venv and start the playground on the default model
 # make test  - set up .venv (and Debian's chromium for the browser tests) and run every test
-PYTHON ?= python3
+# the Python the Space runs (README front matter: python_version); tests check that the two agree
+PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed

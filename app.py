@@ -3,7 +3,9 @@
 Environment: PORT or GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (default 127.0.0.1;
 0.0.0.0 to serve a network, set for you on a Space), PLAYGROUND_MODEL (the model loaded before the
 page opens; "none" to skip), PLAYGROUND_DEVICE (cpu, cuda, mps), PLAYGROUND_HUB=1 (list hub models
-in the model menu; on a Space they are listed anyway).
+in the model menu; on a Space they are listed anyway). The limits of a public server
+(PLAYGROUND_MODELS, PLAYGROUND_MAX_MODEL_GB, PLAYGROUND_MEMORY_GB, PLAYGROUND_MAX_MODELS,
+PLAYGROUND_TIME_BUDGET, PLAYGROUND_MAX_ROW_TOKENS) are listed in the README's Space section.
 """
 from __future__ import annotations
 

@@ -32,6 +32,8 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=32, help=f"1 to {MAX_NEW_TOKENS}")
     p.add_argument("--top-n", type=int, default=20, help="candidates recorded per step")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop decoding after this many seconds, keeping the trace so far (default: no limit)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
@@ -77,6 +79,7 @@ def cmd_list() -> int:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
+    from playground.budget import Budget
     from playground.engine import Request, run
 
     known, _ = base_parser().parse_known_args(argv)
@@ -86,8 +89,9 @@ def cmd_run(argv: Sequence[str]) -> int:
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
                   top_n=args.top_n, forced=parse_force(args.force))
+    budget = Budget(seconds=args.time_budget)
     store = ModelStore(args.device)
-    trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr))
+    trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)
     data = trace.to_dict()
     if args.html or args.png:
         _write_chart(data, args)

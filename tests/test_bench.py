@@ -14,6 +14,13 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
     "bench_engine.py": [r"toy +greedy .* ratio traced/generate \d+\.\d+", r"toy +sampling .* ratio traced/generate \d+\.\d+"],
     "bench_beam.py": [r"ours / transformers = \d+\.\d+x", r"naive / ours += \d+\.\d+x"],
     "bench_speculative.py": [r"toy: plain / speculative wall-clock ratio, .*: \d+\.\d+x"],
+    "bench_sample_many.py": [r"ratio sample many / one by one \d+\.\d+",
+                             r"replayed seeds that wrote another text than their batched row: \d+ of 3"],
+    "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
+}
+QUICK = {  # the short run of each; the load test's own --quick is a minute of load and a fault drill
+    "bench_sample_many.py": ["--quick", "--skip-generate"],
+    "bench_load.py": ["--seconds", "20", "--clients", "4", "--skip-faults"],
 }
 
 
@@ -28,8 +35,8 @@ def test_bench_compiles(script, tmp_path):
 
 @pytest.mark.parametrize("script", sorted(RATIO_LINES))
 def test_bench_quick_runs_on_toy(script):
-    done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True,
-                          timeout=300, cwd=BENCH.parent)
+    done = subprocess.run([sys.executable, str(BENCH / script), *QUICK.get(script, ["--quick"])],
+                          capture_output=True, text=True, timeout=600, cwd=BENCH.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     for pattern in RATIO_LINES[script]:
         assert re.search(pattern, done.stdout), (pattern, done.stdout[-2000:])

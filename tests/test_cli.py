@@ -47,7 +47,11 @@ def test_list_shows_models_strategies_and_flags(capsys):
     (["--max-new-tokens", "100000"], "max_new_tokens must be an integer in [1, 512], got 100000"),
     (["--max-new-tokens", "63"], "max_new_tokens must be in [1, 62] for this prompt on toy"),
     (["--strategy", "nope"], "strategy must be one of"),
-    (["--model", "no-such-model"], "the offline models are: toy, toy-small, smollm2-135m, gemma3-270m"),
+    (["--model", "org/no-such-model"], "the offline models are: toy, toy-small, smollm2-135m, gemma3-270m"),
+    (["--model", "no-such-model"], "model must be one of toy, toy-small, smollm2-135m, gemma3-270m or a hub id "
+                                   "namespace/name"),
+    (["--model", "assets/toy"], "not the name of a file or directory on this server"),
+    (["--time-budget", "-1"], "time budget must be a number of seconds > 0, got -1.0"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, args, message):
     base = ["run", "--model", "toy", "--prompt", "1 2"]
@@ -71,3 +75,10 @@ def test_subprocess_bad_input_has_no_traceback():
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == "error: top_p must be in (0, 1], got 7"
+
+
+def test_time_budget_stops_the_run_and_keeps_the_trace(capsys):
+    assert main(["run", "--model", "toy", "--prompt", "1 2", "--strategy", "sampling", "--max-new-tokens", "40",
+                 "--time-budget", "0.000001", "--json"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert trace["finish_reason"] == "time budget" and 1 <= len(trace["tokens"]) == len(trace["steps"]) < 40

@@ -1,0 +1,87 @@
+"""What one request may spend on a shared server: wall-clock seconds, and rows x tokens for beams.
+
+One worker serves every model request in turn, so one long run makes every other
+visitor wait. The engine checks the time budget between two steps (where Stop
+lands too): when it is spent, the strategy is closed, the trace so far is kept
+and its ``finish_reason`` is ``"time budget"``. Beam-like strategies advance
+``num_beams`` (x ``num_prefixes``) rows per token, so their cost is refused up
+front when rows x ``max_new_tokens`` exceeds a cap; the message names the numbers.
+
+The page reads its budget from the environment (``Budget.from_env``); the command
+line is unlimited unless asked (``--time-budget``).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from playground.errors import InvalidRequest
+
+TIME_ENV = "PLAYGROUND_TIME_BUDGET"
+ROWS_ENV = "PLAYGROUND_MAX_ROW_TOKENS"
+DEFAULT_SECONDS = 60.0  # about 900 SmolLM2 tokens on a free CPU Space; a queue of a few visitors stays short
+DEFAULT_ROW_TOKENS = 8192  # e.g. 16 beams x 512 tokens, or 8 prefixes x 4 beams x 256 tokens
+ROW_PARAMS = ("num_prefixes", "num_beams")  # each multiplies the rows a step runs through the model
+FINISH_REASON = "time budget"
+
+
+def _env_number(name: str, default: float) -> float:
+    """``$name`` as a number >= 0 (0 = unlimited), else ``default``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidRequest(f"${name} must be a number >= 0 (0 = unlimited), got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``seconds``: wall-clock decoding time per request; ``row_tokens``: rows x max_new_tokens for
+    beam-like strategies. None means unlimited."""
+
+    seconds: float | None = None
+    row_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.seconds is not None and not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise InvalidRequest(f"time budget must be a number of seconds > 0, got {self.seconds}")
+        if self.row_tokens is not None and self.row_tokens < 1:
+            raise InvalidRequest(f"row-token cap must be an integer >= 1, got {self.row_tokens}")
+
+    @classmethod
+    def from_env(cls) -> "Budget":
+        """``$PLAYGROUND_TIME_BUDGET`` seconds and ``$PLAYGROUND_MAX_ROW_TOKENS`` (0 = unlimited)."""
+        seconds = _env_number(TIME_ENV, DEFAULT_SECONDS)
+        rows = _env_number(ROWS_ENV, DEFAULT_ROW_TOKENS)
+        return cls(seconds or None, int(rows) or None)
+
+    def check_rows(self, strategy: str, params: Any, max_new_tokens: int) -> None:
+        """Refuse a beam-like request whose rows x max_new_tokens exceed ``row_tokens``."""
+        factors = [(name, int(getattr(params, name))) for name in ROW_PARAMS if hasattr(params, name)]
+        if self.row_tokens is None or not factors:
+            return
+        total = math.prod(v for _, v in factors) * max_new_tokens
+        if total > self.row_tokens:
+            shown = " x ".join(f"{name} {v}" for name, v in factors)
+            raise InvalidRequest(f"{strategy} with {shown} x max_new_tokens {max_new_tokens} = {total} "
+                                 f"row-tokens; this server runs at most {self.row_tokens} "
+                                 f"(${ROWS_ENV}): lower one of them")
+
+    def deadline(self) -> "Deadline":
+        return Deadline(None if self.seconds is None else time.monotonic() + self.seconds)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: float | None  # time.monotonic() value, None = never
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at

@@ -1,0 +1,91 @@
+"""Each request's budget: decoding stops between two steps when its time is spent; beam rows x tokens capped."""
+from __future__ import annotations
+
+import pytest
+
+from playground import ui
+from playground.budget import Budget, Deadline
+from playground.engine import Request, prepare, run, stream, timed
+from playground.errors import InvalidRequest
+
+
+class AfterChecks(Deadline):
+    """A deadline that passes after ``n`` checks, so the stop lands on a known step."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(None)
+        object.__setattr__(self, "left", n)
+
+    def passed(self) -> bool:
+        object.__setattr__(self, "left", self.left - 1)
+        return self.left < 0
+
+
+TOY = Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=3, max_new_tokens=12)
+
+
+def budgeted(store, req: Request, checks: int):
+    spec, params, ctx = prepare(store, req)
+    return list(timed(spec.run(ctx, params), ctx, AfterChecks(checks)))
+
+
+def test_the_time_budget_stops_between_steps_and_keeps_the_trace(store):
+    full = run(store, TOY).to_dict(timing=False)
+    traces = budgeted(store, TOY, 3)
+    last = traces[-1].to_dict(timing=False)
+    assert last["finish_reason"] == "time budget" and len(full["tokens"]) > 4
+    assert len(last["tokens"]) == len(last["steps"]) == 4  # one token per step, then three more checks passed
+    assert last["tokens"] == full["tokens"][:4] and last["steps"] == full["steps"][:4]
+    assert last["text"] == store.get("toy").decode([t["id"] for t in last["tokens"]])
+    assert traces[-1].timing.seconds > 0
+
+
+def test_a_finished_run_is_never_relabelled(store):
+    traces = budgeted(store, Request("toy", "greedy", "1 2", max_new_tokens=3), 10**6)
+    assert traces[-1].finish_reason in ("eos", "length")
+
+
+@pytest.mark.parametrize("strategy,params", [("beam", {"num_beams": 3}),
+                                             ("speculative", {"draft": "toy-small", "gamma": 1}),  # several rounds
+                                             ("contrastive", {"amateur": "toy-small"})])
+def test_every_family_stops_with_its_trace_intact(store, strategy, params):
+    req = Request("toy", strategy, "1 2", params, seed=1, max_new_tokens=10)
+    last = budgeted(store, req, 1)[-1]
+    assert last.finish_reason == "time budget" and last.tokens and last.text == store.get("toy").decode(
+        last.token_ids)
+
+
+def test_a_real_clock_budget_ends_the_run_and_the_page_says_so(store):
+    slow = Request("toy", "beam", "1 2", {"num_beams": 8}, max_new_tokens=40)
+    trace = run(store, slow, budget=Budget(seconds=1e-6))
+    assert trace.finish_reason == "time budget" and 1 <= len(trace.beam["nodes"])
+    assert "time budget per run is used up" in ui.status_html(trace.to_dict(), final=True)
+    frames = list(ui.generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40,
+                              decoder=ui.default_decoder(store, Budget(seconds=1e-6))))
+    assert frames[-1].final and frames[-1].trace["finish_reason"] == "time budget"
+    assert "time budget" in frames[-1].status
+
+
+def test_beam_rows_times_tokens_are_capped_with_the_numbers(store):
+    cap = Budget(row_tokens=100)
+    with pytest.raises(InvalidRequest, match=r"sample_beam with num_prefixes 8 x num_beams 4 x max_new_tokens 20 = "
+                                             r"640 row-tokens; this server runs at most 100"):
+        list(stream(store, Request("toy", "sample_beam", "1 2", {"num_prefixes": 8, "num_beams": 4},
+                                   max_new_tokens=20), budget=cap))
+    with pytest.raises(InvalidRequest, match=r"beam with num_beams 16 x max_new_tokens 20 = 320 row-tokens"):
+        list(stream(store, Request("toy", "beam", "1 2", {"num_beams": 16}, max_new_tokens=20), budget=cap))
+    assert run(store, Request("toy", "beam", "1 2", {"num_beams": 5}, max_new_tokens=20), budget=cap).tokens
+    assert run(store, Request("toy", "sampling", "1 2", max_new_tokens=40), budget=cap).tokens  # not beam-like
+
+
+def test_the_budget_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("PLAYGROUND_TIME_BUDGET", raising=False)
+    monkeypatch.delenv("PLAYGROUND_MAX_ROW_TOKENS", raising=False)
+    default = Budget.from_env()
+    assert default.seconds and default.row_tokens and Budget() == Budget(None, None)  # the CLI: unlimited
+    monkeypatch.setenv("PLAYGROUND_TIME_BUDGET", "0")
+    monkeypatch.setenv("PLAYGROUND_MAX_ROW_TOKENS", "500")
+    assert Budget.from_env() == Budget(None, 500)
+    monkeypatch.setenv("PLAYGROUND_TIME_BUDGET", "soon")
+    with pytest.raises(InvalidRequest, match=r"PLAYGROUND_TIME_BUDGET must be a number >= 0 .*got 'soon'"):
+        Budget.from_env()

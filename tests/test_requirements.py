@@ -1,0 +1,158 @@
+"""The Space builds: the Python it runs is named once, and every pin has a release for that Python.
+
+A Space runs Python 3.10 unless the README's front matter names ``python_version``;
+the Makefile's ``PYTHON`` must name the same one. Each ``name==version`` pin must
+have, on the package index pip uses, a wheel a Linux x86_64 CPython of that version
+installs (or, for a package without wheels, a source release whose
+``requires-python`` admits it). Only the index's file list is read (PEP 691 JSON),
+never a wheel; with no index reachable the check skips and says why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
+from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = (ROOT / "requirements.txt", ROOT / "tests" / "requirements.txt")
+PYPI = "https://pypi.org/simple/"
+
+
+def front_matter_python() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("---", 2)[1] if text.startswith("---") else ""
+    found = re.search(r"^python_version:\s*[\"']?([0-9.]+)[\"']?\s*$", block, re.M)
+    return found.group(1) if found else "3.10"  # what a Space runs when the front matter names none
+
+
+def makefile_python() -> str | None:
+    found = re.search(r"^PYTHON\s*\?=\s*python([0-9.]+)\s*$", (ROOT / "Makefile").read_text(), re.M)
+    return found.group(1) if found else None
+
+
+def pins() -> list[tuple[str, str]]:
+    out = []
+    for path in REQUIREMENTS:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if "==" in line:
+                name, version = (part.strip() for part in line.split("==", 1))
+                out.append((name, version))
+    return out
+
+
+def index_url() -> str:
+    """The index pip installs from here: $PIP_INDEX_URL, pip's configuration, else PyPI."""
+    url = os.environ.get("PIP_INDEX_URL", "").split()
+    if url:
+        return url[0].rstrip("/") + "/"
+    got = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True,
+                         text=True, timeout=60)
+    return (got.stdout.strip().rstrip("/") + "/") if got.returncode == 0 and got.stdout.strip() else PYPI
+
+
+def index_files(index: str, name: str) -> list[dict]:
+    """The project's files on ``index`` (PEP 691 JSON: filename, requires-python, yanked)."""
+    request = urllib.request.Request(f"{index}{canonicalize_name(name)}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.load(response)["files"]
+
+
+def installs_on(tags: frozenset[Tag], minor: int) -> bool:
+    """Whether a wheel with ``tags`` installs on a Linux x86_64 CPython 3.<minor>."""
+    for tag in tags:
+        platform_ok = tag.platform == "any" or (tag.platform.endswith("x86_64") and "linux" in tag.platform)
+        interpreter = tag.interpreter
+        if tag.abi == "abi3" and interpreter.startswith("cp3"):
+            python_ok = int(interpreter[3:]) <= minor
+        else:
+            python_ok = interpreter in ("py3", f"py3{minor}", f"cp3{minor}") and tag.abi in ("none", f"cp3{minor}")
+        if platform_ok and python_ok:
+            return True
+    return False
+
+
+def release_problem(files: list[dict], version: str, python: str) -> str | None:
+    """Why ``version`` has no release a CPython ``python`` on Linux x86_64 installs; None when it has one."""
+    wanted, minor = Version(version), int(python.split(".")[1])
+    wheels, sdists = [], []
+    for f in files:
+        if f.get("yanked"):
+            continue
+        try:
+            if f["filename"].endswith(".whl"):
+                _, v, _, tags = parse_wheel_filename(f["filename"])
+                if v == wanted:
+                    wheels.append((f, tags))
+            else:
+                _, v = parse_sdist_filename(f["filename"])
+                if v == wanted:
+                    sdists.append(f)
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue
+
+    def admits(f: dict) -> bool:
+        try:
+            return not f.get("requires-python") or SpecifierSet(f["requires-python"]).contains(python)
+        except InvalidSpecifier:
+            return False
+
+    if not wheels and not sdists:
+        return "no such release on the index"
+    if wheels:
+        if any(installs_on(tags, minor) and admits(f) for f, tags in wheels):
+            return None
+        return f"none of its {len(wheels)} wheels installs on CPython {python} (Linux x86_64)"
+    if any(admits(f) for f in sdists):
+        return None
+    return f"its source release requires Python {sdists[0].get('requires-python')}"
+
+
+def test_the_space_and_the_makefile_name_the_same_python():
+    space, make = front_matter_python(), makefile_python()
+    assert make == space, f"the Makefile's PYTHON names {make}, the Space runs {space} (README front matter's " \
+                          f"python_version; 3.10 when it names none)"
+
+
+def test_release_problem_reads_wheel_tags_and_requires_python():
+    def wheel(tag: str, requires: str | None = None) -> dict:
+        return {"filename": f"pkg-2.0-{tag}.whl", "requires-python": requires}
+
+    assert release_problem([wheel("cp311-cp311-manylinux_2_28_x86_64")], "2.0", "3.11") is None
+    assert release_problem([wheel("cp311-cp311-manylinux_2_28_x86_64")], "2.0", "3.10").startswith("none of its 1")
+    assert release_problem([wheel("cp39-abi3-manylinux2014_x86_64")], "2.0", "3.10") is None
+    assert release_problem([wheel("py3-none-any", ">=3.11")], "2.0", "3.10").startswith("none of its")
+    assert release_problem([wheel("cp310-cp310-win_amd64")], "2.0", "3.10").startswith("none of its")
+    assert release_problem([{"filename": "pkg-2.0.tar.gz", "requires-python": ">=3.11"}], "2.0",
+                           "3.10") == "its source release requires Python >=3.11"
+    assert release_problem([wheel("py3-none-any")], "2.1", "3.11") == "no such release on the index"
+
+
+def test_every_pin_has_a_release_for_the_spaces_python():
+    python, index = front_matter_python(), index_url()
+    try:
+        index_files(index, "pip")
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        pytest.skip(f"the package index {index} is not reachable from here ({err}); the pins are unchecked")
+    problems = []
+    for name, version in pins():
+        try:
+            problem = release_problem(index_files(index, name), version, python)
+        except urllib.error.HTTPError as err:
+            problem = f"the index answers {err.code}"
+        if problem:
+            problems.append(f"{name}=={version}: {problem}")
+    assert not problems, f"on {index} for Python {python}: " + "; ".join(problems)
