@@ -9,7 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
+from playground.dtypes import check_dtype, dtype_name, resolve_dtype
+from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from playground.errors import InvalidRequest
@@ -31,8 +32,12 @@ class Request:
     system: str = ""
     chat: bool | None = None  # None: the model's chat template when it has one
     top_n: int = 20
+    # "float32" keeps a programmatic request on the reference numbers; the CLI, the page and the API
+    # default to "auto" (see playground.dtypes).
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        check_dtype(self.dtype)
         checks = (("seed", self.seed, 0, MAX_SEED), ("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS),
                   ("top_n", self.top_n, 1, MAX_TOP_N))
         for name, value, low, high in checks:
@@ -57,19 +62,27 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None) -
     """Validate everything, load the model, encode the prompt. Raises InvalidRequest on bad input."""
     spec = get_strategy(req.strategy)
     params = spec.params.from_dict(dict(req.params))
-    lm = store.get(req.model, progress)
+    lm = in_dtype(store.get(req.model, progress), req.dtype)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
     lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n,
-                        load_model=lambda key: store.get(key, progress))
+                        load_model=lambda key: in_dtype(store.get(key, progress), req.dtype))
     return spec, params, ctx
 
 
 def stream(store: ModelStore, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
     """Yield the growing trace after every committed token; the last yield is complete."""
     spec, params, ctx = prepare(store, req, progress)
-    yield from timed(spec.run(ctx, params), ctx)
+    dtype = dtype_name(ctx.lm.dtype)
+    for trace in timed(spec.run(ctx, params), ctx):
+        trace.extra["dtype"] = dtype  # the weights' dtype; logits reach the chain in float32 whatever it is
+        yield trace
+
+
+def in_dtype(lm: LM, name: str) -> LM:
+    """``lm`` with its weights in the dtype ``name`` resolves to for it."""
+    return lm.with_dtype(resolve_dtype(name, lm.device, lm.dtype, toy=lm.spec.source == "assets"))
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext) -> Iterator[Trace]:
