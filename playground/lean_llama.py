@@ -28,7 +28,7 @@ class LeanCache:
     """A KV cache of preallocated tensors [layers, batch, kv_heads, capacity, head_dim].
 
     The methods strategies call on a transformers cache, with the same meaning:
-    ``get_seq_length()``, ``crop(n)`` (n < 0 drops the last -n positions; n >= 0 keeps the first n),
+    ``get_seq_length()``, ``crop(-n)`` (drops the last n positions; ``crop(0)`` does nothing),
     ``reorder_cache(rows)`` (gathers batch rows; may change the batch size, as beams grow from
     one prompt row). Cropping only moves the length: the positions beyond it are overwritten next.
     """
@@ -43,10 +43,10 @@ class LeanCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
-    def crop(self, max_length: int) -> None:
-        if max_length < 0:
-            max_length = self.length - abs(max_length)
-        self.length = max(0, min(self.length, max_length))
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes minus the number of positions to drop, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
 
     def reorder_cache(self, rows: torch.Tensor) -> None:
         if self.keys is None:

@@ -34,6 +34,7 @@ import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 
 from playground import charts, share  # noqa: E402
+from playground.dtypes import DTYPES  # noqa: E402
 from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore, Progress, on_space, spec_for  # noqa: E402
@@ -186,7 +187,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              "stopped": "stopped"}.get(trace.get("finish_reason", ""), "generating…")
     if not final and state != "generating…":
         state = "generating…"
-    parts = [f"<b>{_esc(trace.get('model', ''))}</b>", _esc(trace.get("strategy", "")),
+    model = f"<b>{_esc(trace.get('model', ''))}</b>" + (f" ({_esc(trace['dtype'])})" if trace.get("dtype") else "")
+    parts = [model, _esc(trace.get("strategy", "")),
              f"chain: {_esc(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {_esc(note)}" if note else "")]
     return '<div class="pg-status">' + " · ".join(parts) + "</div>"
@@ -214,18 +216,19 @@ def default_decoder(store: ModelStore) -> Decoder:
 def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
              seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-             final_step: str = "uncertain", decoder: Decoder | None = None, compact: bool = False
-             ) -> Iterator[Frame]:
+             final_step: str = "uncertain", decoder: Decoder | None = None, compact: bool = False,
+             dtype: str = "auto") -> Iterator[Frame]:
     """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once).
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy) or "first".
     ``compact``: charts for a half-width column (compare).
+    ``dtype``: the weights' dtype (playground.dtypes: auto, float32, bfloat16).
     Raises InvalidRequest (and its ModelUnavailable) with the validation message.
     """
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat)
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype)
     decode = decoder or default_decoder(store)
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     show_prompt = _show_prompt(model, chat)
@@ -272,12 +275,13 @@ def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_
             strategy_b: str, params_b: dict[str, Any], seed: int = 0,
             max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
             progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-            decoder: Decoder | None = None) -> Iterator[tuple[Frame | None, Frame | None]]:
+            decoder: Decoder | None = None, dtype: str = "auto") -> Iterator[tuple[Frame | None, Frame | None]]:
     """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
     side by side. Both end on step 0, where the two saw the same context. Errors name the side."""
     strategies = {"A": strategy_a, "B": strategy_b}
     runs = {side: generate(store, model, strategies[side], prompt, params, seed, max_new_tokens, system, chat,
-                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True)
+                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True,
+                           dtype=dtype)
             for side, params in (("A", params_a), ("B", params_b))}
     last: dict[str, Frame | None] = {"A": None, "B": None}
     live = set(runs)
@@ -537,7 +541,8 @@ list_strategies.__signature__ = __import__("inspect").Signature([], return_annot
 
 
 def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str, params_json: str, seed: Any,
-                        max_new_tokens: Any, system: str, chat: str) -> Iterator[tuple[str, str]]:
+                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto"
+                        ) -> Iterator[tuple[str, str]]:
     """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON)."""
     try:
         params = json.loads(params_json or "{}")
@@ -549,7 +554,7 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
     if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
         raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
     req = Request(model=model, strategy=strategy, prompt=prompt, params=params, seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag)
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto")
     trace = None
     for trace in decoder(req, None):
         yield trace.text, ""
@@ -636,6 +641,7 @@ class Page:
     """The components the handlers read and write (built by ``_layout``)."""
 
     model: gr.Dropdown
+    dtype: gr.Dropdown
     strategy: gr.Dropdown
     summary: gr.Markdown
     panel: Panel
@@ -721,6 +727,9 @@ def _sidebar(page: Page) -> None:
     page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
                              elem_id="pg-model",
                              info="Offline models always; any Hugging Face hub id where the network allows.")
+    page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype",
+                             info="auto: bfloat16 on CPUs that compute it natively (faster), float32 elsewhere "
+                                  "and for the toy models. The chain always gets float32 logits.")
     page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy")
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     page.panel = build_panel("p", default)
@@ -791,7 +800,8 @@ def _api_inputs(page: Page) -> None:
         page.api_in = [gr.Textbox(label="model"), gr.Textbox(label="strategy"), gr.Textbox(label="prompt"),
                        gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
                        gr.Number(share.DEFAULT_MAX_NEW_TOKENS, label="max_new_tokens", precision=0),
-                       gr.Textbox("", label="system"), gr.Textbox("auto", label="chat")]
+                       gr.Textbox("", label="system"), gr.Textbox("auto", label="chat"),
+                       gr.Textbox("auto", label="dtype")]
         page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
         page.api_trigger = gr.Button(visible=False)
         page.run_flag = gr.Textbox("", visible=False)
@@ -841,11 +851,11 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
                page.trace, page.trace_file]
 
     def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
-        cfg = page.split_config(values)
+        cfg, dtype = page.split_config(values[:-1]), values[-1]
         for k, frame in enumerate(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                            cfg["seed"], cfg["max_new_tokens"], cfg["system"],
                                            _chat_flag(cfg["model"], cfg["chat"]),
-                                           progress=_progress_adapter(progress), decoder=decode)):
+                                           progress=_progress_adapter(progress), decoder=decode, dtype=dtype)):
             n = len(frame.trace.get("steps") or [])
             status, text, *figs = main.frame_updates(frame)
             # the download is cleared on the first token (it belonged to the previous run), filled at the end
@@ -872,8 +882,8 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any) -> list[Any]:
         return [*main.select_updates(trace, k, _show_prompt(model, chat)), *_step_view_updates(trace, k)]
 
-    event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.config_inputs), True),
-                  page.config_inputs, outputs, api_name="explore", api_visibility="undocumented",
+    event = gr.on([page.generate.click, page.prompt.submit],
+                  _gr_errors(run_explore, len(page.config_inputs) + 1, True), [*page.config_inputs, page.dtype], outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     step_views = [*page.view_plots, page.view_html]
     page.step.input(on_step, [page.trace, page.step, page.model, page.chat], [*main.views, *step_views],
@@ -894,11 +904,11 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
     side_outputs = [c for side in sides for c in (side.status, *side.views)]
 
     def run_compare(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
-        cfg = page.split_config(values)
+        cfg, dtype = page.split_config(values[:-1]), values[-1]
         for fa, fb in compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
                               cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
                               cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
-                              progress=_progress_adapter(progress), decoder=decode):
+                              progress=_progress_adapter(progress), decoder=decode, dtype=dtype):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
             yield [*sides[0].frame_updates(fa), *sides[1].frame_updates(fb),
@@ -917,8 +927,8 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
         return [gr.update(value=k), *on_select(a, b, k, model, chat)]
 
     outputs = [*side_outputs, page.compare_step, *states]
-    event = page.compare_run.click(_gr_errors(run_compare, len(page.config_inputs), True), page.config_inputs,
-                                   outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
+    event = page.compare_run.click(_gr_errors(run_compare, len(page.config_inputs) + 1, True),
+                                   [*page.config_inputs, page.dtype], outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
     page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat], side_outputs,
                             trigger_mode="always_last", **QUIET)
@@ -955,7 +965,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
 
 def _wire_api(page: Page, decode: Decoder) -> None:
-    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat")
+    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
     page.api_trigger.click(
         _gr_errors(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
         page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
