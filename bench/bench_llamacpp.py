@@ -10,7 +10,7 @@ made on first use; the package builds llama.cpp from source, a few minutes), in 
 process fed over a pipe, so neither side shares threads or memory with the other. Both count
 the prompt's prefill with the generated tokens.
 
-    .venv/bin/python bench/bench_llamacpp.py [--quick] [--dtype auto] [--threads 2] [--tokens 64]
+    .venv/bin/python bench/bench_llamacpp.py [--quick] [--dtype float32,auto] [--threads 2] [--tokens 64]
 """
 from __future__ import annotations
 
@@ -103,29 +103,35 @@ def ours_tokens_per_second(store: models.ModelStore, key: str, n: int, sample: b
 
 
 def side_by_side(store: models.ModelStore, key: str, args: argparse.Namespace) -> None:
-    lm = in_dtype(store.get(key), args.dtype)
+    dtypes = args.dtype.split(",")
+    lm = store.get(key)
     prompt_ids = lm.encode(PROMPT)
+    names = {d: dtype_name(in_dtype(lm, d).dtype) for d in dtypes}
     cpp = LlamaCpp(models.gguf_path(key), args.threads)
     try:
         for sample in (False, True):
-            ours_tokens_per_second(store, key, 4, sample, args.dtype)  # warm-up of both
+            for d in dtypes:  # warm-up of every side
+                ours_tokens_per_second(store, key, 4, sample, d)
             cpp.tokens_per_second(prompt_ids, 4, sample)
-            ours, theirs = [], []
+            ours: dict[str, list[float]] = {d: [] for d in dtypes}
+            theirs = []
             for _ in range(args.repeats):
-                ours.append(ours_tokens_per_second(store, key, args.tokens, sample, args.dtype))
+                for d in dtypes:
+                    ours[d].append(ours_tokens_per_second(store, key, args.tokens, sample, d))
                 theirs.append(cpp.tokens_per_second(prompt_ids, args.tokens, sample))
-            o, t = statistics.median(ours), statistics.median(theirs)
-            name = "sampling" if sample else "greedy"
-            print(f"{key:14s} {name:9s} ours ({dtype_name(lm.dtype)}) {o:6.1f} tok/s   llama.cpp {t:6.1f} tok/s   "
-                  f"ratio ours/llama.cpp {o / t:5.2f}   (runs: ours {_list(ours)}; llama.cpp {_list(theirs)})",
-                  flush=True)
+            t = statistics.median(theirs)
+            for d in dtypes:
+                o = statistics.median(ours[d])
+                print(f"{key:14s} {'sampling' if sample else 'greedy':9s} ours ({names[d]:8s}) {o:6.1f} tok/s   "
+                      f"llama.cpp {t:6.1f} tok/s   ratio ours/llama.cpp {o / t:5.2f}   "
+                      f"(runs: ours {_list(ours[d])}; llama.cpp {_list(theirs)})", flush=True)
     finally:
         cpp.close()
 
 
 def verify_costs(store: models.ModelStore, key: str, args: argparse.Namespace) -> None:
     """Time of one forward over G tokens after a cached prompt, in one-token steps (median)."""
-    lm = in_dtype(store.get(key), args.dtype)
+    lm = in_dtype(store.get(key), args.dtype.split(",")[-1])
     prompt = torch.tensor([lm.encode(PROMPT)], device=lm.device)
     cache = lm.forward(prompt).cache
 
@@ -154,7 +160,9 @@ def load() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="SmolLM2 only, 32 tokens, 2 runs each")
-    ap.add_argument("--dtype", default="auto", help="our weights: auto, float32 or bfloat16")
+    ap.add_argument("--dtype", default="float32,auto",
+                    help="our weights, one or more of auto, float32, bfloat16 (comma-separated; each measured in "
+                         "turn with llama.cpp; the verify costs use the last)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
