@@ -1,6 +1,6 @@
 """Speculative decoding on SmolLM2-135M (CPU): acceptance, tokens per pass, and honest wall-clock.
 
-    .venv/bin/python bench/bench_speculative.py [--tokens 24] [--quick] [--threads 1]
+    .venv/bin/python bench/bench_speculative.py [--tokens 24] [--quick] [--threads 1] [--dtype float32]
 
 For three fixed prompts (a chat answer, a summary of a pasted paragraph, a
 code edit) at temperature 0 and 1, each configuration runs through the
@@ -61,9 +61,10 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "   -" if x is None else f"{x:.{digits}f}"
 
 
-def measure(store: ModelStore, model: str, prompt: str, params: dict, tokens: int, seed: int = 0) -> dict:
+def measure(store: ModelStore, model: str, prompt: str, params: dict, tokens: int, seed: int = 0,
+            dtype: str = "float32") -> dict:
     trace = run(store, Request(model, "speculative", prompt, {"measure_baseline": True, **params}, seed=seed,
-                               max_new_tokens=tokens))
+                               max_new_tokens=tokens, dtype=dtype))
     return trace.to_dict()["speculative"]
 
 
@@ -88,7 +89,7 @@ def break_even_alpha(gamma: int, c: float, v: float) -> float:
     return hi
 
 
-def smollm2(store: ModelStore, tokens: int, quick: bool) -> list[tuple[str, float]]:
+def smollm2(store: ModelStore, tokens: int, quick: bool, dtype: str) -> list[tuple[str, float]]:
     print(f"SmolLM2-135M, CPU ({torch.get_num_threads()} thread{"s" if torch.get_num_threads() > 1 else ""}), {tokens} new tokens per run; ratios are "
           f"plain / speculative wall-clock measured back to back in one request\n")
     print(f"{'prompt':8} {'T':>2} {'config':26} {'alpha':>6} {'tau':>5} {'c':>5} {'v':>5} "
@@ -100,7 +101,8 @@ def smollm2(store: ModelStore, tokens: int, quick: bool) -> list[tuple[str, floa
             for label, params in CONFIGS:
                 if quick and label not in QUICK:
                     continue
-                s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens)
+                s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens,
+                            dtype=dtype)
                 v, lev, with_v = expectations(s, params["gamma"])
                 results.setdefault(label, []).append(s["measured_speedup"])
                 if s["c"] is not None and v is not None:
@@ -144,12 +146,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="two configurations only")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads; 1 keeps timings stable on a CPU shared with other jobs")
+    ap.add_argument("--dtype", default="float32", help="SmolLM2's weights: auto, float32 or bfloat16")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     store = ModelStore("cpu")
     store.get("smollm2-135m")
-    best = smollm2(store, args.tokens, args.quick)
+    best = smollm2(store, args.tokens, args.quick, args.dtype)
     toy_pair(store)
     label, mean = best[0]
     print(f"\nbest on SmolLM2 here: {label} ({mean:.3f}x geometric mean); bench took "

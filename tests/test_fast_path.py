@@ -13,6 +13,8 @@ Tolerances, measured on SmolLM2 and stated here once:
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -216,3 +218,12 @@ def test_native_bf16_is_read_from_cpu_flags(tmp_path):
     without.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx2 sse\n")
     assert cpu_has_native_bf16(with_flag) and not cpu_has_native_bf16(without)
     assert not cpu_has_native_bf16(tmp_path / "missing")
+
+
+def test_cli_takes_dtype(capsys):
+    from playground.cli import main
+    assert main(["run", "--model", "toy", "--prompt", "1 2", "--dtype", "half"]) == 2
+    assert "dtype must be one of auto, float32, bfloat16, got 'half'" in capsys.readouterr().err
+    assert main(["run", "--model", "toy", "--prompt", "1 2", "--max-new-tokens", "2", "--dtype", "bfloat16",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "bfloat16"
