@@ -100,7 +100,6 @@ class LeanLlama:
 
     def __init__(self, model: Any, layers: list[LeanLayer] | None = None):
         cfg = model.config
-        self.model = model
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = float(cfg.rms_norm_eps)
@@ -109,7 +108,7 @@ class LeanLlama:
         self.norm = base.norm.weight
         self.head = model.lm_head.weight
         self.dtype, self.device = self.embed.dtype, self.embed.device
-        self.inv_freq = base.rotary_emb.inv_freq.float() * 1.0
+        self.inv_freq = base.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(base.rotary_emb, "attention_scaling", 1.0))
         self.layers = layers if layers is not None else [_stack(layer) for layer in base.layers]
 
@@ -120,8 +119,7 @@ class LeanLlama:
         rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
         return (getattr(cfg, "model_type", "") == "llama" and cfg.hidden_act == "silu"
                 and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
-                and rope.get("rope_type", "default") == "default"
-                and getattr(getattr(model, "config", None), "pretraining_tp", 1) == 1)
+                and rope.get("rope_type", "default") == "default" and getattr(cfg, "pretraining_tp", 1) == 1)
 
     def truncated(self, model: Any, num_layers: int) -> "LeanLlama":
         """The first ``num_layers`` layers (shared tensors) with ``model``'s norm and head."""
