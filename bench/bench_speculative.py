@@ -90,7 +90,7 @@ def break_even_alpha(gamma: int, c: float, v: float) -> float:
 
 
 def smollm2(store: ModelStore, tokens: int, quick: bool, dtype: str) -> list[tuple[str, float]]:
-    print(f"SmolLM2-135M, CPU ({torch.get_num_threads()} thread{"s" if torch.get_num_threads() > 1 else ""}), {tokens} new tokens per run; ratios are "
+    print(f"SmolLM2-135M, CPU ({torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}), {tokens} new tokens per run; ratios are "
           f"plain / speculative wall-clock measured back to back in one request\n")
     print(f"{'prompt':8} {'T':>2} {'config':26} {'alpha':>6} {'tau':>5} {'c':>5} {'v':>5} "
           f"{'E[lev]':>6} {'E[v]':>6} {'measured':>8}")
