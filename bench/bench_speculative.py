@@ -1,6 +1,6 @@
 """Speculative decoding on SmolLM2-135M (CPU): acceptance, tokens per pass, and honest wall-clock.
 
-    .venv/bin/python bench/bench_speculative.py [--tokens 24] [--quick] [--threads 1]
+    .venv/bin/python bench/bench_speculative.py [--tokens 24] [--quick] [--threads 1] [--dtype float32]
 
 ``--quick`` runs only the toy / toy-small pair, a few seeds (seconds; what the tests run).
 
@@ -62,10 +62,11 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "   -" if x is None else f"{x:.{digits}f}"
 
 
-def measure(store: ModelStore, model: str, prompt: str, params: dict, tokens: int, seed: int = 0) -> dict:
+def measure(store: ModelStore, model: str, prompt: str, params: dict, tokens: int, seed: int = 0,
+            dtype: str = "float32") -> dict:
     """The run's counts and its wall-clock figures (which the trace keeps under timing), in one dict."""
     trace = run(store, Request(model, "speculative", prompt, {"measure_baseline": True, **params}, seed=seed,
-                               max_new_tokens=tokens)).to_dict()
+                               max_new_tokens=tokens, dtype=dtype)).to_dict()
     return {**trace["speculative"], **trace["timing"]["speculative"]}
 
 
@@ -78,7 +79,7 @@ def expectations(s: dict, gamma: int) -> tuple[float | None, float | None, float
     return v, expected_speedup(alpha, gamma, c), (expected_speedup(alpha, gamma, c, v) if v else None)
 
 
-def smollm2(store: ModelStore, tokens: int) -> list[tuple[str, float]]:
+def smollm2(store: ModelStore, tokens: int, quick: bool, dtype: str) -> list[tuple[str, float]]:
     threads = torch.get_num_threads()
     print(f"SmolLM2-135M, CPU ({threads} thread{'s' if threads > 1 else ''}), {tokens} new tokens per run; "
           f"ratios are plain / speculative wall-clock measured back to back in one request\n")
@@ -89,7 +90,10 @@ def smollm2(store: ModelStore, tokens: int) -> list[tuple[str, float]]:
     for name, prompt in PROMPTS.items():
         for temperature in (0.0, 1.0):
             for label, params in CONFIGS:
-                s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens)
+                if quick and label not in QUICK:
+                    continue
+                s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens,
+                            dtype=dtype)
                 v, lev, with_v = expectations(s, params["gamma"])
                 results.setdefault(label, []).append(s["measured_speedup"])
                 if s["c"] is not None and v is not None:
@@ -138,6 +142,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the toy pair only, 3 seeds (seconds)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads; 1 keeps timings stable on a CPU shared with other jobs")
+    ap.add_argument("--dtype", default="float32", help="SmolLM2's weights: auto, float32 or bfloat16")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -147,7 +152,7 @@ def main() -> None:
         print(f"\nbench took {time.perf_counter() - started:.1f} s")
         return
     store.get("smollm2-135m")
-    best = smollm2(store, args.tokens)
+    best = smollm2(store, args.tokens, args.quick, args.dtype)
     toy_pair(store, seeds=20)
     label, mean = best[0]
     print(f"\nbest on SmolLM2 here: {label} ({mean:.3f}x geometric mean); bench took "

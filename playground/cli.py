@@ -11,6 +11,7 @@ import dataclasses
 import sys
 from typing import Any, Sequence
 
+from playground.dtypes import DTYPES
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE, ModelStore
 from playground.errors import InvalidRequest
 from strategies.forcing import parse_force
@@ -35,6 +36,8 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop decoding after this many seconds, keeping the trace so far (default: no limit)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", default="auto", help=f"weights: {', '.join(DTYPES)} (auto: bfloat16 on CPUs with "
+                   "native bfloat16 and on GPUs that load it, float32 elsewhere and for toy models)")
     p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
     p.add_argument("--png", metavar="FILE", help="write the per-step distribution chart as PNG (kaleido)")
@@ -88,7 +91,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     params = strategy_params(args)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
-                  top_n=args.top_n, forced=parse_force(args.force))
+                  top_n=args.top_n, forced=parse_force(args.force), dtype=args.dtype)
     budget = Budget(seconds=args.time_budget)
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)

@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 from playground.budget import FINISH_REASON as OUT_OF_TIME
 from playground.budget import Budget, Deadline
-from playground.models import MAX_NEW_TOKENS, ModelStore, Progress
+from playground.dtypes import check_dtype, dtype_name, resolve_dtype
+from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
@@ -36,8 +37,12 @@ class Request:
     chat: bool | None = None  # None: the model's chat template when it has one
     top_n: int = 20
     forced: dict[Any, int | str] = field(default_factory=dict)  # step -> token id or text (a branch)
+    # "float32" keeps a programmatic request on the reference numbers; the CLI, the page and the API
+    # default to "auto" (see playground.dtypes).
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        check_dtype(self.dtype)
         checks = (("seed", self.seed, 0, MAX_SEED), ("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS),
                   ("top_n", self.top_n, 1, MAX_TOP_N))
         for name, value, low, high in checks:
@@ -68,7 +73,8 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     (budget or Budget()).check_rows(req.strategy, params, req.max_new_tokens)
 
     def load(key: str) -> Any:
-        return held.enter_context(store.use(key, progress)) if held is not None else store.get(key, progress)
+        lm = held.enter_context(store.use(key, progress)) if held is not None else store.get(key, progress)
+        return in_dtype(lm, req.dtype)
 
     lm = load(req.model)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
@@ -88,7 +94,15 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
-        yield from timed(spec.run(ctx, params), ctx, budget.deadline())
+        dtype = dtype_name(ctx.lm.dtype)
+        for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
+            trace.extra["dtype"] = dtype  # the weights' dtype; logits reach the chain in float32 whatever it is
+            yield trace
+
+
+def in_dtype(lm: LM, name: str) -> LM:
+    """``lm`` with its weights in the dtype ``name`` resolves to for it."""
+    return lm.with_dtype(resolve_dtype(name, lm.device, lm.dtype, toy=lm.spec.source == "assets"))
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -25,7 +25,9 @@ import torch
 
 from playground import weights_cache
 from playground.errors import InvalidRequest
+from playground.dtypes import cast_model, dtype_name
 from playground.hub_size import SizeCap, cap_from_env
+from playground.lean_llama import LeanCache, LeanLlama
 from playground.model_keys import KeyPolicy, check_key
 from playground.residency import MemoryBudget, Residency
 
@@ -133,10 +135,34 @@ class LM:
     device: torch.device
     load_seconds: float = 0.0
     _piece_cache: dict[int, str] = field(default_factory=dict, repr=False)
+    fast: Any = None  # a lean forward over the same weights (playground.lean_llama), or None
+    _variants: dict[torch.dtype, "LM"] = field(default_factory=dict, repr=False)
+    _variants_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def key(self) -> str:
         return self.spec.key
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def with_dtype(self, dtype: torch.dtype) -> "LM":
+        """This model with its weights in ``dtype`` (made once, then kept beside this one).
+
+        The copy shares tokenizer and token texts; in bfloat16 a llama-family model also gets the
+        lean forward (``playground.lean_llama``), which shares the copy's weights.
+        """
+        if dtype == self.dtype:
+            return self
+        with self._variants_lock:
+            if dtype not in self._variants:
+                model = cast_model(self.model, dtype)
+                fast = LeanLlama(model) if dtype == torch.bfloat16 and LeanLlama.supports(model) else None
+                spec = replace(self.spec, title=f"{self.spec.title} ({dtype_name(dtype)})")
+                self._variants[dtype] = LM(spec, model, self.tokenizer, self.device, 0.0, self._piece_cache,
+                                           fast=fast)
+            return self._variants[dtype]
 
     @property
     def vocab_size(self) -> int:
@@ -228,12 +254,22 @@ class LM:
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False) -> "Forward":
-        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab]."""
+        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab].
+
+        With a lean forward, a fresh or lean cache goes through it; a transformers cache (made
+        elsewhere) still goes through transformers, on the same weights.
+        """
+        if self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
+            cache = self.fast.new_cache() if cache is None else cache
+            logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden)
+            return Forward(logits.float(), cache, states)
         out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,
                          output_hidden_states=hidden)
         return Forward(out.logits.float(), out.past_key_values, out.hidden_states if hidden else None)
 
     def new_cache(self) -> Any:
+        if self.fast is not None:
+            return self.fast.new_cache()
         from transformers import DynamicCache
         return DynamicCache(config=self.model.config)
 
@@ -286,7 +322,8 @@ class LM:
         short.config = config
         spec = ModelSpec(f"{self.key}@{num_layers}", f"{self.spec.title}, first {num_layers} layers", "early_exit",
                          chat=self.spec.chat, numeric_prompt=self.spec.numeric_prompt)
-        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache)
+        fast = self.fast.truncated(short, num_layers) if self.fast is not None else None
+        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache, fast=fast)
 
 
 @dataclass

@@ -40,6 +40,7 @@ import plotly.graph_objects as go  # noqa: E402
 from playground import charts, share, ui_whatif  # noqa: E402
 from playground.budget import FINISH_REASON as OUT_OF_TIME  # noqa: E402
 from playground.budget import Budget  # noqa: E402
+from playground.dtypes import DTYPES  # noqa: E402
 from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
 from playground.model_keys import KeyPolicy  # noqa: E402
@@ -200,7 +201,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              }.get(trace.get("finish_reason", ""), "generating…")
     if not final and state != "generating…":
         state = "generating…"
-    parts = [f"<b>{_esc(trace.get('model', ''))}</b>", _esc(trace.get("strategy", "")),
+    model = f"<b>{_esc(trace.get('model', ''))}</b>" + (f" ({_esc(trace['dtype'])})" if trace.get("dtype") else "")
+    parts = [model, _esc(trace.get("strategy", "")),
              f"chain: {_esc(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {_esc(note)}" if note else "")]
     return '<div class="pg-status">' + " · ".join(parts) + "</div>"
@@ -231,18 +233,19 @@ def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
 def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
              seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-             final_step: str = "uncertain", decoder: Decoder | None = None, compact: bool = False
-             ) -> Iterator[Frame]:
+             final_step: str = "uncertain", decoder: Decoder | None = None, compact: bool = False,
+             dtype: str = "auto") -> Iterator[Frame]:
     """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once).
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy) or "first".
     ``compact``: charts for a half-width column (compare).
+    ``dtype``: the weights' dtype (playground.dtypes: auto, float32, bfloat16).
     Raises InvalidRequest (and its ModelUnavailable) with the validation message.
     """
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat)
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype)
     decode = decoder or default_decoder(store)
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     show_prompt = _show_prompt(model, chat)
@@ -289,12 +292,13 @@ def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_
             strategy_b: str, params_b: dict[str, Any], seed: int = 0,
             max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
             progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-            decoder: Decoder | None = None) -> Iterator[tuple[Frame | None, Frame | None]]:
+            decoder: Decoder | None = None, dtype: str = "auto") -> Iterator[tuple[Frame | None, Frame | None]]:
     """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
     side by side. Both end on step 0, where the two saw the same context. Errors name the side."""
     strategies = {"A": strategy_a, "B": strategy_b}
     runs = {side: generate(store, model, strategies[side], prompt, params, seed, max_new_tokens, system, chat,
-                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True)
+                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True,
+                           dtype=dtype)
             for side, params in (("A", params_a), ("B", params_b))}
     last: dict[str, Frame | None] = {"A": None, "B": None}
     live = set(runs)
@@ -568,7 +572,8 @@ list_strategies.__signature__ = __import__("inspect").Signature([], return_annot
 
 
 def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str, params_json: str, seed: Any,
-                        max_new_tokens: Any, system: str, chat: str) -> Iterator[tuple[str, str]]:
+                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto"
+                        ) -> Iterator[tuple[str, str]]:
     """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON)."""
     try:
         params = json.loads(params_json or "{}")
@@ -580,7 +585,7 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
     if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
         raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
     req = Request(model=model, strategy=strategy, prompt=prompt, params=params, seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag)
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto")
     trace = None
     for trace in decoder(req, None):
         yield trace.text, ""
@@ -704,6 +709,7 @@ class Page:
     """The components the handlers read and write (built by ``_layout``)."""
 
     model: gr.Dropdown
+    dtype: gr.Dropdown
     strategy: gr.Dropdown
     summary: gr.Markdown
     panel: Panel
@@ -754,8 +760,9 @@ class Page:
 
     @property
     def run_inputs(self) -> list[gr.Component]:
-        """What a run reads: the share link's configuration, the random-seed toggle, the page theme."""
-        return [*self.config_inputs, self.random_seed, self.theme]
+        """What a run reads: the share link's configuration, the weights' dtype, the random-seed toggle,
+        the page theme."""
+        return [*self.config_inputs, self.dtype, self.random_seed, self.theme]
 
     def split_config(self, values: Sequence[Any]) -> dict[str, Any]:
         """The values of ``config_inputs`` as share_query's keyword arguments."""
@@ -807,8 +814,8 @@ def prompt_for_model(model: str, prompt: str) -> str:
 def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:
     """(configuration, seed update, theme) from ``page.run_inputs``. With Random seed on, a fresh
     seed that the update writes back into the box, so the run can be repeated."""
-    *config, random_on, theme = values
-    cfg = page.split_config(config)
+    *config, dtype, random_on, theme = values
+    cfg = dict(page.split_config(config), dtype=dtype)
     if not random_on:
         return cfg, gr.skip(), theme
     cfg["seed"] = random_seed()
@@ -831,11 +838,10 @@ def _sidebar(page: Page) -> None:
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
         page.panel = build_panel("p", default)
-    with gr.Row(equal_height=False):
-        page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed", scale=3,
-                              info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
-        page.random_seed = gr.Checkbox(False, label="Random seed", elem_id="pg-random-seed", scale=2,
-                                       info="A new seed each run, written into the box.")
+    page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
+                          info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
+    page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",
+                                   elem_id="pg-random-seed")
     page.max_new = gr.Slider(1, MAX_NEW_TOKENS, value=share.DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
                              elem_id="pg-max-new")
     page.chat = gr.Checkbox(value=True, label="Chat template", visible=chat_model, elem_id="pg-chat",
@@ -850,6 +856,8 @@ def _top(page: Page) -> None:
         page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
                                  elem_id="pg-model", min_width=220,
                                  info="Offline models always; any Hugging Face hub id where the network allows.")
+        page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype", min_width=140,
+                                 scale=0, info="auto: bfloat16 where the CPU computes it natively, else float32.")
         page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
@@ -910,7 +918,8 @@ def _api_inputs(page: Page) -> None:
         page.api_in = [gr.Textbox(label="model"), gr.Textbox(label="strategy"), gr.Textbox(label="prompt"),
                        gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
                        gr.Number(share.DEFAULT_MAX_NEW_TOKENS, label="max_new_tokens", precision=0),
-                       gr.Textbox("", label="system"), gr.Textbox("auto", label="chat")]
+                       gr.Textbox("", label="system"), gr.Textbox("auto", label="chat"),
+                       gr.Textbox("auto", label="dtype")]
         page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
         page.api_trigger = gr.Button(visible=False)
         page.run_flag = gr.Textbox("", visible=False)
@@ -966,10 +975,11 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
 
     def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg, seed_update, theme = run_config(page, values)
+        dtype = cfg.pop("dtype")
         for k, frame in enumerate(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                            cfg["seed"], cfg["max_new_tokens"], cfg["system"],
                                            _chat_flag(cfg["model"], cfg["chat"]),
-                                           progress=_progress_adapter(progress), decoder=decode)):
+                                           progress=_progress_adapter(progress), decoder=decode, dtype=dtype)):
             n = len(frame.trace.get("steps") or [])
             status, text, *figs = main.frame_updates(frame, theme)
             # the download is cleared on the first token (it belonged to the previous run), filled at the end
@@ -1027,10 +1037,11 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
 
     def run_compare(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg, seed_update, theme = run_config(page, values)
+        dtype = cfg.pop("dtype")
         for k, (fa, fb) in enumerate(compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
                               cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
                               cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
-                              progress=_progress_adapter(progress), decoder=decode)):
+                              progress=_progress_adapter(progress), decoder=decode, dtype=dtype)):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
             views = [u for side, f in zip(sides, (fa, fb))
@@ -1094,7 +1105,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
 
 def _wire_api(page: Page, decode: Decoder) -> None:
-    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat")
+    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
     page.api_trigger.click(
         _gr_errors(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
         page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "

@@ -1,0 +1,185 @@
+"""Our traced decode (playground.engine) side by side with llama.cpp on the same GGUF file.
+
+Same model file, prompt token ids, token count and thread count; the two take turns (ours, then
+llama.cpp, repeated) so a change of machine load hits both, and the medians are compared. Prints
+tok/s of each and the ratio ours / llama.cpp for greedy and for sampling (goal: >= 0.5), then the
+cost of verifying 2, 4 and 8 tokens in one forward pass, in plain one-token steps.
+
+llama.cpp runs through llama-cpp-python in a bench-only virtual environment (``.bench-venv``,
+made on first use; the package builds llama.cpp from source, a few minutes), in a worker
+process fed over a pipe, so neither side shares threads or memory with the other. Both count
+the prompt's prefill with the generated tokens.
+
+    .venv/bin/python bench/bench_llamacpp.py [--quick] [--dtype float32,auto] [--threads 2] [--tokens 64]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from playground import models  # noqa: E402
+from playground.dtypes import dtype_name  # noqa: E402
+from playground.engine import Request, in_dtype, run  # noqa: E402
+
+BENCH_VENV = ROOT / ".bench-venv"
+PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
+SAMPLING = {"temperature": 0.9, "top_p": 0.95}
+
+# The worker: one llama.cpp model, one JSON request per line in, one JSON answer per line out.
+WORKER = r"""
+import json, sys, time
+from llama_cpp import Llama
+path, threads = sys.argv[1], int(sys.argv[2])
+llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
+            verbose=False, seed=0)
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    llm.reset()
+    kw = dict(temp=job["temperature"], top_p=job["top_p"], top_k=0, min_p=0.0) if job["sample"] else dict(temp=0.0)
+    start, count = time.perf_counter(), 0
+    for token in llm.generate(job["prompt_ids"], reset=True, **kw):
+        count += 1
+        if count == job["n"]:
+            break
+    print(json.dumps({"seconds": time.perf_counter() - start, "tokens": count}), flush=True)
+"""
+
+
+def bench_python() -> Path:
+    """The bench venv's python, with llama-cpp-python installed on first use."""
+    python = BENCH_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+    has = subprocess.run([str(python), "-c", "import llama_cpp"], capture_output=True).returncode == 0
+    if not has:
+        print("installing llama-cpp-python into .bench-venv (builds llama.cpp from source: a few minutes)",
+              flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "llama-cpp-python"], check=True)
+    return python
+
+
+class LlamaCpp:
+    """A llama.cpp worker process holding one GGUF model."""
+
+    def __init__(self, path: Path, threads: int):
+        self.proc = subprocess.Popen([str(bench_python()), "-c", WORKER, str(path), str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the llama.cpp worker stopped (see its message above)")
+        return json.loads(line)
+
+    def tokens_per_second(self, prompt_ids: list[int], n: int, sample: bool) -> float:
+        job = {"prompt_ids": prompt_ids, "n": n, "sample": sample, **SAMPLING}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        out = self._read()
+        return out["tokens"] / out["seconds"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def ours_tokens_per_second(store: models.ModelStore, key: str, n: int, sample: bool, dtype: str) -> float:
+    req = Request(key, "sampling" if sample else "greedy", PROMPT, SAMPLING if sample else {}, seed=0,
+                  max_new_tokens=n, dtype=dtype)
+    return run(store, req).timing.tokens_per_second
+
+
+def side_by_side(store: models.ModelStore, key: str, args: argparse.Namespace) -> None:
+    dtypes = args.dtype.split(",")
+    lm = store.get(key)
+    prompt_ids = lm.encode(PROMPT)
+    names = {d: dtype_name(in_dtype(lm, d).dtype) for d in dtypes}
+    cpp = LlamaCpp(models.gguf_path(key), args.threads)
+    try:
+        for sample in (False, True):
+            for d in dtypes:  # warm-up of every side
+                ours_tokens_per_second(store, key, 4, sample, d)
+            cpp.tokens_per_second(prompt_ids, 4, sample)
+            ours: dict[str, list[float]] = {d: [] for d in dtypes}
+            theirs = []
+            for _ in range(args.repeats):
+                for d in dtypes:
+                    ours[d].append(ours_tokens_per_second(store, key, args.tokens, sample, d))
+                theirs.append(cpp.tokens_per_second(prompt_ids, args.tokens, sample))
+            t = statistics.median(theirs)
+            for d in dtypes:
+                o = statistics.median(ours[d])
+                print(f"{key:14s} {'sampling' if sample else 'greedy':9s} ours ({names[d]:8s}) {o:6.1f} tok/s   "
+                      f"llama.cpp {t:6.1f} tok/s   ratio ours/llama.cpp {o / t:5.2f}   "
+                      f"(runs: ours {_list(ours[d])}; llama.cpp {_list(theirs)})", flush=True)
+    finally:
+        cpp.close()
+
+
+def verify_costs(store: models.ModelStore, key: str, args: argparse.Namespace) -> None:
+    """Time of one forward over G tokens after a cached prompt, in one-token steps (median)."""
+    lm = in_dtype(store.get(key), args.dtype.split(",")[-1])
+    prompt = torch.tensor([lm.encode(PROMPT)], device=lm.device)
+    cache = lm.forward(prompt).cache
+
+    def cost(g: int) -> float:
+        times = []
+        for _ in range(args.verify_repeats):
+            start = time.perf_counter()
+            lm.forward(torch.full((1, g), 42, device=lm.device), cache)
+            times.append(time.perf_counter() - start)
+            cache.crop(-g)
+        return statistics.median(times)
+
+    step = cost(1)
+    shown = "   ".join(f"{g} tokens {cost(g) / step:4.2f} steps" for g in (2, 4, 8))
+    print(f"{key:14s} verify ({dtype_name(lm.dtype)}): one step {1000 * step:5.1f} ms   {shown}", flush=True)
+
+
+def _list(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="SmolLM2 only, 32 tokens, 2 runs each")
+    ap.add_argument("--dtype", default="float32,auto",
+                    help="our weights, one or more of auto, float32, bfloat16 (comma-separated; each measured in "
+                         "turn with llama.cpp; the verify costs use the last)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--verify-repeats", type=int, default=15)
+    ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    args = ap.parse_args()
+    if args.quick:
+        args.models, args.tokens, args.repeats, args.verify_repeats = "smollm2-135m", 32, 2, 7
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.tokens} new tokens, median of {args.repeats}, "
+          f"dtype {args.dtype}; {os.cpu_count()} CPUs, {load()}", flush=True)
+    store = models.ModelStore("cpu")
+    for key in args.models.split(","):
+        side_by_side(store, key, args)
+        verify_costs(store, key, args)
+    print(load())
+
+
+if __name__ == "__main__":
+    main()
