@@ -2,7 +2,8 @@
 
 Shapes and contract as in strategies/transforms.py. Decisions (per row unless a plain number):
 - dry: ``multiplier``, ``base``, ``allowed_length``; ``penalty`` [batch, vocab] (what was subtracted
-  from each logit, 0 where nothing); ``ids`` [batch, vocab] (the tokens penalised); ``match_length``
+  from each logit, 0 where nothing); ``ids`` [batch, vocab] (the tokens penalised that an earlier stage
+  had not cut); ``match_length``
   (the longest repeat found); ``span_start``, ``span_end``: the context positions [start, end) of the
   earlier occurrence of that repeat, and ``repeat_start``: where its copy at the end of the context
   begins (-1 when there is none);
@@ -88,7 +89,7 @@ class DRY(_Transform):
             spans.append(best)
         span = torch.tensor(spans, dtype=torch.long, device=logits.device).view(-1, 4)
         decision = {"multiplier": self.multiplier, "base": self.base, "allowed_length": self.allowed_length,
-                    "penalty": penalty, "ids": penalty > 0, "match_length": span[:, 0], "span_start": span[:, 1],
+                    "penalty": penalty, "ids": (penalty > 0) & torch.isfinite(logits), "match_length": span[:, 0], "span_start": span[:, 1],
                     "span_end": span[:, 2], "repeat_start": span[:, 3]}
         return logits - penalty, decision
 
