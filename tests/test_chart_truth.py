@@ -70,6 +70,7 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
     on = lambda p=0.75: rng.random() < p  # noqa: E731  (the basic stages on three times in four)
     some = lambda: on(0.3)  # noqa: E731  (the others less often, so chains stay varied but not empty)
     t_min = round(rng.uniform(0.2, 2.0), 3)
+    dynamic = some()
     words = ", ".join(f"t{rng.randrange(vocab)}" + rng.choice(["", f"={rng.uniform(-5, 5):.2f}"])
                       for _ in range(rng.randint(1, 4)))
     return SamplerParams(
@@ -86,8 +87,8 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
         xtc_threshold=round(rng.uniform(0.01, 0.5), 3),
         dry_multiplier=round(rng.uniform(0.1, 3.0), 3) if some() else 0.0,
         dry_allowed_length=rng.randint(1, 3),
-        dynatemp_min=t_min if some() else 1.0,
-        dynatemp_max=round(t_min + rng.uniform(0.0, 2.0), 3) if some() else max(1.0, t_min),
+        dynatemp_min=t_min if dynamic else 1.0,
+        dynatemp_max=round(t_min + rng.uniform(0.0, 2.0), 3) if dynamic else 1.0,
         mirostat_tau=round(rng.uniform(0.5, 6.0), 3) if some() else 0.0,
         no_repeat_ngram_size=rng.randint(1, 3) if some() else 0,
         word_bias=words if some() else "",
@@ -311,6 +312,8 @@ def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
         g = torch.Generator().manual_seed(seed * 1000 + i)
         logits = torch.randn(vocab, generator=g) * rng.uniform(0.5, 4.0)
         context = [rng.randrange(vocab) for _ in range(rng.randint(0, 20))]
+        if rng.random() < 0.4:  # a looping text, so that DRY and the n-gram ban find repeats
+            context += [rng.randrange(vocab) for _ in range(rng.randint(2, 4))] * rng.randint(2, 4)
         cases.append(Case(random_params(rng, vocab), logits, context, rng.choice([10, 20, 50]), i))
     return cases
 
