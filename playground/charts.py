@@ -595,6 +595,7 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
     if show_prompt and trace.get("prompt"):
         parts.append(f'<span class="pg-prompt">{html.escape(trace["prompt"])}</span>')
     last = len(tokens) - 1
+    repeats = dry_span(trace, selected)
     for i, tok in enumerate(tokens):
         p_raw = math.exp(tok["raw_logprob"]) if tok.get("raw_logprob") is not None else 0.0
         p = math.exp(tok["logprob"]) if tok.get("logprob") is not None else 0.0
@@ -602,10 +603,31 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         special = i == last and trace.get("finish_reason") == "eos"
         classes = "pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
         text = html.escape(tok["text"]).replace("\n", "↵<br>")
-        parts.append(f'<span class="{classes}" data-step="{i}" style="background:{prob_color(p_raw)}" '
+        style = f"background:{prob_color(p_raw)}"
+        if i in repeats:
+            style += f";text-decoration:underline {repeats[i]} {PENALISED} 2px"
+            tip += "\nDRY: " + ("the earlier copy of the repeat" if repeats[i] == "dotted" else "the repeat")
+        parts.append(f'<span class="{classes}" data-step="{i}" style="{style}" '
                      f'data-tip="{html.escape(tip, quote=True)}">{text}</span>')
     body = "".join(parts) or '<span class="pg-empty">The generated text appears here, token by token.</span>'
     return f'<div class="pg-text">{body}</div>'
+
+
+def dry_span(trace: dict[str, Any], selected: int | None) -> dict[int, str]:
+    """Generated-token index -> underline style of DRY's recorded longest repeat at step ``selected``:
+    "dotted" on its earlier copy, "solid" on the repeat that ends the text (context positions less
+    the prompt's length; prompt tokens are not drawn one by one)."""
+    steps = trace.get("steps") or []
+    if selected is None or not 0 <= selected < len(steps):
+        return {}
+    d = next((st.get("decision") or {} for st in steps[selected].get("stages") or [] if st["name"] == "dry"), {})
+    if not d.get("match_length"):
+        return {}
+    offset = len(trace.get("prompt_ids") or [])
+    context_end = offset + selected
+    marks = {p - offset: "dotted" for p in range(d["span_start"], d["span_end"]) if p >= offset}
+    marks.update({p - offset: "solid" for p in range(d["repeat_start"], context_end) if p >= offset})
+    return marks
 
 
 def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,

@@ -241,10 +241,11 @@ def _check_eta(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> Non
     _level("eta", rec, fd, heights, entering, kept_out, min(eta, math.sqrt(eta) * math.exp(-_entropy(entering))))
 
 
-def _check_top_nsigma(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
-    log = entering.double().log()[kept_in]  # logits up to a constant: sigma and the gap to the max agree
-    want = math.exp(-case.params.top_nsigma * float(log.std(unbiased=False)))  # p_max x this
-    _level("top_nsigma", rec, fd, heights, entering, kept_out, float(entering.max()) * want, "threshold_prob")
+def _check_top_nsigma(rec, fd, heights, entering, logits_in, kept_in, kept_out, case) -> None:
+    live = logits_in.double()[kept_in]
+    threshold = float(live.max()) - case.params.top_nsigma * float(live.std(unbiased=False))
+    want = math.exp(threshold - float(live.logsumexp(0)))  # the probability at the threshold logit
+    _level("top_nsigma", rec, fd, heights, entering, kept_out, want, "threshold_prob")
 
 
 def _check_mirostat(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
@@ -300,7 +301,7 @@ def _check_ban(name: str):
 
 
 CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p, "epsilon": _check_epsilon,
-          "eta": _check_eta, "top_nsigma": _check_top_nsigma, "mirostat": _check_mirostat, "xtc": _check_xtc,
+          "eta": _check_eta, "mirostat": _check_mirostat, "xtc": _check_xtc,
           "typical_p": _check_typical, "no_repeat_ngram": _check_ban("no_repeat_ngram"),
           "word_bias": _check_ban("word_bias")}
 

@@ -81,3 +81,20 @@ def test_cli_refuses_bad_values_with_exit_2(capsys, args, message):
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--strategy", "sampling"] + args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and message in err
+
+
+def test_dry_span_is_underlined_in_the_text(store):
+    from playground import charts
+    t = trace_of(store, {"temperature": 0.0, "dry_multiplier": 0.5, "dry_allowed_length": 1},
+                 prompt="1 2 3 4 1 2 3", n=3)
+    d = stage(t["steps"][0], "dry")["decision"]
+    assert d["match_length"] == 3 and (d["span_start"], d["span_end"], d["repeat_start"]) == (0, 3, 4)
+    # a repeat inside the generated text: prompt of 2 tokens, generated x y z x y, at step 5 DRY found
+    # "x y": its earlier copy at context positions [2, 4), the repeat from 5 to the end of the context
+    toks = [{"id": i, "text": w, "logprob": -0.1, "raw_logprob": -0.1} for i, w in enumerate("xyzxyq")]
+    dry = {"name": "dry", "probs": [], "kept": [], "kept_count": 1,
+           "decision": {"match_length": 2, "span_start": 2, "span_end": 4, "repeat_start": 5}}
+    synthetic = {"prompt_ids": [0, 1], "tokens": toks, "steps": [{"stages": [dry], "candidates": []} for _ in toks]}
+    assert charts.dry_span(synthetic, 5) == {0: "dotted", 1: "dotted", 3: "solid", 4: "solid"}
+    assert charts.dry_span(synthetic, 4) == {0: "dotted", 1: "dotted", 3: "solid"}
+    assert charts.token_html(synthetic, 5).count("underline solid") == 2
