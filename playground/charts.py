@@ -96,7 +96,8 @@ STAGE_MARKS: dict[str, Mark] = {
     "typical_p": Mark("mass", "p", "typical {p:g} (H {entropy:.2f} nats)", "mass {p:g} · H {entropy:.2f}", TYPICAL,
                       curve="cumulative"),
     "epsilon": Mark("level", "threshold", "ε {epsilon:g}", "p ≥ {threshold:.3g}", EPSILON),
-    "eta": Mark("level", "threshold", "η: min({eta:g}, √η·e^−H) = {threshold:.3g}", "p ≥ {threshold:.3g}", ETA),
+    "eta": Mark("level", "threshold", "η: min({eta:g}, √η·e^−H) = {threshold:.3g}", "p ≥ {threshold:.3g}",
+                ETA),
     "top_nsigma": Mark("level", "threshold_prob", "top-nσ: logit ≥ max − {n:g}σ (p ≥ {threshold_prob:.3g})",
                        "{n:g}σ = {sigma:.3g} · p ≥ {threshold_prob:.3g}", NSIGMA),
     # XTC removes what lies at or above its line (but the least probable of those), when its coin says so

@@ -89,8 +89,8 @@ class DRY(_Transform):
             spans.append(best)
         span = torch.tensor(spans, dtype=torch.long, device=logits.device).view(-1, 4)
         decision = {"multiplier": self.multiplier, "base": self.base, "allowed_length": self.allowed_length,
-                    "penalty": penalty, "ids": (penalty > 0) & torch.isfinite(logits), "match_length": span[:, 0], "span_start": span[:, 1],
-                    "span_end": span[:, 2], "repeat_start": span[:, 3]}
+                    "penalty": penalty, "ids": (penalty > 0) & torch.isfinite(logits), "match_length": span[:, 0],
+                    "span_start": span[:, 1], "span_end": span[:, 2], "repeat_start": span[:, 3]}
         return logits - penalty, decision
 
 

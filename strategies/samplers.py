@@ -163,9 +163,9 @@ def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = No
         temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
         repetition_penalty=p.repetition_penalty))}
 
-    def needs(what: str, value: Any) -> Any:
+    def needs(stage: str, what: str, value: Any) -> Any:
         if value is None:
-            raise InvalidRequest(f"{what} needs the request's model")
+            raise InvalidRequest(f"{stage} needs the request's {what}")
         return value
 
     make = {
@@ -173,16 +173,16 @@ def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = No
         "epsilon": lambda: Epsilon(p.epsilon_cutoff) if p.epsilon_cutoff > 0 else None,
         "eta": lambda: Eta(p.eta_cutoff) if p.eta_cutoff > 0 else None,
         "top_nsigma": lambda: TopNSigma(p.top_nsigma) if p.top_nsigma > 0 else None,
-        "xtc": lambda: (XTC(p.xtc_probability, p.xtc_threshold, needs("xtc", generator))
+        "xtc": lambda: (XTC(p.xtc_probability, p.xtc_threshold, needs("xtc", "generator", generator))
                         if p.xtc_probability > 0 else None),
         "dry": lambda: (DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                            parse_breakers(p.dry_sequence_breakers), needs("dry", lm).piece)
+                            parse_breakers(p.dry_sequence_breakers), needs("dry", "model", lm).piece)
                         if p.dry_multiplier > 0 else None),
         "dynamic_temperature": lambda: (DynamicTemperature(p.dynatemp_min, p.dynatemp_max, p.dynatemp_exponent)
                                         if (p.dynatemp_min, p.dynatemp_max) != (1.0, 1.0) else None),
         "mirostat": lambda: Mirostat(p.mirostat_tau, p.mirostat_eta) if p.mirostat_tau > 0 else None,
         "no_repeat_ngram": lambda: NoRepeatNGram(p.no_repeat_ngram_size) if p.no_repeat_ngram_size > 0 else None,
-        "word_bias": lambda: (WordBias(word_sequences(needs("word_bias", lm), parse_word_bias(p.word_bias)))
+        "word_bias": lambda: (WordBias(word_sequences(needs("word_bias", "model", lm), parse_word_bias(p.word_bias)))
                               if p.word_bias.strip() else None),
     }
     chain = [shared.get(name) or (make[name]() if name in make else None) for name in p.order.split(",")]

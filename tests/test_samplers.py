@@ -330,3 +330,10 @@ def test_bad_values_name_value_and_range(kwargs, message):
 def test_a_word_the_vocabulary_cannot_write_is_refused(toy):
     with pytest.raises(InvalidRequest, match="word_bias: 'zebra' cannot be written with toy's vocabulary"):
         build_sampler_chain(SamplerParams(word_bias="zebra"), lm=toy)
+
+
+def test_stages_that_need_the_generator_or_the_model_say_so():
+    with pytest.raises(InvalidRequest, match="xtc needs the request's generator"):
+        build_sampler_chain(SamplerParams(xtc_probability=0.5))
+    with pytest.raises(InvalidRequest, match="dry needs the request's model"):
+        build_sampler_chain(SamplerParams(dry_multiplier=0.5))
