@@ -59,7 +59,8 @@ class Mirostat(_Transform):
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         if self.mu is None:
-            self.mu = torch.full(logits.shape[:-1], 2.0 * self.tau, dtype=torch.float64, device=logits.device)
+            # float32: a device without float64 (Apple's MPS) runs it too
+            self.mu = torch.full(logits.shape[:-1], 2.0 * self.tau, dtype=torch.float32, device=logits.device)
         probs = logits.softmax(dim=-1)
         threshold = torch.exp2(-self.mu).to(probs.dtype)
         remove = (probs < threshold[..., None]) & (logits < logits.amax(dim=-1, keepdim=True))
@@ -68,7 +69,7 @@ class Mirostat(_Transform):
 
     def feed_back(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
         """``out``: the logits this stage returned [batch, vocab]; ``chosen``: [batch] ids drawn."""
-        logp = out.double().log_softmax(dim=-1).gather(-1, chosen.view(-1, 1))[..., 0]
+        logp = out.float().log_softmax(dim=-1).gather(-1, chosen.view(-1, 1))[..., 0]
         surprise = -logp / math.log(2.0)
         self.mu = decision["mu"] - self.eta * (surprise - self.tau)
         decision["surprise"] = surprise

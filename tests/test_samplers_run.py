@@ -98,3 +98,14 @@ def test_dry_span_is_underlined_in_the_text(store):
     assert charts.dry_span(synthetic, 5) == {0: "dotted", 1: "dotted", 3: "solid", 4: "solid"}
     assert charts.dry_span(synthetic, 4) == {0: "dotted", 1: "dotted", 3: "solid"}
     assert charts.token_html(synthetic, 5).count("underline solid") == 2
+
+
+def test_every_new_stage_runs_on_a_device_without_float64(store):
+    from test_no_float64 import RefuseFloat64
+    params = dict(typical_p=0.95, epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=2.0, xtc_probability=0.5,
+                  dry_multiplier=0.8, dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=4.0,
+                  no_repeat_ngram_size=4, word_bias="hill=-1")
+    store.get("toy")
+    with RefuseFloat64():
+        t = trace_of(store, params, n=6)
+    assert len(t["tokens"]) >= 1 and len(t["steps"][0]["stages"]) == 11
