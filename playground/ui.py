@@ -433,10 +433,11 @@ def examples() -> list[Example]:
         Example("Gemma · DRY vs penalty", cfg(strategy="sampling", params={"temperature": 0.0,
                                                                          "repetition_penalty": 1.3},
                                               compare_strategy="sampling",
-                                              compare_params={"temperature": 0.0, "dry_multiplier": 0.8},
+                                              compare_params={"temperature": 0.0, "dry_multiplier": 0.8,
+                                                              "dry_sequence_breakers": '":", "\\"", "*"'},
                                               run="compare", **gemma),
-                "both greedy: the penalty hits every token seen, common words too; DRY only the one that "
-                "would continue a repeat."),
+                "both greedy: the penalty pushes away every word already used; DRY only the token that would "
+                "continue a repeat (here across lines: newline is no breaker), and the loop gives way."),
         Example("Top-nσ vs top-p at T=3", cfg(strategy="sampling", params={"temperature": 3.0, "top_p": 0.9},
                                               compare_strategy="sampling",
                                               compare_params={"temperature": 3.0, "top_nsigma": 1.0},
