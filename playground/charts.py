@@ -47,6 +47,13 @@ ENTROPY = "#7c3aed"
 INK = "#334155"  # text in light mode; playground/theme.py gives every figure the ink of the page theme
 GRID = "rgba(148, 163, 184, 0.28)"
 PENALISED = "#b45309"  # the tokens a penalty touched
+TYPICAL = "#db2777"
+EPSILON = "#0d9488"
+ETA = "#16a34a"
+NSIGMA = "#4f46e5"
+XTC = "#dc2626"
+MIROSTAT = "#ea580c"
+BANNED = "#7f1d1d"  # tokens a ban removed (n-gram, word)
 FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
 
 TEMPLATE = "playground"
@@ -64,6 +71,7 @@ class Mark:
               input and the tokens it kept are the leading bars; else a "level" line at ``decision[key]``;
       "ids": the bars of the candidate ids listed in ``decision[key]`` are marked.
     label: the line's text, formatted with the decision's fields; summary: the waterfall panel's.
+    cuts: an "ids" stage that removes the tokens it marks (a ban) rather than reweighting them.
     """
 
     kind: str
@@ -72,10 +80,11 @@ class Mark:
     summary: str
     color: str
     curve: str = ""
+    cuts: bool = False
 
     @property
     def truncates(self) -> bool:
-        return self.kind != "ids"
+        return self.kind != "ids" or self.cuts
 
 
 # Stages drawn from their decision; a stage without an entry still gets its kept flags drawn.
@@ -85,8 +94,25 @@ STAGE_MARKS: dict[str, Mark] = {
     "top_p": Mark("mass", "p", "top-p {p:g}", "p {p:g} · mass {mass:.3f}", CUMULATIVE, curve="cumulative"),
     "min_p": Mark("level", "threshold", "min-p {min_p:g} × top {top_prob:.3f} = {threshold:.3g}",
                   "p ≥ {threshold:.3g}", MIN_P),
+    "typical_p": Mark("mass", "p", "typical {p:g} (H {entropy:.2f} nats)", "mass {p:g} · H {entropy:.2f}", TYPICAL,
+                      curve="cumulative"),
+    "epsilon": Mark("level", "threshold", "ε {epsilon:g}", "p ≥ {threshold:.3g}", EPSILON),
+    "eta": Mark("level", "threshold", "η: min({eta:g}, √η·e^−H) = {threshold:.3g}", "p ≥ {threshold:.3g}",
+                ETA),
+    "top_nsigma": Mark("level", "threshold_prob", "top-nσ: logit ≥ max − {n:g}σ (p ≥ {threshold_prob:.3g})",
+                       "{n:g}σ = {sigma:.3g} · p ≥ {threshold_prob:.3g}", NSIGMA),
+    # XTC removes what lies at or above its line (but the least probable of those), when its coin says so
+    "xtc": Mark("level", "threshold", "XTC removes p ≥ {threshold:g} · coin {coin:.2f} · acted {acted}",
+                "coin {coin:.2f} · removed {removed}", XTC),
+    "mirostat": Mark("level", "threshold", "mirostat μ {mu:.2f} bits: p ≥ 2^−μ = {threshold:.3g}",
+                     "μ {mu:.2f} → {mu_after:.2f}", MIROSTAT),
+    "dry": Mark("ids", "ids", "DRY −{multiplier:g}×{base:g}^(n−{allowed_length})", "longest repeat {match_length}",
+                PENALISED),
+    "no_repeat_ngram": Mark("ids", "ids", "banned: would repeat a {n}-gram", "{banned} banned", BANNED, cuts=True),
+    "word_bias": Mark("ids", "ids", "biased by word", "{banned} banned", BANNED, cuts=True),
 }
-STAGE_SUMMARIES = {"temperature": "T {t:g}"}  # waterfall titles of the stages that draw no mark
+STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages that draw no mark
+                   "dynamic_temperature": "T {t:.3g} · H/log N {normalized:.2f}"}
 
 
 def _register_template() -> None:
@@ -158,16 +184,21 @@ def _bar_index(stages: list[dict[str, Any]]) -> int:
     return first_cut - 1
 
 
-def bar_stage(step: dict[str, Any]) -> tuple[str, list[float]]:
-    """(label, probs over the step's candidates) of the distribution that entered the first truncation.
+BASES = ("chain", "model", "final")  # what the distribution chart's bars show; see bar_stage
 
-    Without stages (greedy, or no transform active) it is the model's own distribution;
-    without any truncation it is the final one (what the selector drew from).
+
+def bar_stage(step: dict[str, Any], basis: str = "chain") -> tuple[str, list[float]]:
+    """(label, probs over the step's candidates) of the distribution the bars show.
+
+    ``basis`` "chain": the one that entered the first truncation (without any truncation, the final
+    one); "model": the model's own distribution; "final": the one after every stage (what the
+    selector drew from). Without stages (greedy, or no transform active) it is the model's own.
     """
     stages = _stages(step)
     if not stages:
         return "model p", [_prob(c["raw_prob"]) for c in step["candidates"]]
-    entering = stages[_bar_index(stages)]
+    index = {"model": 0, "final": len(stages) - 1}.get(basis, _bar_index(stages))
+    entering = stages[index]
     label = "model p" if entering["name"] == "raw" else f"p after {_display(entering['name'])}"
     return label, [_prob(p) for p in entering["probs"]]
 
@@ -199,17 +230,18 @@ def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:
 
 # --- 1. the distribution at one step --------------------------------------------------------------
 
-def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20) -> go.Figure:
+def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, basis: str = "chain") -> go.Figure:
     """Sorted top-``top`` candidates at ``step``, kept vs cut coloured, with each stage's recorded marks.
 
     Bars: the distribution that entered the first truncation, sorted; blue = kept, grey = cut (the
     decoder's flags). Each stage in ``STAGE_MARKS`` draws its record over the distribution it received
     (see the module docstring); without a running-mass stage the right axis shows the bars' cumulative
-    mass. The chosen token has an amber outline and a label.
+    mass. The chosen token has an amber outline and a label. ``basis`` picks the bars' distribution
+    (``bar_stage``): the model's own, the one the first truncation received, or the final one.
     """
     s = trace["steps"][step]
     cands = s["candidates"]
-    label, bar_probs = bar_stage(s)
+    label, bar_probs = bar_stage(s, basis)
     order = sorted(range(len(cands)), key=lambda i: (-bar_probs[i], -_prob(cands[i]["raw_prob"])))
     shown = order[:top]
     chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
@@ -586,6 +618,7 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
     if show_prompt and trace.get("prompt"):
         parts.append(f'<span class="pg-prompt">{html.escape(trace["prompt"])}</span>')
     last = len(tokens) - 1
+    repeats = dry_span(trace, selected)
     for i, tok in enumerate(tokens):
         p_raw = math.exp(tok["raw_logprob"]) if tok.get("raw_logprob") is not None else 0.0
         p = math.exp(tok["logprob"]) if tok.get("logprob") is not None else 0.0
@@ -593,10 +626,31 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         special = i == last and trace.get("finish_reason") == "eos"
         classes = "pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
         text = html.escape(tok["text"]).replace("\n", "↵<br>")
-        parts.append(f'<span class="{classes}" data-step="{i}" style="background:{prob_color(p_raw)}" '
+        style = f"background:{prob_color(p_raw)}"
+        if i in repeats:
+            style += f";text-decoration:underline {repeats[i]} {PENALISED} 2px"
+            tip += "\nDRY: " + ("the earlier copy of the repeat" if repeats[i] == "dotted" else "the repeat")
+        parts.append(f'<span class="{classes}" data-step="{i}" style="{style}" '
                      f'data-tip="{html.escape(tip, quote=True)}">{text}</span>')
     body = "".join(parts) or '<span class="pg-empty">The generated text appears here, token by token.</span>'
     return f'<div class="pg-text">{body}</div>'
+
+
+def dry_span(trace: dict[str, Any], selected: int | None) -> dict[int, str]:
+    """Generated-token index -> underline style of DRY's recorded longest repeat at step ``selected``:
+    "dotted" on its earlier copy, "solid" on the repeat that ends the text (context positions less
+    the prompt's length; prompt tokens are not drawn one by one)."""
+    steps = trace.get("steps") or []
+    if selected is None or not 0 <= selected < len(steps):
+        return {}
+    d = next((st.get("decision") or {} for st in steps[selected].get("stages") or [] if st["name"] == "dry"), {})
+    if not d.get("match_length"):
+        return {}
+    offset = len(trace.get("prompt_ids") or [])
+    context_end = offset + selected
+    marks = {p - offset: "dotted" for p in range(d["span_start"], d["span_end"]) if p >= offset}
+    marks.update({p - offset: "solid" for p in range(d["repeat_start"], context_end) if p >= offset})
+    return marks
 
 
 def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,
@@ -627,10 +681,44 @@ def legend_html() -> str:
 
 # --- figures as one export ----------------------------------------------------------------------
 
+BASIS_BUTTONS = {"model": "model's own", "chain": "entering the cuts", "final": "after the samplers"}
+
+
+def switchable_distribution(trace: dict[str, Any], step: int, top: int = 20) -> go.Figure:
+    """The distribution figure with buttons that switch its bars between the model's own
+    distribution, the one entering the first truncation, and the one after every stage: one
+    ``distribution_figure`` per basis, shown one at a time (each keeps its own marks and axes).
+    A step without stages has a single basis and no buttons."""
+    if not _stages(trace["steps"][step]):
+        return distribution_figure(trace, step, top)
+    figs = {b: distribution_figure(trace, step, top, b) for b in BASIS_BUTTONS}
+    base = go.Figure(figs["chain"])
+    owner = ["chain"] * len(base.data)
+    for b in ("model", "final"):
+        for t in figs[b].data:
+            base.add_trace(t.update(visible=False))
+            owner.append(b)
+    buttons = []
+    for b, text in BASIS_BUTTONS.items():
+        lay = figs[b].layout
+        buttons.append(dict(label=text, method="update", args=[
+            {"visible": [o == b for o in owner]},
+            {"shapes": lay.shapes, "annotations": lay.annotations, "title.text": lay.title.text,
+             "xaxis.tickvals": lay.xaxis.tickvals, "xaxis.ticktext": lay.xaxis.ticktext,
+             "xaxis.range": lay.xaxis.range, "yaxis.range": lay.yaxis.range,
+             "yaxis.title.text": lay.yaxis.title.text}]))
+    base.update_layout(updatemenus=[*base.layout.updatemenus,  # the scale and zoom buttons stay
+                                    dict(type="buttons", direction="right", active=1, buttons=buttons,
+                                         x=0.0, xanchor="left", y=-0.32, yanchor="top", showactive=True,
+                                         pad=dict(t=4, r=4), font=dict(size=12))],
+                       margin=dict(b=110))
+    return base
+
+
 def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tuple[go.Figure, go.Figure, go.Figure]:
     """(distribution, waterfall, overview) for ``step``; the three charts of the page.
     ``compact``: for half-width columns (compare): smaller type, titles wrapped, legends under the plot."""
-    figs = distribution_figure(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
+    figs = switchable_distribution(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
     if compact:
         for fig in figs:
             lines = wrap(fig.layout.title.text or "", 58)

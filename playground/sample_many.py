@@ -49,7 +49,8 @@ import torch
 from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
-from strategies.chain import Greedy, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.samplers import build_sampler_chain
 from strategies.transforms import Temperature
 
 MAX_SAMPLES = 1000
@@ -98,12 +99,42 @@ def check_size(n: Any, max_new_tokens: int, seed: int) -> int:
     return int(n)
 
 
+def plain_stages(params: Any) -> bool:
+    """Whether every stage ``params`` turns on is one of the chain's first five (penalty, temperature,
+    top-k, top-p, min-p): the stages whose chained distribution has a closed form per step."""
+    try:
+        on = {t.name for t in build_sampler_chain(params, torch.Generator(), _NoModel())}
+    except InvalidRequest:  # a stage that reads the model (DRY, bias by word) is on
+        return False
+    return on <= set(STAGE_NAMES)
+
+
+def plain_order(params: Any) -> str:
+    """The order of the five plain stages as ``params`` puts them."""
+    names = [n for n in params.order.split(",") if n in STAGE_NAMES]
+    return ",".join(names + [n for n in STAGE_NAMES if n not in names])
+
+
+class _NoModel:
+    """Stands in for a model where a stage would ask one: plain stages never do."""
+
+    key = "none"
+
+    def __getattr__(self, name: str) -> Any:
+        raise InvalidRequest("this stage needs a model")
+
+
 def reference_chain(strategy: str, params: Any) -> list | None:
     """The transforms whose chained distribution is the exact reference, or None when there is none."""
     if strategy == "greedy":
         return [Temperature(0.0)]
-    if strategy in ("sampling", "gumbel", "speculative"):
+    if strategy == "speculative":
         return build_chain(params)
+    if strategy in ("sampling", "gumbel"):
+        if not isinstance(params, ChainParams) or not plain_stages(params):
+            return None  # a random (XTC) or stateful (mirostat, DRY...) stage: no closed form here
+        return build_chain(ChainParams(**{f.name: getattr(params, f.name) for f in dataclasses.fields(ChainParams)
+                                          if f.name != "order"}, order=plain_order(params)))
     if strategy == "stochastic_beam" and params.num_beams == 1:
         return [] if params.temperature == 1.0 else [Temperature(params.temperature)]
     return None
@@ -270,8 +301,9 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
         raise InvalidRequest("sample many takes no forced tokens; put the prefix in the prompt instead")
     lm, seeds = ctx.lm, list(range(req.seed, req.seed + n))
     started = time.perf_counter()
-    use_batch = batched and spec.name in BATCHED
     chain = reference_chain(spec.name, params)
+    # the batched path draws through the five stages of the plain chain; other stages run one by one
+    use_batch = batched and spec.name in BATCHED and (spec.name == "greedy" or chain is not None)
     if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
         samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress)
     else:

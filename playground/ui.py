@@ -51,6 +51,7 @@ from playground.views import View, strategy_views  # noqa: E402
 from playground.errors import InvalidRequest  # noqa: E402
 from strategies.params import describe  # noqa: E402
 from strategies.registry import StrategySpec, all_strategies, get_strategy  # noqa: E402
+from strategies.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, expand_order  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
@@ -446,6 +447,25 @@ def examples() -> list[Example]:
                                              compare_params={"temperature": 2.0, "min_p": 0.1}, run="compare",
                                              **hot),
                 "at T=2 the nucleus swells with junk tokens; min-p scales its cut with the top token."),
+        Example("Toy · XTC", cfg(strategy="sampling", params={"xtc_probability": 1.0, "xtc_threshold": 0.2},
+                                 run="generate", **toy),
+                "both ' a' (0.7) and ' the' (0.3) pass the 0.2 threshold: XTC removes the top one, so ' the' wins."),
+        Example("Gemma · DRY vs penalty", cfg(strategy="sampling", params={"temperature": 0.0,
+                                                                         "repetition_penalty": 1.3},
+                                              compare_strategy="sampling",
+                                              compare_params={"temperature": 0.0, "dry_multiplier": 0.8,
+                                                              "dry_sequence_breakers": '":", "\\"", "*"'},
+                                              run="compare", **gemma),
+                "both greedy: the penalty pushes away every word already used; DRY only the token that would "
+                "continue a repeat (here across lines: newline is no breaker), and the loop gives way."),
+        Example("Top-nσ vs top-p at T=3", cfg(strategy="sampling", params={"temperature": 3.0, "top_p": 0.9},
+                                              compare_strategy="sampling",
+                                              compare_params={"temperature": 3.0, "top_nsigma": 1.0},
+                                              run="compare", **hot),
+                "top-nσ keeps the same tokens at any temperature; top-p at T=3 lets noise in."),
+        Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
+                                            run="generate", **{**hot, "max_new_tokens": 120}),
+                "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
     ]
 
 
@@ -539,8 +559,37 @@ def build_panel(prefix: str, selected: str) -> Panel:
             for c in made:
                 controls.append(c)
                 components.append(make_component(c, f"pg-{prefix}-{spec.name}-{c.name}"))
+                if c.name == "order" and issubclass(spec.params, SamplerParams):
+                    _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
         groups[spec.name] = col
     return Panel(controls, components, groups)
+
+
+def move_stage(order: str, stage: str, delta: int) -> str:
+    """``order`` (a preset name or stage names) with ``stage`` moved ``delta`` places, written out in full;
+    an order that does not parse starts again from the transformers preset."""
+    try:
+        names = expand_order(order or "transformers").split(",")
+    except InvalidRequest:
+        names = list(PRESETS["transformers"])
+    if stage in names:
+        i = names.index(stage)
+        names.insert(min(max(i + delta, 0), len(names) - 1), names.pop(i))
+    return ",".join(names)
+
+
+def _reorder_controls(order_box: gr.Component, elem_id: str) -> None:
+    """Presets and up / down buttons under the order textbox: the chain is reordered without typing."""
+    with gr.Row(equal_height=True, elem_classes=["pg-reorder"]):
+        preset = gr.Dropdown(choices=list(PRESETS), value=None, label="preset order", elem_id=f"{elem_id}-preset",
+                             min_width=120)
+        stage = gr.Dropdown(choices=list(SAMPLER_STAGES), value=SAMPLER_STAGES[0], label="move stage",
+                            elem_id=f"{elem_id}-stage", min_width=120)
+        up = gr.Button("↑ earlier", size="sm", elem_id=f"{elem_id}-up", min_width=60)
+        down = gr.Button("↓ later", size="sm", elem_id=f"{elem_id}-down", min_width=60)
+    preset.input(lambda p: p, preset, order_box, **QUIET)
+    up.click(lambda o, st: move_stage(o, st, -1), [order_box, stage], order_box, **QUIET)
+    down.click(lambda o, st: move_stage(o, st, 1), [order_box, stage], order_box, **QUIET)
 
 
 def strategy_summary(name: str) -> str:

@@ -12,12 +12,13 @@ from typing import Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.chain import ChainParams, Greedy, GumbelMax, Multinomial, build_chain, record_chain
+from strategies.chain import Greedy, GumbelMax, Multinomial, record_chain
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.params import Params
 from strategies.recording import finish, make_step
 from strategies.registry import register
+from strategies.samplers import SamplerParams, build_sampler_chain, feed_back
 
 
 def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
@@ -37,6 +38,8 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         record = record_chain(chain, out.logits[:, -1], context)
         token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
                                          getattr(selector, "generator", None))
+        # stateful stages (mirostat) learn the token the text got (forced or drawn) before it is recorded
+        feed_back(chain, record, torch.tensor([token_id], device=record.logits[-1].device))
         stages, decisions = record.row(0)
         step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
                                 None if noise is None else noise[0], decisions)
@@ -71,17 +74,20 @@ def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
     yield from chain_loop(ctx, trace, [], Greedy())
 
 
-@register("sampling", ChainParams,
-          "Repetition penalty, temperature, top-k, top-p, min-p in a chosen order, then a multinomial draw.")
-def sampling(ctx: DecodeContext, params: ChainParams) -> Iterator[Trace]:
-    chain = build_chain(params)
+@register("sampling", SamplerParams,
+          "The sampler chain (penalties, DRY, temperature, top-k, top-p, min-p, typical, epsilon, eta, top-nσ, "
+          "XTC, mirostat...) in a chosen order, then a multinomial draw.")
+def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
+    generator = ctx.generator()
+    chain = build_sampler_chain(params, generator, ctx.lm)
     trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
-    yield from chain_loop(ctx, trace, chain, Multinomial(ctx.generator()))
+    yield from chain_loop(ctx, trace, chain, Multinomial(generator))
 
 
-@register("gumbel", ChainParams,
+@register("gumbel", SamplerParams,
           "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.")
-def gumbel(ctx: DecodeContext, params: ChainParams) -> Iterator[Trace]:
-    chain = build_chain(params)
+def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
+    generator = ctx.generator()
+    chain = build_sampler_chain(params, generator, ctx.lm)
     trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
-    yield from chain_loop(ctx, trace, chain, GumbelMax(ctx.generator()))
+    yield from chain_loop(ctx, trace, chain, GumbelMax(generator))

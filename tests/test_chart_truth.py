@@ -8,13 +8,19 @@ expected value is computed here from the decoder's logits after each stage with 
   or a cut after its kept bars; top-p: p, with its running mass in its own ranking);
 - the points a line is read against are that received distribution (its own markers, or the bars
   when the bars are it), and the line separates the tokens the stage kept from those it cut;
-- every bar's kept / cut colour, and every waterfall panel's, is the decoder's kept flag.
+- every bar's kept / cut colour, and every waterfall panel's, is the decoder's kept flag;
+- the new stages likewise: epsilon, eta, top-nσ and mirostat lines at their recorded probability,
+  equal to their formula on the received distribution; XTC's line with everything above it removed
+  but the least probable, when its recorded coin acted; typical's running mass in its own ranking;
+  DRY, n-gram and word-bias marks on exactly the tokens the stage changed;
+- and this holds whichever distribution the bars show (the model's own, entering the cuts, final).
 
 200 cases on a 50-token vocabulary with random logits, and 30 on SmolLM2's real logits (49,152
 tokens; fewer cases, each is a full-vocabulary chain plus two figures).
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -25,16 +31,18 @@ from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, st
                             waterfall_panels)
 from playground import charts
 from playground.trace import Trace
-from strategies.chain import STAGE_NAMES, ChainParams, Multinomial, build_chain, record_chain
+from strategies.chain import Multinomial, record_chain
 from strategies.recording import make_step
+from strategies.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
 
-TRUNCATIONS = ("top_k", "top_p", "min_p")
+TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
+               "no_repeat_ngram", "word_bias")
 TOL = 1e-5  # the trace keeps 6 significant digits
 
 
 @dataclass
 class Case:
-    params: ChainParams
+    params: SamplerParams
     logits: torch.Tensor  # [vocab] float32, the model's raw logits
     context: list[int]  # token ids so far (what the penalty sees)
     top_n: int
@@ -42,31 +50,58 @@ class Case:
 
 
 class PieceLM:
-    """Just enough of the model seam for make_step: token text."""
+    """Just enough of the model seam for make_step, DRY and word bias: token text, and words 't<id>'."""
+
+    key = "pieces"
 
     def piece(self, token_id: int) -> str:
         return f"t{token_id}"
 
+    class tokenizer:  # noqa: N801  (stands in for a tokenizer object)
+        unk_token_id = None
 
-def random_params(rng: random.Random) -> ChainParams:
-    order = list(STAGE_NAMES)
+        def __new__(cls, text: str, add_special_tokens: bool = False):
+            return {"input_ids": [int(w[1:]) for w in text.split()]}
+
+
+def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
+    order = list(SAMPLER_STAGES)
     rng.shuffle(order)
-    on = lambda: rng.random() < 0.75  # noqa: E731  (each stage on three times in four)
-    return ChainParams(
+    on = lambda p=0.75: rng.random() < p  # noqa: E731  (the basic stages on three times in four)
+    some = lambda: on(0.3)  # noqa: E731  (the others less often, so chains stay varied but not empty)
+    t_min = round(rng.uniform(0.2, 2.0), 3)
+    dynamic = some()
+    words = ", ".join(f"t{rng.randrange(vocab)}" + rng.choice(["", f"={rng.uniform(-5, 5):.2f}"])
+                      for _ in range(rng.randint(1, 4)))
+    return SamplerParams(
         temperature=(0.0 if rng.random() < 0.05 else round(rng.uniform(0.05, 3.0), 3)) if on() else 1.0,
         top_k=rng.randint(1, 70) if on() else 0,
         top_p=round(rng.uniform(0.05, 0.99), 3) if on() else 1.0,
         min_p=round(rng.uniform(0.001, 0.6), 3) if on() else 0.0,
         repetition_penalty=round(rng.uniform(0.3, 4.0), 3) if on() else 1.0,
+        typical_p=round(rng.uniform(0.05, 0.99), 3) if some() else 1.0,
+        epsilon_cutoff=round(rng.uniform(0.0005, 0.2), 4) if some() else 0.0,
+        eta_cutoff=round(rng.uniform(0.0005, 0.2), 4) if some() else 0.0,
+        top_nsigma=round(rng.uniform(0.1, 3.0), 3) if some() else 0.0,
+        xtc_probability=round(rng.uniform(0.3, 1.0), 3) if some() else 0.0,
+        xtc_threshold=round(rng.uniform(0.01, 0.5), 3),
+        dry_multiplier=round(rng.uniform(0.1, 3.0), 3) if some() else 0.0,
+        dry_allowed_length=rng.randint(1, 3),
+        dynatemp_min=t_min if dynamic else 1.0,
+        dynatemp_max=round(t_min + rng.uniform(0.0, 2.0), 3) if dynamic else 1.0,
+        mirostat_tau=round(rng.uniform(0.5, 6.0), 3) if some() else 0.0,
+        no_repeat_ngram_size=rng.randint(1, 3) if some() else 0,
+        word_bias=words if some() else "",
         order=",".join(order))
 
 
 def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
     """The step as the decoder records it: (trace dict, [vocab] logits after each stage, stage names)."""
-    chain = build_chain(case.params)
+    generator = torch.Generator().manual_seed(case.seed)
+    chain = build_sampler_chain(case.params, generator, PieceLM())
     context = torch.tensor([case.context], dtype=torch.long)
     record = record_chain(chain, case.logits[None], context)
-    chosen, _ = Multinomial(torch.Generator().manual_seed(case.seed)).select(record.logits[-1])
+    chosen, _ = Multinomial(generator).select(record.logits[-1])
     stages, decisions = record.row(0)
     names = [t.name for t in chain]
     step, token = make_step(PieceLM(), len(case.context), stages, names, int(chosen[0]), case.top_n, None,
@@ -76,18 +111,20 @@ def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
     return trace.to_dict(), stages, names
 
 
-def check(case: Case) -> None:
+def check(case: Case, basis: str = "chain") -> None:
     d, logits, names = build(case)
     s = d["steps"][0]
     ids = [c["id"] for c in s["candidates"]]
     alive = [torch.isfinite(x) for x in logits]  # after each stage: the decoder's kept flags
     probs = [x.float().softmax(-1) for x in logits]
-    fd = fig_dict(charts.distribution_figure(d, 0))
+    fd = fig_dict(charts.distribution_figure(d, 0, basis=basis))
     bars = bar_points(fd)
 
-    # bars: the distribution that entered the first truncation, coloured by the decoder's final flag
+    # bars: by default the distribution that entered the first truncation; or the model's own, or the
+    # final one; coloured by the decoder's final flag
     first_cut = next((k for k, n in enumerate(names, start=1) if n in TRUNCATIONS), None)
-    bar_dist = probs[0 if not names else (first_cut - 1 if first_cut else len(names))]
+    chain_index = 0 if not names else (first_cut - 1 if first_cut else len(names))
+    bar_dist = probs[{"model": 0, "final": len(names)}.get(basis, chain_index)]
     for tok, bar in bars.items():
         assert bar["y"] == pytest.approx(float(bar_dist[tok]), abs=TOL)
         assert bar["color"] == (charts.KEPT if alive[-1][tok] else charts.CUT)
@@ -99,10 +136,18 @@ def check(case: Case) -> None:
         assert s["stages"][k - 1]["probs"] == pytest.approx(entering[ids].tolist(), abs=TOL)
         if name in TRUNCATIONS:
             points = _received(fd, name, bars, entering, kept_in, kept_out)
-            CHECKS[name](rec, fd, points, bars, entering, kept_in, kept_out, case)
+            if name == "top_nsigma":  # read from the logits: float32 probabilities underflow to 0
+                _check_top_nsigma(rec, fd, points, entering, logits[k - 1], kept_in, kept_out, case)
+            else:
+                CHECKS[name](rec, fd, points, bars, entering, kept_in, kept_out, case)
         elif name == "penalty":
             marked = stage_points(fd, "penalty", "ids") or {}
             assert set(marked) == set(bars) & set(case.context)
+        elif name == "dry":
+            marked = stage_points(fd, "dry", "ids") or {}
+            changed = (logits[k] != logits[k - 1]) & kept_in
+            assert set(marked) == {tok for tok in bars if changed[tok]}
+            assert rec["decision"]["ids"] == [i for i in ids if changed[i]]
 
     panels = waterfall_panels(fig_dict(charts.waterfall_figure(d, 0)))
     assert [p["name"] for p in panels] == ["raw", *names] if names else len(panels) == 1
@@ -171,7 +216,97 @@ def _check_top_p(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> N
             assert (before < case.params.top_p) == bool(kept_out[tok])
 
 
-CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p}
+def _top_kept(kept_out: torch.Tensor, entering: torch.Tensor, heights: dict[int, float]) -> dict[int, float]:
+    """``heights`` without the stage's most probable token, which every stage keeps whatever its line."""
+    top = float(entering.max())
+    return {tok: y for tok, y in heights.items() if float(entering[tok]) < top}
+
+
+def _level(name: str, rec, fd, heights, entering, kept_out, want: float, key: str = "threshold") -> None:
+    [line] = stage_shapes(fd, name)
+    value = rec["decision"][key]
+    assert is_horizontal(line) and line["y0"] == value
+    assert value == pytest.approx(want, rel=1e-4, abs=1e-12)
+    _separates(value, _top_kept(kept_out, entering, heights), kept_out)
+
+
+def _entropy(p: torch.Tensor) -> float:
+    p = p.double()
+    return float(-(p[p > 0] * p[p > 0].log()).sum())
+
+
+def _check_epsilon(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    _level("epsilon", rec, fd, heights, entering, kept_out, case.params.epsilon_cutoff)
+
+
+def _check_eta(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    eta = case.params.eta_cutoff
+    _level("eta", rec, fd, heights, entering, kept_out, min(eta, math.sqrt(eta) * math.exp(-_entropy(entering))))
+
+
+def _check_top_nsigma(rec, fd, heights, entering, logits_in, kept_in, kept_out, case) -> None:
+    live = logits_in.double()[kept_in]
+    threshold = float(live.max()) - case.params.top_nsigma * float(live.std(unbiased=False))
+    want = math.exp(threshold - float(live.logsumexp(0)))  # the probability at the threshold logit
+    _level("top_nsigma", rec, fd, heights, entering, kept_out, want, "threshold_prob")
+
+
+def _check_mirostat(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    assert rec["decision"]["mu"] == pytest.approx(2 * case.params.mirostat_tau)
+    _level("mirostat", rec, fd, heights, entering, kept_out, 2 ** (-2 * case.params.mirostat_tau))
+
+
+def _check_xtc(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    [line] = stage_shapes(fd, "xtc")
+    d = rec["decision"]
+    assert is_horizontal(line) and line["y0"] == d["threshold"] == case.params.xtc_threshold
+    coin = float(torch.rand(1, generator=torch.Generator().manual_seed(case.seed)))  # the first draw of the run
+    assert d["coin"] == pytest.approx(coin, rel=1e-5)
+    above = [tok for tok, y in heights.items() if y >= d["threshold"] + TOL]
+    below = [tok for tok, y in heights.items() if y < d["threshold"] - TOL]
+    assert all(kept_out[tok] for tok in below)
+    passing = int((entering >= case.params.xtc_threshold).sum())
+    assert d["acted"] == (coin < case.params.xtc_probability and passing >= 2)
+    least = min((float(entering[t]) for t in range(entering.numel()) if entering[t] >= d["threshold"]), default=1)
+    for tok in above:  # removed when it acted, except the least probable of those above the line
+        assert bool(kept_out[tok]) == (not d["acted"] or float(entering[tok]) <= least + 1e-7)
+
+
+def _check_typical(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    [line] = stage_shapes(fd, "typical_p")
+    assert is_horizontal(line) and line["yref"] == "y2" and line["y0"] == case.params.typical_p
+    p = entering.double()
+    distance = ((-p.log()) - _entropy(entering)).abs()
+    distance[p == 0] = math.inf
+    order = torch.sort(distance, stable=True).indices
+    running = torch.empty_like(p).scatter(0, order, p[order].cumsum(0))
+    assert rec["decision"]["mass"] == pytest.approx(float(p[kept_out].sum()), rel=1e-4)
+    curve = stage_points(fd, "typical_p", "cumulative")
+    assert curve is not None
+    for tok, pt in curve.items():
+        assert pt["y"] == pytest.approx(float(running[tok]), abs=1e-4)
+        before = pt["y"] - float(entering[tok])
+        if abs(before - case.params.typical_p) > 1e-4:
+            assert (before < case.params.typical_p) == bool(kept_out[tok])
+
+
+def _check_ban(name: str):
+    def check_ban(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+        marked = set(stage_points(fd, name, "ids") or {})
+        listed = set(rec["decision"]["ids"])
+        if name == "no_repeat_ngram":
+            assert listed == {i for i in listed if kept_in[i] and not kept_out[i]}
+        assert marked == {tok for tok in bars if tok in listed}
+        for tok in heights:
+            if not kept_out[tok]:
+                assert tok in listed
+    return check_ban
+
+
+CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p, "epsilon": _check_epsilon,
+          "eta": _check_eta, "mirostat": _check_mirostat, "xtc": _check_xtc,
+          "typical_p": _check_typical, "no_repeat_ngram": _check_ban("no_repeat_ngram"),
+          "word_bias": _check_ban("word_bias")}
 
 
 def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
@@ -181,13 +316,21 @@ def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
         g = torch.Generator().manual_seed(seed * 1000 + i)
         logits = torch.randn(vocab, generator=g) * rng.uniform(0.5, 4.0)
         context = [rng.randrange(vocab) for _ in range(rng.randint(0, 20))]
-        cases.append(Case(random_params(rng), logits, context, rng.choice([10, 20, 50]), i))
+        if rng.random() < 0.4:  # a looping text, so that DRY and the n-gram ban find repeats
+            context += [rng.randrange(vocab) for _ in range(rng.randint(2, 4))] * rng.randint(2, 4)
+        cases.append(Case(random_params(rng, vocab), logits, context, rng.choice([10, 20, 50]), i))
     return cases
 
 
 @pytest.mark.parametrize("case", random_cases(200, seed=9, vocab=50), ids=lambda c: c.params.order)
 def test_every_mark_is_the_stage_record_on_random_logits(case):
     check(case)
+
+
+@pytest.mark.parametrize("basis", ["model", "final"])
+@pytest.mark.parametrize("case", random_cases(60, seed=10, vocab=50), ids=lambda c: c.params.order)
+def test_every_mark_is_the_stage_record_whatever_the_bars_show(case, basis):
+    check(case, basis)
 
 
 SMOLLM_PROMPTS = ["Name three colours of the rainbow.", "Once upon a time", "The capital of France is",
@@ -208,4 +351,4 @@ def test_every_mark_is_the_stage_record_on_smollm2(smollm_logits):
     rng = random.Random(17)
     for i in range(30):
         logits, ids = smollm_logits[i % len(smollm_logits)]
-        check(Case(random_params(rng), logits, ids, 20, i))
+        check(Case(random_params(rng, logits.numel()), logits, ids, 20, i))

@@ -128,3 +128,16 @@ def test_contrastive_outcomes_carry_their_own_probability_without_a_test(store):
     assert not result["batched"] and result["chi_square"] is None and "none" in result["reference"]
     assert sum(o["count"] for o in result["outcomes"]) == 30
     assert all(0 < o["probability"] <= 1 for o in result["outcomes"])
+
+
+def test_stages_without_a_closed_form_run_one_by_one_with_no_exact_reference(store):
+    """XTC draws a coin and mirostat keeps a state: sample many runs them one seed at a time and
+    claims no exact probability; the plain five stages keep their batched path and reference."""
+    from playground.sample_many import sample_many
+    xtc = sample_many(store, Request("toy", "sampling", "1 2", {"xtc_probability": 1.0, "xtc_threshold": 0.1},
+                                     seed=0, max_new_tokens=1), 20)
+    assert xtc["batched"] is False and xtc["chi_square"] is None and xtc["reference"].startswith("none")
+    assert sum(o["count"] for o in xtc["outcomes"]) == 20
+    assert [o["text"] for o in xtc["outcomes"]] == ["the"]  # XTC removed the 70% token at every draw
+    plain = sample_many(store, Request("toy", "sampling", "1 2", {"top_k": 2}, seed=0, max_new_tokens=1), 20)
+    assert plain["batched"] is True and plain["chi_square"] is not None

@@ -16,6 +16,7 @@ from playground.models import ModelUnavailable
 from playground.errors import InvalidRequest
 from strategies.params import Params, describe, param
 from strategies.registry import REGISTRY, all_strategies, register
+from strategies.samplers import PRESETS
 
 CHAIN = {"temperature": 1.5, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
 
@@ -317,3 +318,29 @@ def test_every_registered_strategy_runs_through_the_page_handler(store):
         assert len(updates) == ui.VIEW_PLOTS + 1
         shown = [u for u in updates[:-1] if u.get("visible")]
         assert len(shown) == min(ui.VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name
+
+
+def test_stages_move_up_and_down_without_typing_names():
+    order = ui.move_stage("llama.cpp", "temperature", -1)
+    names = order.split(",")
+    assert names.index("temperature") == list(PRESETS["llama.cpp"]).index("temperature") - 1
+    assert sorted(names) == sorted(PRESETS["llama.cpp"])
+    assert ui.move_stage(order, "temperature", 1).split(",") == list(PRESETS["llama.cpp"])
+    first = PRESETS["transformers"][0]
+    assert ui.move_stage("transformers", first, -1).split(",") == list(PRESETS["transformers"])  # stays first
+    assert ui.move_stage("not a stage list", "xtc", 1).split(",")[-2:] == ["mirostat", "xtc"]
+
+
+def test_distribution_switches_between_model_entering_and_final_bars(chain_trace):
+    fig = charts.step_figures(chain_trace, 0)[0]
+    *_, menu = fig.layout.updatemenus  # the basis switch (after the scale and zoom buttons)
+    assert [b.label for b in menu.buttons] == list(charts.BASIS_BUTTONS.values())
+    for button, basis in zip(menu.buttons, charts.BASIS_BUTTONS):
+        alone = charts.distribution_figure(chain_trace, 0, basis=basis)
+        shown = [t for t, v in zip(fig.data, button.args[0]["visible"]) if v]
+        assert [(t.name, t.y) for t in shown] == [(t.name, t.y) for t in alone.data]
+        assert button.args[1]["shapes"] == alone.layout.shapes
+    model_bars = [t for t in charts.distribution_figure(chain_trace, 0, basis="model").data if t.type == "bar"]
+    raw = {c["id"]: c["raw_prob"] for c in chain_trace["steps"][0]["candidates"]}
+    for t in model_bars:
+        assert list(t.y) == [raw[row[0]] for row in t.customdata]
