@@ -217,10 +217,20 @@ class LM:
     # --- the forward seam ---------------------------------------------------------------------
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False) -> "Forward":
-        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab]."""
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> "Forward":
+        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab].
+
+        A 4D additive ``attention_mask`` [batch, 1, n, cached + n] with ``position_ids`` [batch, n]
+        runs a draft tree in one pass (``strategies.draft_tree``): transformers passes a 4D mask to
+        the attention unchanged, for llama, Gemma 3 and GPT-2 alike.
+        """
+        extra = {}
+        if attention_mask is not None:
+            extra = dict(attention_mask=attention_mask.to(self.device, self.model.dtype),
+                         position_ids=position_ids.to(self.device))
         out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,
-                         output_hidden_states=hidden)
+                         output_hidden_states=hidden, **extra)
         return Forward(out.logits.float(), out.past_key_values, out.hidden_states if hidden else None)
 
     def new_cache(self) -> Any:
