@@ -145,14 +145,14 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr
                          "losses_averaged_over_last": len(tail)}
 
 
-def held_out_tau(lm: Any, prompts: list[str], tokens: int, **params: Any) -> float:
+def held_out_tau(store: Any, key: str, prompts: list[str], tokens: int, **params: Any) -> float:
     """Mean tokens per target verification pass of greedy EAGLE on prompts the training never saw."""
     from playground.engine import Request, run
     produced = rounds = 0
     for prompt in prompts:
-        for trace in run(Request(model=lm.key, strategy="speculative", prompt=prompt, seed=0, max_new_tokens=tokens,
-                                 params={"draft": "eagle", "temperature": 0.0, "measure_baseline": False, **params})):
-            pass
+        trace = run(store, Request(key, "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
+                                                                "measure_baseline": False, **params},
+                                   seed=0, max_new_tokens=tokens))
         produced += len(trace.tokens)
         rounds += trace.extra["speculative"]["rounds"]
     return round(produced / rounds, 4)
@@ -170,15 +170,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
     from playground.models import ModelStore
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    lm = ModelStore("cpu").get(args.model)
+    store = ModelStore("cpu")
+    lm = store.get(args.model)
     held_out = TOY_HELD_OUT if args.model == "toy" else CHAT_HELD_OUT
     tokens = 16 if args.model == "toy" else 48
     if args.evaluate:
         _, record = load_head(lm, args.out)
         record["held_out"] = {"prompts": held_out, "max_new_tokens": tokens, "temperature": 0.0,
                               "tree": "static depth 4 branching 2",
-                              "tau": held_out_tau(lm, held_out, tokens, eagle_depth=4, eagle_branching=2)}
+                              "tau": held_out_tau(store, lm.key, held_out, tokens, eagle_depth=4, eagle_branching=2)}
         (args.out / lm.key / "head.json").write_text(json.dumps(record, indent=1) + "\n")
         print(json.dumps(record["held_out"]))
         return
