@@ -86,10 +86,10 @@ def sequences(lm: Any, quick: bool, seed: int) -> tuple[list[list[int]], dict[st
         seqs = sampled_answers(lm, TOY_PROMPTS, 64, 24, seed)
         return seqs, {"sampled_answers": len(seqs), "prompts": len(TOY_PROMPTS), "tokens_each": 24}
     prompts = [lm.encode(p) for p in CHAT_PROMPTS[: 4 if quick else None]]
-    answers = sampled_answers(lm, prompts, 2 if quick else 4, 96, seed)
-    texts = package_text(20_000 if quick else 600_000)
+    answers = sampled_answers(lm, prompts, 2 if quick else 4, 64, seed)
+    texts = package_text(20_000 if quick else 200_000)
     docs = [lm.tokenizer(t)["input_ids"][:128] for t in texts]
-    return answers + docs, {"sampled_answers": len(answers), "chat_prompts": len(prompts), "answer_tokens": 96,
+    return answers + docs, {"sampled_answers": len(answers), "chat_prompts": len(prompts), "answer_tokens": 64,
                             "stdlib_docstrings": len(docs), "max_doc_tokens": 128}
 
 
