@@ -28,7 +28,8 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.chain import ChainRecord, apply_chain, record_chain
-from strategies.draft_tree import ancestors_mask, attention_mask, depths, position_ids, select_best, subtree
+from strategies.draft_tree import (ancestors_mask, attention_mask, depths, path_to, position_ids, select_best,
+                                   subtree)
 from strategies.drafts import crop, rollback_cache
 from strategies.eagle_head import has_head, load_head
 from strategies.tree_verify import TreeVerdict, draw_children, greedy, sampling
@@ -169,7 +170,7 @@ class EagleDecoder:
         for level in range(self.depth):
             new: list[int] = []
             for node in frontier:
-                text = self.ids + [tokens[i] for i in _path(parents, node)[1:]]
+                text = self.ids + [tokens[i] for i in path_to(parents, node)[1:]]
                 for token in self._children(rows[node], self.branching):
                     parents.append(node)
                     tokens.append(token)
@@ -183,7 +184,7 @@ class EagleDecoder:
             # Feed the nodes to expand: each sees the head's real cache and its own drafted ancestors.
             order = fed + new
             full = ancestors_mask(parents)
-            sub = full[[i for i in new]][:, order]
+            sub = full[new][:, order]
             allowed = torch.cat([torch.ones(len(new), self.head_seen, dtype=torch.bool), sub], dim=1)
             mask = torch.zeros(allowed.shape)
             mask[~allowed] = torch.finfo(torch.float32).min
@@ -193,7 +194,7 @@ class EagleDecoder:
                               mask[None, None], positions)
             for i, node in enumerate(new):
                 predicted[node] = pred[i]
-                rows[node] = self._draft_row(pred[i], self.ids + [tokens[j] for j in _path(parents, node)[1:]])
+                rows[node] = self._draft_row(pred[i], self.ids + [tokens[j] for j in path_to(parents, node)[1:]])
             fed, frontier = order, new
         crop(self.head_cache, len(fed))
         tree = DraftTree(parents, tokens, torch.stack(rows), scores, self.head_passes - passes)
@@ -217,7 +218,7 @@ class EagleDecoder:
         records = []
         for i in range(len(tree.parents)):
             # Each node's context is the text plus its own path, so the penalty stage sees exactly that.
-            context = self._tensor(self.ids + [tree.tokens[j] for j in _path(tree.parents, i)[1:]])
+            context = self._tensor(self.ids + [tree.tokens[j] for j in path_to(tree.parents, i)[1:]])
             records.append(record_chain(self.chain, out.logits[:, i], context))
         target_probs = torch.cat([r.logits[-1] for r in records]).softmax(-1)
         if self.greedy:
@@ -231,8 +232,3 @@ class EagleDecoder:
         self.ids = self.ids + committed
         t2 = self.clock()
         return TreeRound(tree, records, target_probs, verdict, committed, t1 - t0, t2 - t1)
-
-
-def _path(parents: list[int], node: int) -> list[int]:
-    from strategies.draft_tree import path_to
-    return path_to(parents, node)

@@ -109,9 +109,7 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
             break
         yield trace
     finish(trace, ctx, started, reason, decoder.target_passes)
-    seconds = trace.timing.seconds
     reference = baseline(ctx, len(trace.tokens), chain) if params.measure_baseline else None
-    trace.timing.seconds = seconds
     _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference)
     yield trace
 

@@ -81,13 +81,14 @@ def sampled_answers(lm: Any, prompts: list[list[int]], per_prompt: int, length: 
     return out
 
 
-def sequences(lm: Any, quick: bool, seed: int) -> tuple[list[list[int]], dict[str, Any]]:
+def sequences(lm: Any, quick: bool, seed: int, answers_per_prompt: int = 4, doc_chars: int = 200_000
+              ) -> tuple[list[list[int]], dict[str, Any]]:
     if lm.key == "toy":
         seqs = sampled_answers(lm, TOY_PROMPTS, 64, 24, seed)
         return seqs, {"sampled_answers": len(seqs), "prompts": len(TOY_PROMPTS), "tokens_each": 24}
     prompts = [lm.encode(p) for p in CHAT_PROMPTS[: 4 if quick else None]]
-    answers = sampled_answers(lm, prompts, 2 if quick else 4, 64, seed)
-    texts = package_text(20_000 if quick else 200_000)
+    answers = sampled_answers(lm, prompts, 2 if quick else answers_per_prompt, 64, seed)
+    texts = package_text(20_000 if quick else doc_chars)
     docs = [lm.tokenizer(t)["input_ids"][:128] for t in texts]
     return answers + docs, {"sampled_answers": len(answers), "chat_prompts": len(prompts), "answer_tokens": 64,
                             "stdlib_docstrings": len(docs), "max_doc_tokens": 128}
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cap-minutes", type=float, default=55.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a few sequences and steps (a smoke test)")
+    ap.add_argument("--answers-per-prompt", type=int, default=4, help="sampled answers per chat prompt")
+    ap.add_argument("--doc-chars", type=int, default=200_000, help="characters of standard-library docstrings")
     ap.add_argument("--evaluate", action="store_true", help="only measure held-out tau into head.json")
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / lm.key / "head.json").write_text(json.dumps(record, indent=1) + "\n")
         print(json.dumps(record["held_out"]))
         return
-    seqs, data_record = sequences(lm, args.quick, args.seed)
+    seqs, data_record = sequences(lm, args.quick, args.seed, args.answers_per_prompt, args.doc_chars)
     t0 = time.perf_counter()
     data = features(lm, seqs)
     data_record.update(sequences=len(data), tokens=sum(len(i) for i, _ in data),
@@ -193,7 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     record = {"model": lm.key, "seed": args.seed, "data": data_record, "training": fit,
               "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution), noise U(-{NOISE}, {NOISE})",
               "draft_vocabulary": "full (the target's own LM head)",
-              "command": f"python -m strategies.eagle_train --model {lm.key}"}
+              "command": f"python -m strategies.eagle_train --model {lm.key} --steps {steps} --lr {lr} "
+                         f"--cap-minutes {args.cap_minutes} --answers-per-prompt {args.answers_per_prompt} "
+                         f"--doc-chars {args.doc_chars} --seed {args.seed}"}
     folder = save_head(head, lm.key, record, args.out)
     print(json.dumps(record))
     print(f"saved to {folder}")
