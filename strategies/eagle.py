@@ -9,9 +9,10 @@ One round (Li et al. 2024, EAGLE and EAGLE-2):
    for the nodes to expand, with a tree attention mask over its own cache, and drafts their
    children: the ``branching`` most probable tokens at temperature 0, tokens drawn without
    replacement from the draft's chained distribution otherwise (what lossless verification
-   needs). A static tree expands every node; a dynamic tree (EAGLE-2) expands the ``branching``
-   nodes of highest cumulative draft probability per level and keeps the ``total_tokens`` best
-   drafts (temperature 0 only: keeping a draft for its own probability biases sampling);
+   needs); a drafted end-of-text token gets no children. A static tree expands every node; a
+   dynamic tree (EAGLE-2) expands the ``branching`` nodes of highest cumulative draft probability
+   per level and keeps the ``total_tokens`` best drafts (temperature 0 only: keeping a draft for
+   its own probability biases sampling);
 3. the target runs once over [root, drafts] with ``draft_tree``'s mask and positions, the chain
    turns each node's logits into its distribution, and ``tree_verify`` walks the tree (greedy, or
    recursive rejection sampling over siblings);
@@ -171,6 +172,8 @@ class EagleDecoder:
         for level in range(self.depth):
             new: list[int] = []
             for node in frontier:
+                if node and tokens[node] in self.target.eos_ids:  # nothing after the end of text is drafted
+                    continue
                 text = self.ids + [tokens[i] for i in path_to(parents, node)[1:]]
                 for token in self._children(rows[node], self.branching):
                     parents.append(node)

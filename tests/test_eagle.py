@@ -12,7 +12,7 @@ import torch
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from strategies.chain import ChainParams, build_chain
-from strategies.eagle import EagleDecoder
+from strategies.eagle import EagleDecoder, available_heads
 from strategies.eagle_head import head_dir
 from strategies.eagle_train import held_out_tau
 from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
@@ -81,9 +81,10 @@ def test_siblings_were_rejected_often(tree_runs):
     assert sum(rejected for _, rejected in tree_runs) > N // 20
 
 
-def test_shipped_head_keeps_its_held_out_tau(store):
-    record = json.loads((head_dir("toy") / "head.json").read_text())["held_out"]
-    tau = held_out_tau(store, "toy", record["prompts"], record["max_new_tokens"], eagle_depth=4, eagle_branching=2)
+@pytest.mark.parametrize("key", available_heads())
+def test_shipped_head_keeps_its_held_out_tau(store, key):
+    record = json.loads((head_dir(key) / "head.json").read_text())["held_out"]
+    tau = held_out_tau(store, key, record["prompts"], record["max_new_tokens"], eagle_depth=4, eagle_branching=2)
     assert tau == pytest.approx(record["tau"], abs=1e-3)
 
 
