@@ -24,18 +24,24 @@ def tables(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return target / target.sum(-1, keepdim=True), draft / draft.sum(-1, keepdim=True)
 
 
-def draft_tree(parents: list[int], root: int, draft: torch.Tensor, g: torch.Generator) -> list[int]:
-    """Tokens of a static tree whose children are drawn without replacement from the draft."""
+def with_replacement(probs: torch.Tensor, k: int, g: torch.Generator) -> list[int]:
+    """Siblings drawn independently: not what the verifier's update of q assumes (a control)."""
+    return [int(torch.multinomial(probs, 1, generator=g)) for _ in range(k)]
+
+
+def draft_tree(parents: list[int], root: int, draft: torch.Tensor, g: torch.Generator, draw=draw_children
+               ) -> list[int]:
+    """Tokens of a static tree whose children are drawn by ``draw`` (without replacement) from the draft."""
     tokens = [root] + [0] * (len(parents) - 1)
     for node, kids in enumerate(children(parents)):
-        drawn = draw_children(draft[tokens[node]], len(kids), g)
+        drawn = draw(draft[tokens[node]], len(kids), g)
         for child, token in zip(kids, drawn):
             tokens[child] = token
     return tokens
 
 
-def two_tokens(parents, root, target, draft, g) -> tuple[int, int]:
-    tokens = draft_tree(parents, root, draft, g)
+def two_tokens(parents, root, target, draft, g, draw=draw_children) -> tuple[int, int]:
+    tokens = draft_tree(parents, root, draft, g, draw)
     v = sampling(parents, tokens, target[tokens], draft[tokens], g)
     text = [tokens[i] for i in v.path] + [v.next_id]
     if len(text) == 1:  # the next round's first token comes from the target
@@ -55,23 +61,40 @@ def test_greedy_takes_the_longest_agreeing_path():
     assert v.accept_prob == [None, 0.0, 1.0, None, 1.0]
 
 
-def test_tree_sampling_is_lossless():
+def counts_of(draw) -> np.ndarray:
     target, draft = tables(0)
     parents = static_tree(2, 3)
     g = torch.Generator().manual_seed(1)
     counts = np.zeros((V, V))
     for _ in range(N):
-        a, b = two_tokens(parents, 0, target, draft, g)
+        a, b = two_tokens(parents, 0, target, draft, g, draw)
         counts[a, b] += 1
-    exact = (target[0][:, None] * target).double().numpy()
-    mask = exact > 0
-    assert counts[~mask].sum() == 0  # never a token the target cannot emit
-    _, p = stats.chisquare(counts[mask], exact[mask] / exact[mask].sum() * N)
-    assert p > P_VALUE
+    return counts
+
+
+def p_value(counts: np.ndarray, law: torch.Tensor) -> float:
+    expected = law.double().numpy()
+    mask = expected > 0
+    assert counts[~mask].sum() == 0  # never a pair the law cannot produce
+    return float(stats.chisquare(counts[mask], expected[mask] / expected[mask].sum() * N).pvalue)
+
+
+def test_tree_sampling_is_lossless():
+    target, draft = tables(0)
+    counts = counts_of(draw_children)
+    assert p_value(counts, target[0][:, None] * target) > P_VALUE
     # the same samples against the draft's law: decisively different
     wrong = (draft[0][:, None] * draft).double().numpy()
-    _, p_wrong = stats.chisquare(counts[mask], wrong[mask] / wrong[mask].sum() * N)
+    mask = target[0][:, None] * target > 0
+    _, p_wrong = stats.chisquare(counts[mask.numpy()], wrong[mask.numpy()] / wrong[mask.numpy()].sum() * N)
     assert p_wrong < 1e-12
+
+
+def test_siblings_drawn_with_replacement_are_caught():
+    """The verifier assumes siblings without replacement; fed independent draws it is biased, and
+    the same test with the same sample size sees it."""
+    target, _ = tables(0)
+    assert p_value(counts_of(with_replacement), target[0][:, None] * target) < 1e-6
 
 
 def test_draw_children_is_without_replacement():
