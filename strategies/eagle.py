@@ -33,7 +33,8 @@ from strategies.draft_tree import (ancestors_mask, attention_mask, depths, path_
                                    subtree)
 from strategies.drafts import crop, rollback_cache
 from strategies.eagle_head import has_head, load_head
-from strategies.tree_verify import TreeVerdict, draw_children, greedy, sampling
+from strategies import tree_verify
+from strategies.tree_verify import TreeVerdict, draw_children
 
 
 @dataclass
@@ -174,7 +175,6 @@ class EagleDecoder:
             for node in frontier:
                 if node and tokens[node] in self.target.eos_ids:  # nothing after the end of text is drafted
                     continue
-                text = self.ids + [tokens[i] for i in path_to(parents, node)[1:]]
                 for token in self._children(rows[node], self.branching):
                     parents.append(node)
                     tokens.append(token)
@@ -226,9 +226,10 @@ class EagleDecoder:
             records.append(record_chain(self.chain, out.logits[:, i], context))
         target_probs = torch.cat([r.logits[-1] for r in records]).softmax(-1)
         if self.greedy:
-            verdict = greedy(tree.parents, tree.tokens, target_probs, tree.draft_probs)
+            verdict = tree_verify.greedy(tree.parents, tree.tokens, target_probs, tree.draft_probs)
         else:
-            verdict = sampling(tree.parents, tree.tokens, target_probs, tree.draft_probs, self.verify_generator)
+            verdict = tree_verify.sampling(tree.parents, tree.tokens, target_probs, tree.draft_probs,
+                                           self.verify_generator)
         kept = [0] + verdict.path
         keep_positions(self.cache, list(range(past)) + [past + i for i in kept])
         self.features = torch.cat([self.features, out.hidden_states[-1][0, kept]])

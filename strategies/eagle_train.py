@@ -140,7 +140,8 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr
         done = step + 1
         history.append((float(reg), float(ce)))
     tail = history[-50:]
-    return head.eval(), {"steps": done, "steps_planned": steps, "lr": lr, "seconds": round(time.perf_counter() - start, 1),
+    seconds = round(time.perf_counter() - start, 1)
+    return head.eval(), {"steps": done, "steps_planned": steps, "lr": lr, "seconds": seconds,
                          "capped": done < steps, "final_smooth_l1": round(sum(r for r, _ in tail) / len(tail), 5),
                          "final_ce": round(sum(c for _, c in tail) / len(tail), 4),
                          "losses_averaged_over_last": len(tail)}
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     lr = args.lr or (3e-3 if args.model == "toy" else 5e-4)
     head, fit = train(lm, data, steps, lr, args.cap_minutes * 60, args.seed)
     record = {"model": lm.key, "seed": args.seed, "data": data_record, "training": fit,
-              "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution), noise U(-{NOISE}, {NOISE})",
+              "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution), "
+                      f"noise U(-{NOISE}, {NOISE})",
               "draft_vocabulary": "full (the target's own LM head)",
               "command": f"python -m strategies.eagle_train --model {lm.key} --steps {steps} --lr {lr} "
                          f"--cap-minutes {args.cap_minutes} --answers-per-prompt {args.answers_per_prompt} "
