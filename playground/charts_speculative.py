@@ -281,8 +281,8 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
 
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     """Timeline, the round that produced the selected step's token in detail, accepted lengths and
-    speed; [] for a trace without rounds."""
-    if not trace.get("rounds"):
+    speed; [] for a trace without rounds, and for EAGLE's tree rounds (charts_eagle draws those)."""
+    if not trace.get("rounds") or (trace.get("speculative") or {}).get("draft_kind") == "eagle":
         return []
     out = [View("speculative rounds", html=timeline_html(trace)),
            View("round detail", figure=round_figure(trace, round_of_step(trace, step))),

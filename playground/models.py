@@ -253,18 +253,29 @@ class LM:
     # --- the forward seam ---------------------------------------------------------------------
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False) -> "Forward":
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> "Forward":
         """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab].
 
         With a lean forward, a fresh or lean cache goes through it; a transformers cache (made
         elsewhere) still goes through transformers, on the same weights.
+        A 4D additive ``attention_mask`` [batch, 1, n, cached + n] with ``position_ids`` [batch, n]
+        runs a draft tree in one pass (``strategies.draft_tree``): transformers passes a 4D mask to
+        the attention unchanged, for llama, Gemma 3 and GPT-2 alike. The lean forward has no such
+        mask, so a tree pass goes through transformers.
         """
-        if self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
+        if attention_mask is None and self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
             cache = self.fast.new_cache() if cache is None else cache
             logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden)
             return Forward(logits.float(), cache, states)
+        if isinstance(cache, LeanCache):
+            raise InvalidRequest(f"a draft tree needs {self.key} in float32 (its bfloat16 forward takes no tree mask)")
+        extra = {}
+        if attention_mask is not None:
+            extra = dict(attention_mask=attention_mask.to(self.device, self.model.dtype),
+                         position_ids=position_ids.to(self.device))
         out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,
-                         output_hidden_states=hidden)
+                         output_hidden_states=hidden, **extra)
         return Forward(out.logits.float(), out.past_key_values, out.hidden_states if hidden else None)
 
     def new_cache(self) -> Any:

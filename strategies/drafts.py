@@ -38,7 +38,7 @@ from playground.errors import InvalidRequest
 from strategies.pairing import check_shared_tokenizer
 from strategies.verify import sample
 
-KINDS = ("early_exit", "prompt_lookup")  # any other value of ``draft`` is a model key
+KINDS = ("early_exit", "prompt_lookup", "eagle")  # eagle runs tree rounds (strategies.eagle)  # any other value of ``draft`` is a model key
 
 
 @dataclass

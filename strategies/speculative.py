@@ -38,6 +38,7 @@ from playground.trace import Trace, rnd
 from strategies.chain import ChainParams, ChainRecord, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from playground.errors import InvalidRequest
+from strategies.eagle_rounds import eagle_rounds
 from strategies.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
 from strategies.params import param
 from strategies.recording import finish, make_step
@@ -56,8 +57,8 @@ class SpeculativeParams(ChainParams):
     """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier."""
 
     draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
-                       "'prompt_lookup' (copy from the prompt, no model), or a model key with the target's "
-                       "tokenizer (e.g. toy-small for toy).")
+                       "'prompt_lookup' (copy from the prompt, no model), 'eagle' (the model's trained EAGLE "
+                       "head drafting a tree), or a model key with the target's tokenizer (e.g. toy-small for toy).")
     draft_layer: int = param(-1, "Early-exit draft: the target's layer it reads through the final norm and LM "
                              "head, i.e. how many layers it runs (as amateur_layer in contrastive decoding). "
                              "-1 = a quarter of the target's layers.", low=-1, high=256, step=1, ui_max=32)
@@ -73,6 +74,14 @@ class SpeculativeParams(ChainParams):
                               "included); the repetition penalty and top-k / top-p / min-p do not apply to it.",
                               low=1, high=1000, step=1, ui_max=50)
     lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
+    eagle_tree: str = param("static", "EAGLE draft tree: static (every node gets eagle_branching children, to "
+                            "eagle_depth; branching 1 is a chain) or dynamic (EAGLE-2: expand the most probable "
+                            "nodes, keep the best eagle_total_tokens; temperature 0 only).",
+                            choices=("static", "dynamic"))
+    eagle_depth: int = param(4, "Levels of the EAGLE draft tree (tokens on its longest path).", low=1, high=8, step=1)
+    eagle_branching: int = param(2, "Children per expanded node of the EAGLE tree (nodes expanded per level when "
+                                 "dynamic).", low=1, high=8, step=1)
+    eagle_total_tokens: int = param(16, "Drafts a dynamic EAGLE tree keeps.", low=1, high=64, step=1)
     measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
 
     def validate(self) -> None:
@@ -388,6 +397,12 @@ def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tup
 def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
     lm = ctx.lm
     chain = build_chain(params)
+    if params.draft == "eagle":
+        trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + ["verify:tree"])
+        trace.rounds = []
+        trace.timing.extra["rounds"] = []
+        yield from eagle_rounds(ctx, params, trace, chain, [t.name for t in chain], plain_decode)
+        return
     draft = make_draft(lm, params.draft, params.draft_layer, params.lookup_ngram, ctx.load_model)
     trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
     trace.rounds = []

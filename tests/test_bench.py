@@ -13,6 +13,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 RATIO_LINES = {  # what each --quick run must print: its ratios against a reference in the same process
     "bench_engine.py": [r"toy +greedy .* ratio traced/generate \d+\.\d+", r"toy +sampling .* ratio traced/generate \d+\.\d+"],
     "bench_beam.py": [r"ours / transformers = \d+\.\d+x", r"naive / ours += \d+\.\d+x"],
+    "bench_eagle.py": [r"toy: T=0 eagle tree 4x2 .* tau \d+\.\d+ .* ratio, .*: \d+\.\d+x"],
     "bench_speculative.py": [r"toy: plain / speculative wall-clock ratio, .*: \d+\.\d+x"],
     "bench_sample_many.py": [r"ratio sample many / one by one \d+\.\d+",
                              r"replayed seeds that wrote another text than their batched row: \d+ of 3"],

@@ -328,8 +328,8 @@ def test_time_held_by_the_consumer_is_not_speculative_time(store):
     ({"gamma": 0}, "gamma must be in [1, 16], got 0"),
     ({"verify": "greedy"}, "verify must be one of rejection, topk, got 'greedy'"),
     ({"verify_top_k": 0}, "verify_top_k must be in [1, 1000], got 0"),
-    ({"draft": ""}, "draft must be early_exit, prompt_lookup or a model key"),
-    ({"draft": "two words"}, "draft must be early_exit, prompt_lookup or a model key"),
+    ({"draft": ""}, "draft must be early_exit, prompt_lookup, eagle or a model key"),
+    ({"draft": "two words"}, "draft must be early_exit, prompt_lookup, eagle or a model key"),
     ({"lookup_ngram": 9}, "lookup_ngram must be in [1, 8], got 9"),
     ({"temperature": -1}, "temperature must be in [0, 100], got -1"),
 ])
