@@ -28,7 +28,7 @@ ROW_PARAMS = ("num_prefixes", "num_beams")  # each multiplies the rows a step ru
 FINISH_REASON = "time budget"
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     """``$name`` as a number >= 0 (0 = unlimited), else ``default``."""
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -59,8 +59,8 @@ class Budget:
     @classmethod
     def from_env(cls) -> "Budget":
         """``$PLAYGROUND_TIME_BUDGET`` seconds and ``$PLAYGROUND_MAX_ROW_TOKENS`` (0 = unlimited)."""
-        seconds = _env_number(TIME_ENV, DEFAULT_SECONDS)
-        rows = _env_number(ROWS_ENV, DEFAULT_ROW_TOKENS)
+        seconds = env_number(TIME_ENV, DEFAULT_SECONDS)
+        rows = env_number(ROWS_ENV, DEFAULT_ROW_TOKENS)
         return cls(seconds or None, int(rows) or None)
 
     def check_rows(self, strategy: str, params: Any, max_new_tokens: int) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable
 
+from playground.budget import env_number
 from playground.errors import InvalidRequest
 
 MEMORY_ENV = "PLAYGROUND_MEMORY_GB"
@@ -54,8 +55,8 @@ class MemoryBudget:
         """``device_memory``: bytes of the accelerator (None on the CPU, where the machine's memory counts)."""
         memory = device_memory or machine_memory()
         default = memory / 2 / GB if memory else 0.0
-        gb = _env_float(MEMORY_ENV, default)
-        count = _env_float(COUNT_ENV, 0.0)
+        gb = env_number(MEMORY_ENV, default)
+        count = env_number(COUNT_ENV, 0.0)
         if count != int(count):
             raise InvalidRequest(f"${COUNT_ENV} must be an integer >= 0 (0 = no limit), got {count}")
         return cls(gb * GB or None, int(count) or None)
@@ -68,19 +69,6 @@ class MemoryBudget:
 
 def size_text(nbytes: float) -> str:
     return f"{nbytes / GB:.2f} GB" if nbytes >= 0.01 * GB else f"{nbytes / 1e6:.3f} MB"
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise InvalidRequest(f"${name} must be a number >= 0 (0 = no limit), got {raw!r}")
-    return value
 
 
 @dataclass

@@ -51,6 +51,8 @@ class Scene:
     theme: str = "light"
     crops: tuple[tuple[str, str], ...] = ()  # (element id, file suffix): extra element-only shots
     timeout_s: float = 300
+    width: int = 1600  # 390: a phone
+    height: int = 1000
 
 
 def scenes(gemma: bool) -> list[Scene]:
@@ -75,6 +77,15 @@ def scenes(gemma: bool) -> list[Scene]:
                                           compare_params={"temperature": 2.0, "min_p": 0.1}, run="compare"),
               status_ids=("pg-status-a", "pg-status-b")),
         Scene("toy-beam", link(model="toy", strategy="beam", prompt="1 2", max_new_tokens=12, run="generate")),
+        Scene("toy-speculative-dark", link(model="toy", strategy="speculative", prompt="1 2", seed=3,
+                                           max_new_tokens=12, params={"draft": "toy-small"}, run="generate"),
+              theme="dark"),
+        Scene("phone-sampling", link(model="toy", strategy="sampling", prompt="1 2", seed=4, max_new_tokens=12,
+                                     params={"temperature": 1.0, "top_k": 5}, run="generate"),
+              width=390, height=844),
+        Scene("dense-beam", link(model="smollm2-135m", strategy="beam", prompt="Write a short poem about rain.",
+                                 max_new_tokens=40, params={"num_beams": 16}, run="generate"),
+              crops=(("pg-view-0", "tree"),), timeout_s=600),
     ]
     if gemma:
         out.append(Scene("gemma-loop", link(model="gemma3-270m", strategy="greedy", max_new_tokens=40, chat=False,
@@ -83,21 +94,22 @@ def scenes(gemma: bool) -> list[Scene]:
     return out
 
 
-def shoot(url: str, out_dir: Path, chosen: list[Scene], width: int = 1600) -> list[Path]:
+def shoot(url: str, out_dir: Path, chosen: list[Scene]) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
     written = []
     with sync_playwright() as p:
         browser = launch_browser(p)
         for scene in chosen:
-            page = browser.new_page(viewport={"width": width, "height": 1000}, color_scheme=scene.theme)
+            page = browser.new_page(viewport={"width": scene.width, "height": scene.height},
+                                    color_scheme=scene.theme)
             sep = "&" if "?" in scene.query else "?"
             page.goto(url.rstrip("/") + "/" + scene.query + f"{sep}__theme={scene.theme}")
             started = time.perf_counter()
             wait_done(page, list(scene.status_ids), scene.timeout_s)
             page.wait_for_timeout(1500)  # let plotly finish its last layout
             path = out_dir / f"{scene.name}.png"
-            page.screenshot(path=str(path), full_page=True)
+            page.screenshot(path=str(path), full_page=scene.width > 500)  # a phone: its first screen
             written.append(path)
             for elem_id, suffix in scene.crops:
                 crop = out_dir / f"{scene.name}-{suffix}.png"
