@@ -74,7 +74,24 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     width = view_width(view)
     if width is not None and width < NARROW and not export:
         _fit_narrow(out, width)
+    elif width is not None:
+        lines = _wrap_panel_titles(out, int(width * 0.7), 14)  # the main column: about 70% of a desktop page
+        if lines > 1:  # room above the panels for their extra lines
+            top = out.layout.margin.t if out.layout.margin.t is not None else 86
+            out.update_layout(margin_t=top + 17 * (lines - 1))
     return out
+
+
+def _wrap_panel_titles(fig: go.Figure, plot_width: int, size: int) -> int:
+    """Subplot titles wrapped to their panel's width; returns the most lines one of them got."""
+    panel_chars = max(12, int(plot_width / max(1, _columns(fig)) / (0.6 * size)))
+    most = 0
+    for ann in fig.layout.annotations or ():
+        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":  # a subplot's title
+            lines = wrap(ann.text, panel_chars)
+            ann.text = "<br>".join(lines)
+            most = max(most, len(lines))
+    return most
 
 
 def _fit_narrow(fig: go.Figure, page_width: int) -> None:
@@ -94,10 +111,9 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
                       legend=dict(orientation="h", y=-0.3, yanchor="top", x=0, xanchor="left", font_size=11))
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
-    panel_chars = max(12, per_line // max(1, _columns(fig)))
+    _wrap_panel_titles(fig, plot_width, 12)
     for ann in fig.layout.annotations or ():
-        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":  # a subplot's title
-            ann.text = "<br>".join(wrap(ann.text, panel_chars))
+        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":
             ann.font.size = 12
     # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
     panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()

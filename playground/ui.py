@@ -683,7 +683,16 @@ def launch_kwargs() -> dict[str, Any]:
                            font=[gr.themes.Font(f) for f in ("Inter", "ui-sans-serif", "system-ui", "sans-serif")],
                            font_mono=[gr.themes.Font(f) for f in ("JetBrains Mono", "ui-monospace", "monospace")])
     head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script>"
-    return dict(theme=theme, css=(ASSETS / "style.css").read_text(encoding="utf-8"), head=head)
+    return dict(theme=theme, css=(ASSETS / "style.css").read_text(encoding="utf-8"), head=head,
+                **mcp_kwargs())
+
+
+def mcp_kwargs() -> dict[str, Any]:
+    """``mcp_server=True`` where Gradio can serve MCP (its ``mcp`` extra is installed), so an agent
+    can call /generate and /strategies as tools; nothing otherwise."""
+    import importlib.util
+
+    return {"mcp_server": True} if importlib.util.find_spec("mcp") is not None else {}
 
 
 HEADER = """<div class="pg-header">
@@ -905,8 +914,8 @@ def _top(page: Page) -> None:
         page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
                                  elem_id="pg-model", min_width=220,
                                  info="Offline models always; any Hugging Face hub id where the network allows.")
-        page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype", min_width=140,
-                                 scale=0, info="auto: bfloat16 where the CPU computes it natively, else float32.")
+        page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype", min_width=160,
+                                 info="auto: bfloat16 where the CPU computes it natively, else float32.")
         page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")

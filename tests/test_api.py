@@ -106,3 +106,13 @@ def test_strategies_endpoint_lists_the_registry(client):
     assert {s["name"] for s in listed} == {s.name for s in all_strategies()}
     sampling = next(s for s in listed if s["name"] == "sampling")
     assert {p["name"] for p in sampling["params"]} >= {"temperature", "top_k", "top_p", "min_p"}
+
+
+def test_mcp_serving_follows_whether_gradio_can_serve_it(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "mcp" else real(name, *a))
+    assert ui.launch_kwargs()["mcp_server"] is True
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
+    assert "mcp_server" not in ui.launch_kwargs()
