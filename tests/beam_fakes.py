@@ -75,3 +75,23 @@ def table_lm(rows: dict[int, dict[int, float]], vocab: int) -> FakeLM:
         for tok, p in probs.items():
             table[last, tok] = math.log(p)
     return FakeLM(table=table)
+
+
+def inclusion_probability(probs: dict, target) -> float:
+    """P(target is among 2 draws without replacement) = p_t + sum_{y != t} p_y p_t / (1 - p_y)."""
+    p_t = probs[target]
+    return p_t + sum(p * p_t / (1 - p) for y, p in probs.items() if y != target)
+
+
+def check_two_draws_without_replacement(probs: dict, included, first, runs: int) -> None:
+    """Over ``runs`` seeds: each sequence's inclusion frequency matches its probability of being
+    among two draws without replacement, and the first draw's frequency matches p (4.5 sigma)."""
+    checked = 0
+    for seq, p in probs.items():
+        pi = inclusion_probability(probs, seq)
+        if pi > 0.02:
+            checked += 1
+            assert abs(included[seq] / runs - pi) <= 4.5 * math.sqrt(pi * (1 - pi) / runs), (seq, pi)
+        if p > 0.02:
+            assert abs(first[seq] / runs - p) <= 4.5 * math.sqrt(p * (1 - p) / runs), (seq, p)
+    assert checked >= 3

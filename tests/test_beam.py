@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from beam_fakes import FakeLM, final
+from beam_fakes import FakeLM, check_two_draws_without_replacement, final
 from playground.charts_beam import DENSE, tree_figure, views
 from playground.engine import Request, prepare
 from playground.errors import InvalidRequest
@@ -249,12 +249,6 @@ def sequence_distribution(lm, prompt_ids, temperature):
     return probs
 
 
-def inclusion_probability(probs: dict, target) -> float:
-    """P(target is among 2 draws without replacement) = p_t + sum_{y != t} p_y p_t / (1 - p_y)."""
-    p_t = probs[target]
-    return p_t + sum(p * p_t / (1 - p) for y, p in probs.items() if y != target)
-
-
 def test_stochastic_beam_samples_sequences_without_replacement(toy):
     """Gumbel-top-k with k = 2 over 1000 seeds.
 
@@ -276,15 +270,7 @@ def test_stochastic_beam_samples_sequences_without_replacement(toy):
         included.update(sample)
         first[sample[0]] += 1
         assert tuple(trace.token_ids) == sample[0]
-    checked = 0
-    for seq, p in probs.items():
-        pi = inclusion_probability(probs, seq)
-        if pi > 0.02:
-            checked += 1
-            assert abs(included[seq] / runs - pi) <= 4.5 * math.sqrt(pi * (1 - pi) / runs), (seq, pi)
-        if p > 0.02:
-            assert abs(first[seq] / runs - p) <= 4.5 * math.sqrt(p * (1 - p) / runs), (seq, p)
-    assert checked >= 3
+    check_two_draws_without_replacement(probs, included, first, runs)
 
 
 def test_conditional_gumbel_keeps_the_parent_maximum():

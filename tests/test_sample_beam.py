@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from beam_fakes import final
+from beam_fakes import check_two_draws_without_replacement, final
 from playground.charts_beam import tree_figure
 from strategies.sample_beam import SampleBeamParams, sample_beam
 
@@ -91,15 +91,7 @@ def test_prefixes_are_a_sample_without_replacement_from_the_chain(toy):
         assert len(drawn) == 2 and drawn[0] != drawn[1]
         included.update(drawn)
         first[drawn[0]] += 1
-    checked = 0
-    for seq, p in probs.items():
-        pi = p + sum(q * p / (1 - q) for other, q in probs.items() if other != seq)
-        if pi > 0.02:
-            checked += 1
-            assert abs(included[seq] / runs - pi) <= 4.5 * math.sqrt(pi * (1 - pi) / runs), (seq, pi)
-        if p > 0.02:
-            assert abs(first[seq] / runs - p) <= 4.5 * math.sqrt(p * (1 - p) / runs), (seq, p)
-    assert checked >= 3
+    check_two_draws_without_replacement(probs, included, first, runs)
 
 
 def test_prefix_steps_carry_the_chain_and_the_drawn_probability(toy):
