@@ -727,6 +727,8 @@ def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tup
                                           font_size=11),
                               margin=dict(t=(80 if fig is figs[1] else 44) + 20 * len(lines), b=40))
         figs[1].update_xaxes(nticks=3)
+        if len(figs[0].layout.updatemenus) > 1:  # the basis buttons sit under the axis: the legend below them
+            figs[0].update_layout(legend_y=-0.48, margin_b=190, height=(figs[0].layout.height or 460) + 80)
     return figs
 
 
