@@ -50,7 +50,7 @@ from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from strategies.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
-from strategies.samplers import build_sampler_chain
+from strategies.samplers import extra_stages_on
 from strategies.transforms import Temperature
 
 MAX_SAMPLES = 1000
@@ -99,29 +99,10 @@ def check_size(n: Any, max_new_tokens: int, seed: int) -> int:
     return int(n)
 
 
-def plain_stages(params: Any) -> bool:
-    """Whether every stage ``params`` turns on is one of the chain's first five (penalty, temperature,
-    top-k, top-p, min-p): the stages whose chained distribution has a closed form per step."""
-    try:
-        on = {t.name for t in build_sampler_chain(params, torch.Generator(), _NoModel())}
-    except InvalidRequest:  # a stage that reads the model (DRY, bias by word) is on
-        return False
-    return on <= set(STAGE_NAMES)
-
-
 def plain_order(params: Any) -> str:
     """The order of the five plain stages as ``params`` puts them."""
     names = [n for n in params.order.split(",") if n in STAGE_NAMES]
     return ",".join(names + [n for n in STAGE_NAMES if n not in names])
-
-
-class _NoModel:
-    """Stands in for a model where a stage would ask one: plain stages never do."""
-
-    key = "none"
-
-    def __getattr__(self, name: str) -> Any:
-        raise InvalidRequest("this stage needs a model")
 
 
 def reference_chain(strategy: str, params: Any) -> list | None:
@@ -131,8 +112,8 @@ def reference_chain(strategy: str, params: Any) -> list | None:
     if strategy == "speculative":
         return build_chain(params)
     if strategy in ("sampling", "gumbel"):
-        if not isinstance(params, ChainParams) or not plain_stages(params):
-            return None  # a random (XTC) or stateful (mirostat, DRY...) stage: no closed form here
+        if extra_stages_on(params):
+            return None  # the batched path and its exact reference cover the plain five stages only
         return build_chain(ChainParams(**{f.name: getattr(params, f.name) for f in dataclasses.fields(ChainParams)
                                           if f.name != "order"}, order=plain_order(params)))
     if strategy == "stochastic_beam" and params.num_beams == 1:

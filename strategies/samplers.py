@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -156,36 +156,49 @@ def word_sequences(lm: Any, entries: list[tuple[str, float]]) -> tuple[tuple[tup
     return tuple(out.items())
 
 
+def _needs(stage: str, what: str, value: Any) -> Any:
+    if value is None:
+        raise InvalidRequest(f"{stage} needs the request's {what}")
+    return value
+
+
+# The stages beyond the plain five: (is it on for these params?, build it from params, generator, model).
+EXTRA_STAGES: dict[str, tuple[Callable[[Any], bool], Callable[[Any, Any, Any], Any]]] = {
+    "typical_p": (lambda p: p.typical_p < 1.0, lambda p, g, lm: TypicalP(p.typical_p)),
+    "epsilon": (lambda p: p.epsilon_cutoff > 0, lambda p, g, lm: Epsilon(p.epsilon_cutoff)),
+    "eta": (lambda p: p.eta_cutoff > 0, lambda p, g, lm: Eta(p.eta_cutoff)),
+    "top_nsigma": (lambda p: p.top_nsigma > 0, lambda p, g, lm: TopNSigma(p.top_nsigma)),
+    "xtc": (lambda p: p.xtc_probability > 0,
+            lambda p, g, lm: XTC(p.xtc_probability, p.xtc_threshold, _needs("xtc", "generator", g))),
+    "dry": (lambda p: p.dry_multiplier > 0,
+            lambda p, g, lm: DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                                 parse_breakers(p.dry_sequence_breakers), _needs("dry", "model", lm).piece)),
+    "dynamic_temperature": (lambda p: (p.dynatemp_min, p.dynatemp_max) != (1.0, 1.0),
+                            lambda p, g, lm: DynamicTemperature(p.dynatemp_min, p.dynatemp_max,
+                                                                p.dynatemp_exponent)),
+    "mirostat": (lambda p: p.mirostat_tau > 0, lambda p, g, lm: Mirostat(p.mirostat_tau, p.mirostat_eta)),
+    "no_repeat_ngram": (lambda p: p.no_repeat_ngram_size > 0,
+                        lambda p, g, lm: NoRepeatNGram(p.no_repeat_ngram_size)),
+    "word_bias": (lambda p: bool(p.word_bias.strip()),
+                  lambda p, g, lm: WordBias(word_sequences(_needs("word_bias", "model", lm),
+                                                          parse_word_bias(p.word_bias)))),
+}
+
+
+def extra_stages_on(p: SamplerParams) -> list[str]:
+    """The stages beyond the plain five (penalty, temperature, top-k, top-p, min-p) that ``p`` turns on."""
+    return [name for name, (on, _) in EXTRA_STAGES.items() if on(p)]
+
+
 def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None, lm: Any = None) -> list:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
     ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
     shared = {t.name: t for t in build_chain(ChainParams(
         temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
         repetition_penalty=p.repetition_penalty))}
-
-    def needs(stage: str, what: str, value: Any) -> Any:
-        if value is None:
-            raise InvalidRequest(f"{stage} needs the request's {what}")
-        return value
-
-    make = {
-        "typical_p": lambda: TypicalP(p.typical_p) if p.typical_p < 1.0 else None,
-        "epsilon": lambda: Epsilon(p.epsilon_cutoff) if p.epsilon_cutoff > 0 else None,
-        "eta": lambda: Eta(p.eta_cutoff) if p.eta_cutoff > 0 else None,
-        "top_nsigma": lambda: TopNSigma(p.top_nsigma) if p.top_nsigma > 0 else None,
-        "xtc": lambda: (XTC(p.xtc_probability, p.xtc_threshold, needs("xtc", "generator", generator))
-                        if p.xtc_probability > 0 else None),
-        "dry": lambda: (DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                            parse_breakers(p.dry_sequence_breakers), needs("dry", "model", lm).piece)
-                        if p.dry_multiplier > 0 else None),
-        "dynamic_temperature": lambda: (DynamicTemperature(p.dynatemp_min, p.dynatemp_max, p.dynatemp_exponent)
-                                        if (p.dynatemp_min, p.dynatemp_max) != (1.0, 1.0) else None),
-        "mirostat": lambda: Mirostat(p.mirostat_tau, p.mirostat_eta) if p.mirostat_tau > 0 else None,
-        "no_repeat_ngram": lambda: NoRepeatNGram(p.no_repeat_ngram_size) if p.no_repeat_ngram_size > 0 else None,
-        "word_bias": lambda: (WordBias(word_sequences(needs("word_bias", "model", lm), parse_word_bias(p.word_bias)))
-                              if p.word_bias.strip() else None),
-    }
-    chain = [shared.get(name) or (make[name]() if name in make else None) for name in p.order.split(",")]
+    on = set(extra_stages_on(p))
+    chain = [shared.get(name) or (EXTRA_STAGES[name][1](p, generator, lm) if name in on else None)
+             for name in p.order.split(",")]
     return [t for t in chain if t is not None]
 
 
