@@ -14,6 +14,8 @@
       });
     }
   };
+  // a redrawn chart is a new plot: hook it as soon as it appears, so no click on it is lost
+  new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
   setInterval(hook, 600);
 })();
 

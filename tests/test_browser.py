@@ -133,6 +133,8 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
                            timeout=20_000)
     assert page.locator("#pg-step input[type=number]").input_value() == "1"
     # ... and so does clicking a bar of the overview chart (plotly_click, forwarded by assets/playground.js)
+    page.wait_for_function("() => document.querySelector('#pg-overview-main .js-plotly-plot')?.dataset.pgHooked",
+                           timeout=10_000)
     bar = page.locator("#pg-overview-main .barlayer .point path").nth(3)
     bar.scroll_into_view_if_needed()
     box = bar.bounding_box()
