@@ -19,6 +19,25 @@
   setInterval(hook, 600);
 })();
 
+// A click on a bar of the Explore distribution chart continues the run with that token (a branch):
+// the bar's first custom datum is its token id; the branches panel turns the event into a Gradio event
+// (see ui_branches.BRANCH_JS).
+(() => {
+  const hook = () => {
+    for (const gd of document.querySelectorAll('#pg-dist .js-plotly-plot')) {
+      if (gd.dataset.pgBranchHooked || typeof gd.on !== 'function') continue;
+      gd.dataset.pgBranchHooked = '1';
+      gd.on('plotly_click', (ev) => {
+        const pt = ev && ev.points && ev.points[0];
+        const id = pt && pt.customdata ? Number(Array.isArray(pt.customdata) ? pt.customdata[0] : pt.customdata) : NaN;
+        if (Number.isInteger(id)) window.dispatchEvent(new CustomEvent('pg-branch', {detail: id}));
+      });
+    }
+  };
+  new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
+  setInterval(hook, 600);
+})();
+
 // A number typed beyond a slider's range is set to the nearest end by the slider: say so beside it,
 // so a value the person typed is never changed silently.
 (() => {

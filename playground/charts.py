@@ -261,14 +261,20 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     if not drew_mass:
         _add_cumulative(fig, bars)
 
+    forced = bool(s.get("forced"))
     if chosen_i is not None:
         j = shown.index(chosen_i)
-        fig.add_annotation(x=j, y=bar_probs[chosen_i], text="chosen", showarrow=True, arrowhead=2,
-                           arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
+        fig.add_annotation(x=j, y=bar_probs[chosen_i], text="forced" if forced else "chosen", showarrow=True,
+                           arrowhead=2, arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
+    if forced:
+        _add_strategy_choice(fig, s, shown, bar_probs)
     info = step_summary(trace, step)
     kept_total = _kept_total(s)
-    title = (f"Step {step}: chose <b>{show_token(info['text'])}</b> · p {_fmt(info['prob'])}"
+    verb = "forced" if forced else "chose"
+    title = (f"Step {step}: {verb} <b>{show_token(info['text'])}</b> · p {_fmt(info['prob'])}"
              f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
+    if forced:
+        title += f"<br><sup>a branch: the strategy would have taken {show_token(s.get('strategy_choice_text', '?'))}</sup>"
     # every marker stays on the chart: the after-chain probabilities are renormalised, often above the bars
     top_bar = max([bar_probs[i] for i in shown] + [_prob(cands[i]["prob"]) for i in shown]
                   + [_prob(cands[i]["raw_prob"]) for i in shown] + heights or [1.0])
@@ -282,6 +288,14 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
                      tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
     _add_zoom_buttons(fig, [bool(cands[i]["kept"]) for i in shown], y_range)
     return fig
+
+
+def _add_strategy_choice(fig: go.Figure, s: dict[str, Any], shown: list[int], bar_probs: list[float]) -> None:
+    """At a forced step (a branch), the token the strategy itself would have taken, as recorded."""
+    i = next((i for i in shown if s["candidates"][i]["id"] == s.get("strategy_choice")), None)
+    if i is not None:
+        fig.add_annotation(x=shown.index(i), y=bar_probs[i], text="strategy's pick", showarrow=True, arrowhead=2,
+                           ax=36, ay=-26, arrowcolor=RAW, font=dict(color=RAW, size=13), yref="y")
 
 
 def _add_zoom_buttons(fig: go.Figure, kept: list[bool], y_range: list[float]) -> None:
@@ -624,7 +638,12 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         p = math.exp(tok["logprob"]) if tok.get("logprob") is not None else 0.0
         tip = _token_tip(trace, i, tok, p, p_raw, steps[i] if aligned else None, alternatives)
         special = i == last and trace.get("finish_reason") == "eos"
-        classes = "pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
+        forced = aligned and bool(steps[i].get("forced"))
+        if forced:
+            tip += ("\nforced (a branch): the strategy would have taken "
+                    f"{steps[i].get('strategy_choice_text', '?')!r}")
+        classes = ("pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
+                   + (" pg-forced" if forced else ""))
         text = html.escape(tok["text"]).replace("\n", "↵<br>")
         style = f"background:{prob_color(p_raw)}"
         if i in repeats:

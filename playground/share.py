@@ -1,7 +1,8 @@
 """The page's whole configuration <-> a URL query string, for "copy link" and its restore.
 
 A link names the model, the strategy and every one of its parameters, the prompt, the
-seed and the budget, plus the Compare tab's second strategy. Parameters of the first
+seed and the budget, the forced tokens of a branch (``force=0:9,3:12``, step:token id), plus the
+Compare tab's second strategy. Parameters of the first
 strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
+from playground.branches import parse_path
 from playground.errors import InvalidRequest
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
@@ -40,6 +42,7 @@ class Config:
     compare_strategy: str = DEFAULT_COMPARE
     compare_params: dict[str, Any] = field(default_factory=dict)
     run: str = ""
+    forced: str = ""  # a branch's forced tokens, "step:id,step:id" (playground.branches)
 
 
 def strategy_defaults(strategy: str) -> dict[str, Any]:
@@ -57,6 +60,8 @@ def encode(config: Config) -> str:
     if config.system:
         items.append(("system", config.system[:MAX_LINK_PROMPT]))
     items += [(f"p.{k}", _text(v)) for k, v in config.params.items()]
+    if config.forced:
+        items.append(("force", config.forced))
     items.append(("b", config.compare_strategy))
     items += [(f"b.{k}", _text(v)) for k, v in config.compare_params.items()]
     if config.run:
@@ -89,6 +94,12 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
                 warnings.append(f"{key} must be an integer, got {pairs[key]!r}")
     if "chat" in pairs:
         cfg.chat = pairs["chat"].lower() in ("1", "true", "yes", "on")
+    if "force" in pairs:
+        try:
+            parse_path(pairs["force"])
+            cfg.forced = pairs["force"].strip()
+        except InvalidRequest as err:
+            warnings.append(f"ignored force: {err}")
     if pairs.get("run", "") in RUN_MODES:
         cfg.run = pairs.get("run", "")
     else:
@@ -96,7 +107,7 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.strategy, cfg.params = _strategy_part(pairs, "strategy", "p.", cfg.strategy, cfg.params, warnings)
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
-    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b"}
+    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
             warnings.append(f"ignored unknown link key {key!r}")

@@ -37,7 +37,8 @@ from typing import Any, Callable, Iterator, Sequence  # noqa: E402
 import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 
-from playground import charts, share, ui_whatif  # noqa: E402
+from playground import charts, share, ui_branches, ui_whatif  # noqa: E402
+from playground.branches import parse_path  # noqa: E402
 from playground.budget import FINISH_REASON as OUT_OF_TIME  # noqa: E402
 from playground.budget import Budget  # noqa: E402
 from playground.dtypes import DTYPES  # noqa: E402
@@ -234,19 +235,21 @@ def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
 def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
              seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-             final_step: str = "uncertain", decoder: Decoder | None = None, compact: bool = False,
-             dtype: str = "auto") -> Iterator[Frame]:
+             final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
+             dtype: str = "auto", forced: dict[int, int | str] | None = None) -> Iterator[Frame]:
     """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once).
-    ``final_step``: which step the last frame selects, "uncertain" (highest model entropy) or "first".
+    ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
+    or a step number (a branch shows its forced step).
+    ``forced``: step -> token (id or text) the run takes there (a branch; strategies.forcing).
     ``compact``: charts for a half-width column (compare).
     ``dtype``: the weights' dtype (playground.dtypes: auto, float32, bfloat16).
     Raises InvalidRequest (and its ModelUnavailable) with the validation message.
     """
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype)
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}))
     decode = decoder or default_decoder(store)
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     show_prompt = _show_prompt(model, chat)
@@ -267,9 +270,17 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     if trace is None:
         return
     full = trace.to_dict()
-    step = (charts.most_uncertain_step(full) if final_step == "uncertain" else 0) if full["steps"] else None
+    step = _final_step(full, final_step)
     yield Frame(full, charts.token_html(full, step, show_prompt), status_html(full, final=True), step,
                 _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
+
+
+def _final_step(trace: dict[str, Any], final_step: str | int) -> int | None:
+    if not trace["steps"]:
+        return None
+    if final_step == "uncertain":
+        return charts.most_uncertain_step(trace)
+    return charts.clamp_step(trace, 0 if final_step == "first" else final_step)
 
 
 def _figures(trace: dict[str, Any], step: int | None, compact: bool = False
@@ -385,11 +396,12 @@ def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", s
 
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
-                run: str = "generate") -> str:
+                run: str = "generate", forced: str = "") -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address."""
     cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
-                       params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run)
+                       params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
+                       forced=(forced or "").strip())
     return share.encode(cfg)
 
 
@@ -809,12 +821,14 @@ class Page:
     traces: dict[str, gr.State]
     mode: gr.State
     whatif: ui_whatif.WhatIf
+    branches: ui_branches.BranchPanel
+    forced: gr.Textbox
 
     @property
     def config_inputs(self) -> list[gr.Component]:
         """Everything a share link carries, in ``split_config``'s order."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
-                *self.panel.components, self.compare_strategy, *self.compare_panel.components]
+                *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced]
 
     @property
     def run_inputs(self) -> list[gr.Component]:
@@ -829,14 +843,15 @@ class Page:
         b_strategy = values[7 + n]
         return dict(model=model, strategy=strategy, prompt=prompt, system=system, chat=chat, seed=seed,
                     max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
-                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:]))
+                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-1]),
+                    forced=values[-1] or "")
 
     @property
     def restore_outputs(self) -> list[Any]:
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
-                self.tabs, self.run_flag, self.mode]
+                self.tabs, self.run_flag, self.mode, self.forced]
 
     def apply_config(self, cfg: share.Config) -> list[Any]:
         """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order."""
@@ -848,7 +863,7 @@ class Page:
                 *self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
                 *self.compare_panel.visibility(cfg.compare_strategy), strategy_summary(cfg.compare_strategy),
                 gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
-                "compare" if cfg.run == "compare" else "generate"]
+                "compare" if cfg.run == "compare" else "generate", cfg.forced]
 
 
 NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
@@ -939,6 +954,8 @@ def _explore_tab(page: Page) -> None:
         page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                               info="Drag, click a token or a bar above to inspect that step.")
     # each view's figure carries its own title: no Gradio label on top of it
+    page.branches = ui_branches.layout()
+    page.forced = page.branches.forced
     page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
                        for i in range(VIEW_PLOTS)]
     page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
@@ -1022,6 +1039,9 @@ def _wire_controls(page: Page) -> None:
                      **QUIET)
     # a person picking another model gets a prompt that model can take (a share link keeps its own)
     page.model.input(prompt_for_model, [page.model, page.prompt], page.prompt, **QUIET)
+    # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
+    for control in (page.model, page.prompt, page.strategy):
+        control.input(lambda: "", None, page.forced, **QUIET)
 
 
 def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> None:
@@ -1034,10 +1054,17 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg, seed_update, theme = run_config(page, values)
         dtype = cfg.pop("dtype")
-        for k, frame in enumerate(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
-                                           cfg["seed"], cfg["max_new_tokens"], cfg["system"],
-                                           _chat_flag(cfg["model"], cfg["chat"]),
-                                           progress=_progress_adapter(progress), decoder=decode, dtype=dtype)):
+        forced = parse_path(cfg.pop("forced", ""))
+        yield from stream_frames(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
+                                          cfg["seed"], cfg["max_new_tokens"], cfg["system"],
+                                          _chat_flag(cfg["model"], cfg["chat"]), progress=_progress_adapter(progress),
+                                          decoder=decode, dtype=dtype, forced=forced,
+                                          final_step=max(forced) if forced else "uncertain"), theme, seed_update)
+
+    def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[list[Any]]:
+        """generate's frames as ``outputs`` (a run's seed update goes out with its first frame)."""
+        seed_update = gr.skip() if seed_update is None else seed_update
+        for k, frame in enumerate(frames):
             n = len(frame.trace.get("steps") or [])
             status, text, *figs = main.frame_updates(frame, theme)
             # the download is cleared on the first token (it belonged to the previous run), filled at the end
@@ -1063,6 +1090,14 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
         return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat), theme),
                 *_step_view_updates(trace, k, theme)]
 
+    def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> list[Any]:
+        """A stored (finished) trace drawn into the Explore views at step ``k``."""
+        k = charts.clamp_step(trace, k) or 0
+        text, dist, water, over = main.select_updates(trace, k, _show_prompt(model, chat), theme)
+        n = len(trace.get("steps") or [])
+        return [status_html(trace, final=True), text, gr.update(maximum=max(1, n - 1), value=k), dist, water, over,
+                *_step_view_updates(trace, k, theme), trace, write_trace_json(trace)]
+
     def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> list[Any]:
         return [*main.select_updates(trace, k, _show_prompt(model, chat), theme),
                 *_step_view_updates(trace, k, theme)]
@@ -1070,6 +1105,12 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.run_inputs), True),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
+    panel = page.branches
+    event.success(ui_branches.on_run, [page.trace, panel.state],
+                  [panel.tree, panel.view, panel.state, panel.forced], **QUIET)
+    show_outputs = [main.status, main.text, page.step, main.dist, main.water, main.over, *page.view_plots,
+                    page.view_html, page.trace, page.trace_file]
+    branch_events = ui_branches.wire(page, panel, store, decode, stream_frames, outputs, show_trace, show_outputs)
     step_views = [*page.view_plots, page.view_html]
     page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], [*main.views, *step_views],
                     trigger_mode="always_last", **QUIET)
@@ -1081,7 +1122,7 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
     side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
-    page.stop.click(None, None, None, cancels=[event, compare_event], api_visibility="private").then(
+    page.stop.click(None, None, None, cancels=[event, compare_event, *branch_events], api_visibility="private").then(
         on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
         [main.status, *main.views, page.trace_file, *side_views], **QUIET)
 

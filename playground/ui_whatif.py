@@ -1,14 +1,15 @@
-"""The "What if" tab: Sample many, Score a text, Branch (continue a run with another token).
+"""The "What if" tab (Sample many, Score a text) and the branch handlers of the Explore tab's
+branches panel (playground.ui_branches).
 
 Handlers are plain functions (primitives and dicts in, figures and HTML out), tested without a
 browser; ``layout`` builds the tab's components inside the page's Tabs and ``wire`` connects them
-to the sidebar's controls (model, strategy and its parameters, prompt, seed, chat) and to the
-explore tab's trace.
+to the sidebar's controls (model, strategy and its parameters, prompt, seed, chat).
 
-A branch forces the parent's own tokens before the chosen step and the chosen token at it, so by
-the seed-stream rule of ``strategies.forcing`` it continues exactly as a run whose prompt already
-held that text, with the same seed; ``forced`` is the whole path, which is what a share link needs
-to restore it.
+A branch is the parent's run again (model, strategy, parameters, seed) with one more forced step:
+the chosen token at the chosen step, plus the forced steps the parent already had before it. The
+steps before it replay the parent's choices exactly (same seed, same draws); from the forced step
+on, the seed-stream rule of ``strategies.forcing`` applies (a forced step draws nothing from the
+generator). The forced path is short (one entry per branching), and a share link carries it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground import charts
+from playground.branches import forced_path
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
@@ -61,7 +63,8 @@ def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.
 
 
 def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[int, int | str]:
-    """The forced path of a branch at ``step`` of ``trace``: its own tokens before, then ``token``."""
+    """The forced path of a branch at ``step`` of ``trace``: the parent's own forced steps before it,
+    then ``token`` at it."""
     n = len(trace.get("tokens") or [])
     if n == 0:
         raise InvalidRequest("generate a run first: a branch continues it")
@@ -69,7 +72,7 @@ def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[in
     token = token.strip() if isinstance(token, str) and token.strip().isdigit() else token
     if token in ("", None):
         raise InvalidRequest("token must be a token id or text that is one token, got nothing")
-    forced: dict[int, int | str] = {i: t["id"] for i, t in enumerate(trace["tokens"][:k])}
+    forced: dict[int, int | str] = {i: t for i, t in forced_path(trace).items() if i < k}
     forced[k] = token
     return forced
 
@@ -85,11 +88,15 @@ def branch(store: ModelStore, trace: dict[str, Any], step: Any, token: int | str
 
 
 def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
-    """Parent and branch one above the other, the branch's forced step selected."""
-    forced = child["steps"][step]
-    note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would have "
-            f"taken {charts.show_token(forced.get('strategy_choice_text', ''))} there.</p>")
-    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent)}"
+    """Parent and branch one above the other, the branch's forced ``step`` selected in both."""
+    steps = child.get("steps") or []
+    st = steps[step] if 0 <= step < len(steps) else {}
+    if st.get("forced"):
+        note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would "
+                f"have taken {charts.show_token(st.get('strategy_choice_text', ''))} there.</p>")
+    else:
+        note = f"<p>The two runs part at step {step}.</p>"
+    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent, step)}"
             f"<p><b>branch</b></p>{charts.token_html(child, step)}")
 
 
@@ -120,11 +127,6 @@ class WhatIf:
     score_summary: gr.HTML
     score_plots: list[gr.Plot]
     score_trace: gr.State
-    branch_step: gr.Number
-    branch_token: gr.Textbox
-    branch_run: gr.Button
-    branch_view: gr.HTML
-    branch_plot: gr.Plot
 
 
 def layout() -> WhatIf:
@@ -150,17 +152,8 @@ def layout() -> WhatIf:
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
         score_plots = [plot_component(charts.empty_figure("Score a text to see its steps"), show_label=False,
                                       elem_id=f"pg-whatif-score-{i}") for i in range(3)]
-    with gr.Accordion("Branch: what if it had picked another token?", open=True):
-        with gr.Row():
-            branch_step = gr.Number(0, label="Step of the run above", precision=0, elem_id="pg-whatif-step")
-            branch_token = gr.Textbox("", label="Token (id, or text that is one token)", elem_id="pg-whatif-token")
-            branch_run = gr.Button("Continue with this token", elem_id="pg-whatif-branch")
-        branch_view = gr.HTML(elem_id="pg-whatif-branch-view")
-        branch_plot = plot_component(charts.empty_figure("Branch a run to see its forced step"), show_label=False,
-                                     elem_id="pg-whatif-branch-dist")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, score_text, score_run, score_tokens,
-                  score_summary, score_plots, gr.State(None), branch_step, branch_token, branch_run, branch_view,
-                  branch_plot)
+                  score_summary, score_plots, gr.State(None))
 
 
 def wire(page: Any, w: WhatIf, store: ModelStore) -> None:
@@ -187,14 +180,6 @@ def wire(page: Any, w: WhatIf, store: ModelStore) -> None:
         picked = select_score_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
         return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
 
-    def on_branch(trace: dict[str, Any] | None, step: Any, token: str, max_new: Any, system: str, chat: Any
-                  ) -> Iterator[list[Any]]:
-        if not trace:
-            raise InvalidRequest("generate a run first (Explore): a branch continues it")
-        child = branch(store, trace, step, token, max_new, system, _chat_flag(trace["model"], chat))
-        k = int(step)
-        yield [branch_html(trace, child, k), plot_value(charts.distribution_figure(child, k))]
-
     w.sample_run.click(_gr_errors(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
                        [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
@@ -202,7 +187,3 @@ def wire(page: Any, w: WhatIf, store: ModelStore) -> None:
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.score_tokens.click(on_score_click, w.score_trace, [w.score_tokens, *w.score_plots], **QUIET)
-    w.branch_run.click(_gr_errors(on_branch, 6), [page.trace, w.branch_step, w.branch_token, page.max_new,
-                                                  page.system, page.chat],
-                       [w.branch_view, w.branch_plot], api_name="branch", api_visibility="undocumented",
-                       **MODEL_EVENT)

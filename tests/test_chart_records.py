@@ -125,3 +125,22 @@ def test_waterfall_colours_are_the_kept_flags_not_zero_probabilities(store):
 
 def _index(step: dict, token_id: int) -> int:
     return next(i for i, c in enumerate(step["candidates"]) if c["id"] == token_id)
+
+
+def test_a_forced_step_is_drawn_as_forced_with_the_strategy_s_own_pick(store):
+    """Toy greedy with " the" forced at step 0: the text marks the token, the distribution labels the
+    forced bar and the bar greedy would have taken, as the trace recorded them."""
+    trace = run(store, Request("toy", "greedy", "1 2", forced={0: "the"}, max_new_tokens=4)).to_dict()
+    step = trace["steps"][0]
+    assert step["forced"] is True and step["strategy_choice_text"] == " a"
+    fig = charts.distribution_figure(trace, 0)
+    notes = {a.text: a.x for a in fig.layout.annotations}
+    ticks = list(fig.layout.xaxis.ticktext)
+    assert ticks[int(notes["forced"])] == charts.show_token(" the")
+    assert ticks[int(notes["strategy's pick"])] == charts.show_token(" a")
+    assert "forced <b>" in fig.layout.title.text and "would have taken" in fig.layout.title.text
+    html = charts.token_html(trace)
+    assert html.count("pg-forced") == 1 and "the strategy would have taken &#x27; a&#x27;" in html
+    plain = run(store, Request("toy", "greedy", "1 2", max_new_tokens=4)).to_dict()
+    assert "pg-forced" not in charts.token_html(plain)
+    assert "chosen" in {a.text for a in charts.distribution_figure(plain, 0).layout.annotations}

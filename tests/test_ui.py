@@ -266,11 +266,11 @@ def test_share_link_round_trips_the_whole_configuration():
     cfg = share.Config(model="toy", strategy="sampling", prompt="1 2 & more?", system="be brief", chat=False,
                        seed=42, max_new_tokens=17, params={"temperature": 0.7, "top_k": 5, "order":
                                                            "temperature,penalty,top_k,top_p,min_p"},
-                       compare_strategy="greedy", compare_params={}, run="generate")
+                       compare_strategy="greedy", compare_params={}, run="generate", forced="0:9,3:12")
     back, warnings = share.decode(share.encode(cfg))
-    assert warnings == [] and back == cfg
+    assert warnings == [] and back == cfg and "force=0%3A9%2C3%3A12" in share.encode(cfg)
     query = ui.share_query(cfg.model, cfg.strategy, cfg.prompt, cfg.system, cfg.chat, 42.0, 17.0, cfg.params,
-                           "greedy", {})
+                           "greedy", {}, forced="0:9,3:12")
     assert share.decode(query)[0] == cfg
 
 
@@ -281,6 +281,8 @@ def test_a_bad_link_value_is_dropped_with_a_warning_and_the_rest_restored():
     assert any("nope" in w for w in warnings) and any("strategy must be one of" in w for w in warnings)
     assert any("'x'" in w for w in warnings)
     assert cfg.compare_strategy == share.DEFAULT_COMPARE
+    cfg, warnings = share.decode("?model=toy&force=0:9,x:3")
+    assert cfg.forced == "" and any("ignored force" in w and "'x:3'" in w for w in warnings)
 
 
 def test_trace_json_download_is_the_trace(chain_trace, tmp_path):

@@ -27,7 +27,7 @@ def test_branch_forces_the_parents_path_and_the_clicked_token(store):
     from playground.engine import Request, run
 
     parent = run(store, Request(model="toy", strategy="greedy", prompt="1 2", max_new_tokens=6)).to_dict()
-    assert branch_forced(parent, 1, "9") == {0: 3, 1: "9"}
+    assert branch_forced(parent, 1, "9") == {1: "9"}  # the steps before it replay the parent's choices
     child = branch(store, parent, 0, "the", 6)
     assert child["text"].startswith("the hill rose high") and child["steps"][0]["forced"] is True
     assert "would have taken ·a" in branch_html(parent, child, 0)
@@ -44,11 +44,12 @@ def test_branch_input_errors(args, message):
     assert message in str(err.value)
 
 
-def test_the_page_has_the_what_if_tab(store):
+def test_the_page_has_the_what_if_tab_and_the_branches_panel(store):
     from playground.ui import build_demo
 
     demo = build_demo(store)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    assert {"pg-whatif-sample", "pg-whatif-score", "pg-whatif-branch", "pg-whatif-bars"} <= ids
+    assert {"pg-whatif-sample", "pg-whatif-score", "pg-whatif-bars", "pg-branch-tree", "pg-branch-undo", "pg-forced",
+            "pg-branch-run"} <= ids
     names = {d.get("api_name") for d in demo.config["dependencies"]}
     assert {"sample_many", "score", "branch"} <= names

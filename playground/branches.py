@@ -1,0 +1,197 @@
+"""The tree of branches of one run: every run continued with another token, and its parent.
+
+A branch is a run with a *forced path* (step -> token id, see strategies.forcing): the parent's
+own tokens before the chosen step and the chosen token at it, with the parent's model, strategy,
+parameters and seed. The tree is a plain dict (a page's ``gr.State``) of nodes, each holding its
+path, its parent's index and its finished trace, so going back to any branch redraws it without
+running the model again. Pure: no gradio, no torch.
+
+A finished run joins the tree of the run before it when it has the same model, strategy,
+parameters, seed and prompt ids; its parent is the current node when the current node's path is
+part of the run's path, otherwise the node with the longest such path. Anything else starts a new
+tree with the run as its root.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from playground.errors import InvalidRequest
+
+MAX_BRANCHES = 12  # nodes kept per page: each holds a whole trace
+PREVIEW_CHARS = 36
+
+Tree = dict[str, Any]  # {"nodes": [{"path", "parent", "trace"}], "current": index}
+
+
+def forced_path(trace: dict[str, Any]) -> dict[int, int]:
+    """Step -> token id of every forced step of ``trace``."""
+    steps, tokens = trace.get("steps") or [], trace.get("tokens") or []
+    return {i: int(tok["id"]) for i, (tok, st) in enumerate(zip(tokens, steps)) if st.get("forced")}
+
+
+def path_text(path: dict[int, int]) -> str:
+    """A forced path as the page and a share link write it: ``"0:9,3:12"`` (step:token id)."""
+    return ",".join(f"{k}:{int(v)}" for k, v in sorted(path.items()))
+
+
+def parse_path(text: Any) -> dict[int, int | str]:
+    """``"0:9,3:the"`` -> {0: 9, 3: "the"} (ids as ints; a token's text is kept for the model to map)."""
+    if text is None:
+        return {}
+    if not isinstance(text, str):
+        raise InvalidRequest(f"forced tokens must be written step:token, separated by commas, got {text!r}")
+    out: dict[int, int | str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        step, sep, token = item.partition(":")
+        if not sep or not token or not step.strip().isdigit():
+            raise InvalidRequest(f"forced tokens must be written step:token (e.g. 0:9 or 0:the), separated by "
+                                 f"commas, got {item!r}")
+        out[int(step)] = int(token) if token.strip().isdigit() else token
+    return out
+
+
+def signature(trace: dict[str, Any]) -> str:
+    """What two runs of one tree share: model, strategy, parameters, seed and the prompt's ids."""
+    return json.dumps([trace.get("model"), trace.get("strategy"), trace.get("params"), trace.get("seed"),
+                       trace.get("prompt_ids")], sort_keys=True, default=str)
+
+
+def _within(small: dict[int, int], big: dict[int, int]) -> bool:
+    return all(big.get(k) == v for k, v in small.items())
+
+
+def record(tree: Tree | None, trace: dict[str, Any]) -> Tree:
+    """The tree after a finished run ``trace`` (see the module docstring); the run becomes current."""
+    path = forced_path(trace)
+    node = {"path": path, "trace": trace}
+    if not tree or not tree.get("nodes") or signature(tree["nodes"][0]["trace"]) != signature(trace):
+        return {"nodes": [dict(node, parent=None)], "current": 0}
+    nodes = [dict(n) for n in tree["nodes"]]
+    same = next((i for i, n in enumerate(nodes) if n["path"] == path), None)
+    if same is not None:  # the same path again (a re-run): its newest trace, the tree unchanged
+        nodes[same]["trace"] = trace
+        return {"nodes": nodes, "current": same}
+    holders = [i for i, n in enumerate(nodes) if _within(n["path"], path)]
+    if not holders:
+        return {"nodes": [dict(node, parent=None)], "current": 0}
+    current = tree.get("current", 0)
+    parent = current if current in holders else max(holders, key=lambda i: (len(nodes[i]["path"]), i))
+    nodes.append(dict(node, parent=parent))
+    return _trim({"nodes": nodes, "current": len(nodes) - 1})
+
+
+def _trim(tree: Tree) -> Tree:
+    """Keep at most MAX_BRANCHES nodes: drop the oldest leaves that are neither the root nor on the
+    current node's line."""
+    while len(tree["nodes"]) > MAX_BRANCHES:
+        line = set(_line(tree, tree["current"]))
+        parents = {n["parent"] for n in tree["nodes"]}
+        victim = next(i for i in range(1, len(tree["nodes"])) if i not in line and i not in parents)
+        tree = _remove(tree, {victim}, tree["current"])
+    return tree
+
+
+def _line(tree: Tree, index: int) -> list[int]:
+    """``index`` and its ancestors up to the root."""
+    out = [index]
+    while tree["nodes"][out[-1]]["parent"] is not None:
+        out.append(tree["nodes"][out[-1]]["parent"])
+    return out
+
+
+def _remove(tree: Tree, gone: set[int], current: int) -> Tree:
+    keep = [i for i in range(len(tree["nodes"])) if i not in gone]
+    new_index = {old: new for new, old in enumerate(keep)}
+    nodes = [dict(tree["nodes"][i], parent=new_index.get(tree["nodes"][i]["parent"])) for i in keep]
+    return {"nodes": nodes, "current": new_index[current]}
+
+
+def undo(tree: Tree | None) -> Tree:
+    """The tree without its current branch (and the branches made from it); its parent is current."""
+    if not tree or not tree.get("nodes"):
+        raise InvalidRequest("there is no branch to undo: generate a run and click a bar to branch it")
+    current = tree["current"]
+    parent = tree["nodes"][current]["parent"]
+    if parent is None:
+        raise InvalidRequest("the first run of the tree has no parent: there is no branch to undo")
+    gone = {current}
+    changed = True
+    while changed:  # every descendant of the undone branch goes with it
+        changed = False
+        for i, n in enumerate(tree["nodes"]):
+            if i not in gone and n["parent"] in gone:
+                gone.add(i)
+                changed = True
+    return _remove(tree, gone, parent)
+
+
+def pick(tree: Tree | None, index: Any) -> Tree:
+    """The tree with node ``index`` current."""
+    n = len(tree["nodes"]) if tree and tree.get("nodes") else 0
+    try:
+        ok = float(index).is_integer() and 0 <= int(index) < n
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidRequest(f"branch must be an integer in [0, {max(n - 1, 0)}], got {index!r}")
+    return {"nodes": tree["nodes"], "current": int(index)}
+
+
+def divergence(parent: dict[str, Any], child: dict[str, Any]) -> int:
+    """The step where ``child`` branches off ``parent``: its first forced step that the parent does not
+    have (or, for a run with no such step, the first step where their tokens differ)."""
+    mine, theirs = forced_path(child), forced_path(parent)
+    new = [k for k, v in mine.items() if theirs.get(k) != v]
+    if new:
+        return min(new)
+    a = [t["id"] for t in parent.get("tokens") or []]
+    b = [t["id"] for t in child.get("tokens") or []]
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), max(min(len(a), len(b)) - 1, 0))
+
+
+def _preview(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 1] + "…"
+
+
+def labels(tree: Tree | None) -> list[tuple[str, int]]:
+    """(label, index) of every node in depth-first order, indented by depth: the tree as a list."""
+    if not tree or not tree.get("nodes"):
+        return []
+    nodes = tree["nodes"]
+    children: dict[int | None, list[int]] = {}
+    for i, n in enumerate(nodes):
+        children.setdefault(n["parent"], []).append(i)
+    out: list[tuple[str, int]] = []
+
+    def walk(i: int, depth: int) -> None:
+        n = nodes[i]
+        text = repr(_preview(n["trace"].get("text", "")))
+        if n["parent"] is None:
+            label = f"run: {text}"
+        else:
+            k = divergence(nodes[n["parent"]]["trace"], n["trace"])
+            toks = n["trace"].get("tokens") or []
+            tok = repr(toks[k]["text"]) if k < len(toks) else "?"
+            label = f"{'   ' * (depth - 1)}└ step {k} → {tok}: {text}"
+        out.append((label, i))
+        for c in children.get(i, []):
+            walk(c, depth + 1)
+
+    for root in children.get(None, []):
+        walk(root, 0)
+    return out
+
+
+def parent_of(tree: Tree | None) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+    """(parent trace, current trace, step where they part) for the current branch; None at a root."""
+    if not tree or not tree.get("nodes"):
+        return None
+    node = tree["nodes"][tree["current"]]
+    if node["parent"] is None:
+        return None
+    parent = tree["nodes"][node["parent"]]["trace"]
+    return parent, node["trace"], divergence(parent, node["trace"])
