@@ -695,7 +695,7 @@ def legend_html() -> str:
     return ('<div class="pg-legend"><span>model p of each token:</span><span>0</span>'
             f'<span class="pg-ramp" style="background:linear-gradient(90deg, {stops})"></span><span>1</span>'
             '<span class="pg-hint">hover a token for its rank and alternatives · click it to inspect that step'
-            '</span></div>')
+            ' · dashed underline: forced by a branch</span></div>')
 
 
 # --- figures as one export ----------------------------------------------------------------------

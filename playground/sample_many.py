@@ -208,12 +208,12 @@ def enumerate_outcomes(lm: Any, prompt_ids: list[int], chain: list, max_new_toke
                        ) -> dict[Outcome, float]:
     """Every outcome with chained probability >= ``tau``, with its log-probability (float64 sums).
 
-    One batched forward per step over the surviving prefixes, on copies of the prompt's KV cache.
+    One batched forward per step over the surviving prefixes: each prefix keeps a row of the KV
+    cache (reordered from its parent's row), so a step runs one new token per prefix.
     """
-    import copy
     prompt = torch.tensor([prompt_ids], device=lm.device)
     out = lm.forward(prompt)
-    prompt_cache, logits = out.cache, out.logits[:, -1]
+    cache, logits = out.cache, out.logits[:, -1]
     frontier: list[tuple[Outcome, float]] = [((), 0.0)]
     done: dict[Outcome, float] = {}
     for depth in range(max_new_tokens):
@@ -224,20 +224,20 @@ def enumerate_outcomes(lm: Any, prompt_ids: list[int], chain: list, max_new_toke
         total = step_logp + torch.tensor([lp for _, lp in frontier], dtype=torch.float64,
                                          device=step_logp.device)[:, None]
         rows, cols = (total >= math.log(tau)).nonzero(as_tuple=True)
-        nxt = []
+        nxt, parents = [], []
         for r, c, lp in zip(rows.tolist(), cols.tolist(), total[rows, cols].tolist()):
             ids = frontier[r][0] + (c,)
             if c in lm.eos_ids or depth + 1 == max_new_tokens:
                 done[ids] = lp
             else:
                 nxt.append((ids, lp))
+                parents.append(r)
         if not nxt:
             break
         frontier = nxt
-        cache = copy.deepcopy(prompt_cache)
-        cache.batch_repeat_interleave(len(frontier))
-        prefixes = torch.tensor([list(p) for p, _ in frontier], device=lm.device)
-        logits = lm.forward(prefixes, cache).logits[:, -1]
+        cache.reorder_cache(torch.tensor(parents, device=lm.device))
+        last = torch.tensor([[ids[-1]] for ids, _ in frontier], device=lm.device)
+        logits = lm.forward(last, cache).logits[:, -1]
     return done
 
 

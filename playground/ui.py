@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, Sequence  # noqa: E402
 import gradio as gr  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 
-from playground import charts, share, ui_branches, ui_whatif  # noqa: E402
+from playground import charts, memory, share, ui_branches, ui_whatif  # noqa: E402
 from playground.branches import parse_path  # noqa: E402
 from playground.budget import FINISH_REASON as OUT_OF_TIME  # noqa: E402
 from playground.budget import Budget  # noqa: E402
@@ -220,7 +220,10 @@ def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
     budget = budget or Budget.from_env()
 
     def decode(req: Request, progress: Progress | None = None) -> Iterator[Trace]:
-        return engine_stream(store, req, progress, budget)
+        try:
+            yield from engine_stream(store, req, progress, budget)
+        finally:
+            memory.trim()  # the run's buffers are free: their pages go back to the system
 
     if spaces is None or not on_space():
         return decode

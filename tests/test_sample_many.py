@@ -7,6 +7,7 @@ import torch
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.sample_many import enumerate_outcomes, goodness_of_fit, sample_many
+from strategies.chain import apply_chain
 from strategies.transforms import Temperature
 
 PATH_A = " a time there lived happily ever"  # toy's 70% path after "1 2" (8 tokens with <eos> cut at 8)
@@ -93,6 +94,26 @@ def test_enumeration_finds_every_outcome_above_tau(toy):
     assert 0.5 < total <= 1.0 + 1e-9 and all(math.exp(v) >= 0.001 for v in exact.values())
     cut = enumerate_outcomes(toy, [1, 2], [Temperature(2.0)], 3, 0.01)
     assert set(cut) == {k for k, v in exact.items() if math.exp(v) >= 0.01}
+
+
+@pytest.mark.parametrize("key, prompt, t", [("toy", "1 2", 3.0), ("smollm2-135m", "The capital of France is", 1.0)])
+def test_enumerated_probabilities_equal_a_full_forward_of_each_outcome(store, key, prompt, t):
+    """The enumeration reuses KV-cache rows step to step; each outcome's log-probability must equal the
+    chained log-probabilities of one forward pass over prompt + outcome."""
+    lm = store.get(key)
+    ids = lm.encode(prompt, "", False)
+    chain = [Temperature(t)]
+    exact = enumerate_outcomes(lm, ids, chain, 3, 0.002)
+    assert len(exact) >= 3
+    for outcome, logprob in sorted(exact.items(), key=lambda kv: -kv[1])[:5]:
+        full = torch.tensor([ids + list(outcome)])
+        logits = lm.forward(full).logits[0]
+        by_hand = 0.0
+        for j, token in enumerate(outcome):
+            pos = len(ids) + j - 1
+            step = apply_chain(chain, logits[pos:pos + 1], full[:, :pos + 1]).log_softmax(-1)
+            by_hand += float(step[0, token])
+        assert logprob == pytest.approx(by_hand, abs=1e-4)
 
 
 def test_goodness_of_fit_on_a_hand_made_table():
