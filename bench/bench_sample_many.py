@@ -4,7 +4,11 @@ generate() drawing the same N sequences in one batch, and against one run per se
 Prints seconds for each, the ratios, the goal (500 samples of 8 tokens in at most 20 s), how many
 replayed seeds wrote another text than their batched row (batched floating point), and the load.
 
-    .venv/bin/python bench/bench_sample_many.py [--quick] [--n 500] [--tokens 8] [--replays 10] [--threads 1] [--skip-generate]
+    .venv/bin/python bench/bench_sample_many.py [--quick] [--n 500] [--tokens 8] [--replays 10] [--threads 1]
+        [--dtype auto] [--skip-generate]
+
+``--dtype``: the weights' dtype, ``auto`` as the page and the CLI use it (bfloat16 on a CPU with
+native bf16); the replayed single runs use the same dtype.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.engine import Request, run  # noqa: E402
+from playground.engine import Request, in_dtype, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
 from playground.sample_many import sample_many  # noqa: E402
 
@@ -42,14 +46,16 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10, help="seeds replayed as single runs")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: on a shared 2-core machine, "
                     "OpenMP threads waiting for each other made 2 threads 8x slower here)")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--skip-generate", action="store_true", help="no transformers generate() reference")
     args = ap.parse_args()
     n, replays = (100, 3) if args.quick else (args.n, args.replays)
     torch.set_num_threads(args.threads)
     store = ModelStore("cpu")
-    lm = store.get("smollm2-135m")
-    req = Request("smollm2-135m", "sampling", PROMPT, {}, seed=0, max_new_tokens=args.tokens)
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, torch threads {args.threads}")
+    lm = in_dtype(store.get("smollm2-135m"), args.dtype)  # generate() runs in the same dtype
+    req = Request("smollm2-135m", "sampling", PROMPT, {}, seed=0, max_new_tokens=args.tokens, dtype=args.dtype)
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, torch threads {args.threads}, "
+          f"dtype {args.dtype}")
     sample_many(store, req, 4)  # warm-up
     result = sample_many(store, req, n)
     batched = result["timing"]["sampling_seconds"]
@@ -63,7 +69,8 @@ def main() -> None:
     by_seed = {s: o["ids"] for o in result["outcomes"] for s in o["seeds"]}
     start, changed = time.perf_counter(), 0
     for seed in range(replays):
-        trace = run(store, Request("smollm2-135m", "sampling", PROMPT, {}, seed=seed, max_new_tokens=args.tokens))
+        trace = run(store, Request("smollm2-135m", "sampling", PROMPT, {}, seed=seed, max_new_tokens=args.tokens,
+                                   dtype=args.dtype))
         changed += trace.token_ids != by_seed[seed]
     single = (time.perf_counter() - start) / replays
     print(f"one run per seed: {single:.3f} s per sample, {single * n:.1f} s for {n} (extrapolated); "

@@ -138,7 +138,7 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr
         loss.backward()
         opt.step()
         done = step + 1
-        history.append((float(reg), float(ce)))
+        history.append((float(reg.detach()), float(ce.detach())))
     tail = history[-50:]
     seconds = round(time.perf_counter() - start, 1)
     return head.eval(), {"steps": done, "steps_planned": steps, "lr": lr, "seconds": seconds,
