@@ -87,7 +87,9 @@ def workload() -> dict[str, list[Call]]:
                  refused="offline models|GB of weights"),
             Call("hostile", SMOL, "sample_beam", "hi", {"num_prefixes": 8, "num_beams": 16}, 0, 100,
                  refused="row-tokens"),
-            Call("hostile", SMOL, "beam", "hi", {"num_beams": 16}, 0, 512, refused="row-tokens"),
+            # 16 beams x 512 tokens is the cap itself (served, bounded by the time budget); twice that is refused
+            Call("hostile", SMOL, "sample_beam", "hi", {"num_prefixes": 2, "num_beams": 16}, 0, 512,
+                 refused="row-tokens"),
             Call("hostile", "toy", "speculative", "1 2", {"draft": "/etc/passwd"}, 0, 4, refused="namespace/name"),
             Call("hostile", "toy", "sampling", "1 2", {"temperature": -3}, 0, 4, refused="temperature must be"),
             Call("hostile", "toy", "greedy", "1 2", {}, 0, 10**9, refused="max_new_tokens must be"),

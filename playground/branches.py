@@ -20,6 +20,7 @@ from playground.errors import InvalidRequest
 
 MAX_BRANCHES = 12  # nodes kept per page: each holds a whole trace
 PREVIEW_CHARS = 36
+INDENT = "\u00a0" * 4  # no-break spaces: a page keeps them, so the list reads as a tree
 
 Tree = dict[str, Any]  # {"nodes": [{"path", "parent", "trace"}], "current": index}
 
@@ -176,7 +177,7 @@ def labels(tree: Tree | None) -> list[tuple[str, int]]:
             k = divergence(nodes[n["parent"]]["trace"], n["trace"])
             toks = n["trace"].get("tokens") or []
             tok = repr(toks[k]["text"]) if k < len(toks) else "?"
-            label = f"{'   ' * (depth - 1)}└ step {k} → {tok}: {text}"
+            label = f"{INDENT * (depth - 1)}└ step {k} → {tok}: {text}"
         out.append((label, i))
         for c in children.get(i, []):
             walk(c, depth + 1)

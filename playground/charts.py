@@ -295,7 +295,8 @@ def _add_strategy_choice(fig: go.Figure, s: dict[str, Any], shown: list[int], ba
     i = next((i for i in shown if s["candidates"][i]["id"] == s.get("strategy_choice")), None)
     if i is not None:
         fig.add_annotation(x=shown.index(i), y=bar_probs[i], text="strategy's pick", showarrow=True, arrowhead=2,
-                           ax=36, ay=-26, arrowcolor=RAW, font=dict(color=RAW, size=13), yref="y")
+                           ax=0, ay=-40, arrowcolor=CUT, font=dict(color=INK, size=13), yref="y",
+                           bgcolor="rgba(148, 163, 184, 0.25)")
 
 
 def _add_zoom_buttons(fig: go.Figure, kept: list[bool], y_range: list[float]) -> None:

@@ -94,7 +94,7 @@ def test_labels_list_the_tree_depth_first_with_the_step_and_token_of_each_branch
     labels = branches.labels(tree)
     assert [i for _, i in labels] == [0, 1, 3, 2]
     assert labels[0][0].startswith("run: ")
-    assert labels[1][0].startswith("└ step 1 → ' 9'") and labels[2][0].startswith("   └ step 3 → ' 5'")
+    assert labels[1][0].startswith("└ step 1 → ' 9'") and labels[2][0].startswith(branches.INDENT + "└ step 3 → ' 5'")
     assert branches.parent_of(tree)[2] == 3
 
 
