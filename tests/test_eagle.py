@@ -32,6 +32,19 @@ def test_greedy_eagle_is_greedy_target(store, tree, prompt):
     assert eagle.extra["speculative"]["rounds"] < len(eagle.tokens)  # some round kept a draft
 
 
+@pytest.mark.parametrize("tree", [dict(eagle_depth=4, eagle_branching=2),
+                                  dict(eagle_tree="dynamic", eagle_depth=4, eagle_branching=3, eagle_total_tokens=12)])
+def test_greedy_eagle_with_the_shipped_head_is_greedy_smollm2(store, tree):
+    assert "smollm2-135m" in available_heads()
+    prompt = "Why do leaves change colour in autumn?"
+    plain = run(store, Request("smollm2-135m", "sampling", prompt, {"temperature": 0.0}, max_new_tokens=24))
+    eagle = run(store, Request("smollm2-135m", "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
+                                                                       "measure_baseline": False, **tree},
+                               max_new_tokens=24))
+    assert eagle.token_ids == plain.token_ids
+    assert eagle.extra["speculative"]["rounds"] < len(eagle.tokens)  # the trained head's drafts were kept
+
+
 def test_the_cache_keeps_exactly_the_accepted_path(store):
     lm = store.get("toy")
     chain = build_chain(ChainParams(temperature=1.5))
