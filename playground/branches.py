@@ -31,6 +31,35 @@ def forced_path(trace: dict[str, Any]) -> dict[int, int]:
     return {i: int(tok["id"]) for i, (tok, st) in enumerate(zip(tokens, steps)) if st.get("forced")}
 
 
+def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[int, int | str]:
+    """The forced path of a branch at ``step`` of ``trace``: the parent's own forced steps before it,
+    then ``token`` at it (an id, or text the model maps to one token)."""
+    n = len(trace.get("tokens") or [])
+    if n == 0:
+        raise InvalidRequest("generate a run first: a branch continues it")
+    try:
+        ok = float(step).is_integer() and 0 <= int(step) < n
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidRequest(f"step must be an integer in [0, {n - 1}], got {step}")
+    k = int(step)
+    token = token.strip() if isinstance(token, str) and token.strip().isdigit() else token
+    if token in ("", None):
+        raise InvalidRequest("token must be a token id or text that is one token, got nothing")
+    forced: dict[int, int | str] = {i: t for i, t in forced_path(trace).items() if i < k}
+    forced[k] = token
+    return forced
+
+
+def branch_settings(trace: dict[str, Any], step: Any, token: int | str) -> dict[str, Any]:
+    """The run settings of a branch (engine.Request's and ui.generate's keywords): ``trace``'s model,
+    strategy, prompt, parameters, seed and weights' dtype, and the branch's forced path."""
+    return dict(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],
+                params=dict(trace["params"]), seed=trace["seed"], dtype=trace.get("dtype") or "auto",
+                forced=branch_forced(trace, step, token))
+
+
 def path_text(path: dict[int, int]) -> str:
     """A forced path as the page and a share link write it: ``"0:9,3:12"`` (step:token id)."""
     return ",".join(f"{k}:{int(v)}" for k, v in sorted(path.items()))

@@ -1,5 +1,11 @@
 """The Explore tab's branches: click a bar of the distribution to continue the run with that token.
 
+A branch is the parent's run again (model, strategy, parameters, seed, dtype) with one more forced
+step: the chosen token at the chosen step, plus the forced steps the parent already had before it.
+The steps before it replay the parent's choices exactly (same seed, same draws); from the forced
+step on, the seed-stream rule of ``strategies.forcing`` applies (a forced step draws nothing from
+the generator). The forced path is short (one entry per branching), and a share link carries it.
+
 A branch streams into the Explore views like Generate does (Stop ends it), then joins the tree of
 branches (playground.branches), which the panel lists: pick one to go back to it (drawn from its
 stored trace, no new run), undo the current one, and read it beside its parent. The forced-tokens
@@ -14,7 +20,6 @@ import gradio as gr
 
 from playground import branches, charts
 from playground.errors import InvalidRequest
-from playground.ui_whatif import branch_forced, branch_html
 
 HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
         "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
@@ -52,10 +57,21 @@ def layout() -> BranchPanel:
     return BranchPanel(tree, undo, forced, token, run, view, hook, gr.State(None))
 
 
-def tree_updates(tree: branches.Tree | None) -> list[Any]:
+def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
+    """Parent and branch one above the other, the branch's forced ``step`` selected in both."""
+    steps = child.get("steps") or []
+    st = steps[step] if 0 <= step < len(steps) else {}
+    if st.get("forced"):
+        note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would "
+                f"have taken {charts.show_token(st.get('strategy_choice_text', ''))} there.</p>")
+    else:
+        note = f"<p>The two runs part at step {step}.</p>"
+    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent, step)}"
+            f"<p><b>branch</b></p>{charts.token_html(child, step)}")
+
+
+def tree_updates(tree: branches.Tree) -> list[Any]:
     """[tree radio, beside-the-parent view, tree state, forced-tokens box] for ``tree``."""
-    if not tree:
-        return [gr.update(choices=[], value=None), ROOT_NOTE, None, gr.skip()]
     pair = branches.parent_of(tree)
     view = branch_html(*pair) if pair else ROOT_NOTE
     current = tree["nodes"][tree["current"]]["trace"]
@@ -84,12 +100,10 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
                    theme: str, progress: Any = None) -> Iterator[list[Any]]:
         if not trace:
             raise InvalidRequest("generate a run first: a branch continues it")
-        forced = branch_forced(trace, step, token)
-        k = max(forced)
-        chat_flag = _chat_flag(trace["model"], chat)
-        frames = generate(store, trace["model"], trace["strategy"], trace["prompt"], dict(trace["params"]),
-                          trace["seed"], max_new, system, chat_flag, progress=_progress_adapter(progress),
-                          final_step=k, decoder=decode, dtype=trace.get("dtype") or "auto", forced=forced)
+        settings = branches.branch_settings(trace, step, token)
+        frames = generate(store, **settings, max_new_tokens=max_new, system=system,
+                          chat=_chat_flag(trace["model"], chat), progress=_progress_adapter(progress),
+                          final_step=max(settings["forced"]), decoder=decode)
         yield from stream_frames(frames, theme)
 
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
@@ -102,23 +116,19 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
         except InvalidRequest as err:
             raise refusal(err) from None
 
-    def on_pick(tree: branches.Tree | None, index: Any, model: str, chat: Any, theme: str) -> list[Any]:
-        try:
-            return _show(branches.pick(tree, index), model, chat, theme)
-        except InvalidRequest as err:
-            raise refusal(err) from None
-
-    def on_undo(tree: branches.Tree | None, model: str, chat: Any, theme: str) -> list[Any]:
-        try:
-            return _show(branches.undo(tree), model, chat, theme)
-        except InvalidRequest as err:
-            raise refusal(err) from None
-
-    def _show(tree: branches.Tree, model: str, chat: Any, theme: str) -> list[Any]:
-        node = tree["nodes"][tree["current"]]
-        pair = branches.parent_of(tree)
-        step = pair[2] if pair else charts.most_uncertain_step(node["trace"])
-        return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
+    def showing(change: Callable[..., branches.Tree]) -> Callable[..., list[Any]]:
+        """A handler that changes the tree with ``change`` and redraws its current branch."""
+        def handler(tree: branches.Tree | None, *args: Any) -> list[Any]:
+            *picked, model, chat, theme = args
+            try:
+                tree = change(tree, *picked)
+            except InvalidRequest as err:
+                raise refusal(err) from None
+            node = tree["nodes"][tree["current"]]
+            pair = branches.parent_of(tree)
+            step = pair[2] if pair else charts.most_uncertain_step(node["trace"])
+            return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
+        return handler
 
     inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
     bar = panel.hook.click(on_bar, inputs, outputs, show_progress="full", show_progress_on=[page.main.text],
@@ -130,6 +140,7 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
     for event in (bar, typed):
         event.success(on_run, [page.trace, panel.state], tree_outputs, **QUIET)
     view_inputs = [page.model, page.chat, page.theme]
-    panel.tree.input(on_pick, [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
-    panel.undo.click(on_undo, [panel.state, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
+    panel.tree.input(showing(branches.pick), [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs],
+                     **QUIET)
+    panel.undo.click(showing(branches.undo), [panel.state, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
     return [bar, typed]

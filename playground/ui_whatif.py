@@ -1,15 +1,9 @@
-"""The "What if" tab (Sample many, Score a text) and the branch handlers of the Explore tab's
-branches panel (playground.ui_branches).
+"""The "What if" tab: Sample many and Score a text (branching lives on the Explore tab:
+playground.ui_branches).
 
 Handlers are plain functions (primitives and dicts in, figures and HTML out), tested without a
 browser; ``layout`` builds the tab's components inside the page's Tabs and ``wire`` connects them
 to the sidebar's controls (model, strategy and its parameters, prompt, seed, chat).
-
-A branch is the parent's run again (model, strategy, parameters, seed) with one more forced step:
-the chosen token at the chosen step, plus the forced steps the parent already had before it. The
-steps before it replay the parent's choices exactly (same seed, same draws); from the forced step
-on, the seed-stream rule of ``strategies.forcing`` applies (a forced step draws nothing from the
-generator). The forced path is short (one entry per branching), and a share link carries it.
 """
 from __future__ import annotations
 
@@ -20,8 +14,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground import charts
-from playground.branches import forced_path
-from playground.engine import Request, run
+from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from playground.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
@@ -60,44 +53,6 @@ def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.
     if trace is None or k is None:
         return None
     return (charts.token_html(trace, k), *charts.step_figures(trace, k))
-
-
-def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[int, int | str]:
-    """The forced path of a branch at ``step`` of ``trace``: the parent's own forced steps before it,
-    then ``token`` at it."""
-    n = len(trace.get("tokens") or [])
-    if n == 0:
-        raise InvalidRequest("generate a run first: a branch continues it")
-    k = _int("step", step, 0, n - 1)
-    token = token.strip() if isinstance(token, str) and token.strip().isdigit() else token
-    if token in ("", None):
-        raise InvalidRequest("token must be a token id or text that is one token, got nothing")
-    forced: dict[int, int | str] = {i: t for i, t in forced_path(trace).items() if i < k}
-    forced[k] = token
-    return forced
-
-
-def branch(store: ModelStore, trace: dict[str, Any], step: Any, token: int | str, max_new_tokens: Any,
-           system: str = "", chat: bool | None = None) -> dict[str, Any]:
-    """Run ``trace``'s model, strategy, parameters and seed again with ``token`` forced at ``step``
-    (and the trace's own tokens before it); the new trace dict."""
-    req = Request(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],
-                  params=dict(trace["params"]), seed=trace["seed"], max_new_tokens=max_new_tokens,
-                  system=system or "", chat=chat, forced=branch_forced(trace, step, token))
-    return run(store, req).to_dict()
-
-
-def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
-    """Parent and branch one above the other, the branch's forced ``step`` selected in both."""
-    steps = child.get("steps") or []
-    st = steps[step] if 0 <= step < len(steps) else {}
-    if st.get("forced"):
-        note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would "
-                f"have taken {charts.show_token(st.get('strategy_choice_text', ''))} there.</p>")
-    else:
-        note = f"<p>The two runs part at step {step}.</p>"
-    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent, step)}"
-            f"<p><b>branch</b></p>{charts.token_html(child, step)}")
 
 
 def _int(name: str, value: Any, low: int, high: int) -> int:

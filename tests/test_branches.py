@@ -111,15 +111,16 @@ def test_the_tree_keeps_at_most_max_branches_dropping_old_leaves_off_the_current
 
 def test_a_branch_of_a_toy_run_through_the_engine_records_its_forced_step(store):
     from playground.engine import Request, run
-    from playground.ui_whatif import branch, branch_forced
 
     parent = run(store, Request("toy", "sampling", "1 2", {"temperature": 2.0}, seed=3, max_new_tokens=6)).to_dict()
     tree = branches.record(None, parent)
     other = next(c["id"] for c in parent["steps"][2]["candidates"] if c["id"] != parent["tokens"][2]["id"])
-    child = branch(store, parent, 2, other, 6)
+    settings = branches.branch_settings(parent, 2, other)
+    assert settings["seed"] == 3 and settings["dtype"] == parent["dtype"] and settings["params"] == parent["params"]
+    child = run(store, Request(**settings, max_new_tokens=6)).to_dict()
     assert [t["id"] for t in child["tokens"][:2]] == [t["id"] for t in parent["tokens"][:2]]  # replayed
     tree = branches.record(tree, child)
     assert tree["nodes"][1]["path"] == {2: other} and branches.parent_of(tree)[2] == 2
     # a branch of the branch keeps its forced step before the new one
-    assert len(child["tokens"]) > 3 and branch_forced(child, 3, "5") == {2: other, 3: "5"}
-    assert branch_forced(child, 2, "5") == {2: "5"}
+    assert len(child["tokens"]) > 3 and branches.branch_forced(child, 3, "5") == {2: other, 3: "5"}
+    assert branches.branch_forced(child, 2, "5") == {2: "5"}

@@ -29,6 +29,7 @@ import torch
 
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
+from word_lm import WordLM
 from playground import charts
 from playground.trace import Trace
 from strategies.chain import Multinomial, record_chain
@@ -47,21 +48,6 @@ class Case:
     context: list[int]  # token ids so far (what the penalty sees)
     top_n: int
     seed: int
-
-
-class PieceLM:
-    """Just enough of the model seam for make_step, DRY and word bias: token text, and words 't<id>'."""
-
-    key = "pieces"
-
-    def piece(self, token_id: int) -> str:
-        return f"t{token_id}"
-
-    class tokenizer:  # noqa: N801  (stands in for a tokenizer object)
-        unk_token_id = None
-
-        def __new__(cls, text: str, add_special_tokens: bool = False):
-            return {"input_ids": [int(w[1:]) for w in text.split()]}
 
 
 def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
@@ -98,13 +84,13 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
 def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
     """The step as the decoder records it: (trace dict, [vocab] logits after each stage, stage names)."""
     generator = torch.Generator().manual_seed(case.seed)
-    chain = build_sampler_chain(case.params, generator, PieceLM())
+    chain = build_sampler_chain(case.params, generator, WordLM("t{}"))
     context = torch.tensor([case.context], dtype=torch.long)
     record = record_chain(chain, case.logits[None], context)
     chosen, _ = Multinomial(generator).select(record.logits[-1])
     stages, decisions = record.row(0)
     names = [t.name for t in chain]
-    step, token = make_step(PieceLM(), len(case.context), stages, names, int(chosen[0]), case.top_n, None,
+    step, token = make_step(WordLM("t{}"), len(case.context), stages, names, int(chosen[0]), case.top_n, None,
                             decisions)
     trace = Trace("random", "sampling", case.params.to_dict(), case.seed, "", case.context,
                   chain=[*names, "multinomial"], steps=[step], tokens=[token])

@@ -17,6 +17,7 @@ from strategies.chain import Multinomial, record_chain
 from strategies.repeats import DRY, NoRepeatNGram, WordBias
 from strategies.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain, feed_back
 from strategies.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
+from word_lm import WordLM
 
 NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)
 
@@ -256,21 +257,6 @@ def test_decisions_do_not_modify_inputs():
 
 
 # --- parameters, orders, presets ------------------------------------------------------------------
-
-class WordLM:
-    """The model seam DRY and word bias read: token text and a tokenizer over 'w<id>' words."""
-
-    key = "fake"
-
-    def piece(self, token_id: int) -> str:
-        return f" w{token_id}"
-
-    class tokenizer:  # noqa: N801  (stands in for a tokenizer object)
-        unk_token_id = None
-
-        def __new__(cls, text: str, add_special_tokens: bool = False):
-            return {"input_ids": [int(w[1:]) for w in text.split()]}
-
 
 def test_noop_values_drop_out_and_presets_order_the_stages():
     assert build_sampler_chain(SamplerParams(), torch.Generator(), WordLM()) == []

@@ -2,7 +2,9 @@
 import pytest
 
 from playground.errors import InvalidRequest
-from playground.ui_whatif import branch, branch_forced, branch_html, sample_many_view, score_view, select_score_step
+from playground.branches import branch_forced, branch_settings
+from playground.ui_branches import branch_html
+from playground.ui_whatif import sample_many_view, score_view, select_score_step
 
 
 def test_sample_many_view_draws_both_sets_of_bars(store):
@@ -28,7 +30,7 @@ def test_branch_forces_the_parents_path_and_the_clicked_token(store):
 
     parent = run(store, Request(model="toy", strategy="greedy", prompt="1 2", max_new_tokens=6)).to_dict()
     assert branch_forced(parent, 1, "9") == {1: "9"}  # the steps before it replay the parent's choices
-    child = branch(store, parent, 0, "the", 6)
+    child = run(store, Request(**branch_settings(parent, 0, "the"), max_new_tokens=6)).to_dict()
     assert child["text"].startswith("the hill rose high") and child["steps"][0]["forced"] is True
     assert "would have taken ·a" in branch_html(parent, child, 0)
 
