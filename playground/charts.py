@@ -747,9 +747,19 @@ def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tup
                                           font_size=11),
                               margin=dict(t=(80 if fig is figs[1] else 44) + 20 * len(lines), b=40))
         figs[1].update_xaxes(nticks=3)
-        if len(figs[0].layout.updatemenus) > 1:  # the basis buttons sit under the axis: the legend below them
-            figs[0].update_layout(legend_y=-0.48, margin_b=190, height=(figs[0].layout.height or 460) + 80)
+        legend_below_buttons(figs[0])
     return figs
+
+
+def legend_below_buttons(fig: go.Figure) -> None:
+    """A legend under the plot goes below the buttons that sit under the axis (the distribution's
+    basis buttons), with the room it needs; calling it again changes nothing."""
+    below = [m.y for m in fig.layout.updatemenus or () if m.y is not None and m.y < 0]
+    if not below:
+        return
+    if (fig.layout.margin.b or 0) < 190:
+        fig.update_layout(margin_b=190, height=(fig.layout.height or 460) + 80)
+    fig.update_layout(legend_y=min(below) - 0.16)
 
 
 def wrap(text: str, per_line: int) -> list[str]:

@@ -109,6 +109,7 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     # the legend goes under the plot: above it, it would sit on the wrapped title
     fig.update_layout(title_font_size=size, font_size=12,
                       legend=dict(orientation="h", y=-0.3, yanchor="top", x=0, xanchor="left", font_size=11))
+    charts.legend_below_buttons(fig)
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
     _wrap_panel_titles(fig, plot_width, 12)

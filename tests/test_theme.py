@@ -82,3 +82,15 @@ def test_a_phone_view_wraps_long_titles_and_keeps_the_theme(figures):
     lines = narrow.layout.title.text.count("<br>") + 1
     assert narrow.layout.margin.t >= 34 + 19 * lines  # room above the plot for every title line
     assert narrow.layout.legend.y < 0  # the legend under the plot, not on the wrapped title
+
+
+def test_on_a_phone_the_distribution_legend_sits_below_its_basis_buttons(store):
+    d = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.5}, seed=2, max_new_tokens=4)).to_dict()
+    for compact in (False, True):
+        fig = charts.step_figures(d, 0, compact)[0]
+        below = [m.y for m in fig.layout.updatemenus if m.y is not None and m.y < 0]
+        assert below  # the basis buttons sit under the axis
+        narrow = themed(fig, "light:390")
+        assert narrow.layout.legend.y < min(below) - 0.1 and narrow.layout.margin.b >= 190
+        # a compare side's figure already made room: the phone view adds none again
+        assert narrow.layout.height == (fig.layout.height if compact else (fig.layout.height or 460) + 80)
