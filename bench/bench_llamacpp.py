@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from playground import models  # noqa: E402
-from playground.dtypes import dtype_name  # noqa: E402
 from playground.engine import Request, in_dtype, run  # noqa: E402
 
 BENCH_VENV = ROOT / ".bench-venv"
@@ -106,7 +105,7 @@ def side_by_side(store: models.ModelStore, key: str, args: argparse.Namespace) -
     dtypes = args.dtype.split(",")
     lm = store.get(key)
     prompt_ids = lm.encode(PROMPT)
-    names = {d: dtype_name(in_dtype(lm, d).dtype) for d in dtypes}
+    names = {d: in_dtype(lm, d).weights for d in dtypes}
     cpp = LlamaCpp(models.gguf_path(key), args.threads)
     try:
         for sample in (False, True):
@@ -146,7 +145,7 @@ def verify_costs(store: models.ModelStore, key: str, args: argparse.Namespace) -
 
     step = cost(1)
     shown = "   ".join(f"{g} tokens {cost(g) / step:4.2f} steps" for g in (2, 4, 8))
-    print(f"{key:14s} verify ({dtype_name(lm.dtype)}): one step {1000 * step:5.1f} ms   {shown}", flush=True)
+    print(f"{key:14s} verify ({lm.weights}): one step {1000 * step:5.1f} ms   {shown}", flush=True)
 
 
 def _list(values: list[float]) -> str:
@@ -161,7 +160,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="SmolLM2 only, 32 tokens, 2 runs each")
     ap.add_argument("--dtype", default="float32,auto",
-                    help="our weights, one or more of auto, float32, bfloat16 (comma-separated; each measured in "
+                    help="our weights, one or more of auto, float32, bfloat16, int4 (comma-separated; each measured in "
                          "turn with llama.cpp; the verify costs use the last)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)

@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=10, help="seeds replayed as single runs")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: on a shared 2-core machine, "
                     "OpenMP threads waiting for each other made 2 threads 8x slower here)")
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "int4"])
     ap.add_argument("--skip-generate", action="store_true", help="no transformers generate() reference")
     args = ap.parse_args()
     n, replays = (100, 3) if args.quick else (args.n, args.replays)

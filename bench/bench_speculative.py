@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the toy pair only, 3 seeds (seconds)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads; 1 keeps timings stable on a CPU shared with other jobs")
-    ap.add_argument("--dtype", default="float32", help="SmolLM2's weights: auto, float32 or bfloat16")
+    ap.add_argument("--dtype", default="float32", help="SmolLM2's weights: auto, float32, bfloat16 or int4")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()

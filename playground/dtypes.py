@@ -1,26 +1,29 @@
-"""The weight dtype a request runs in: ``auto``, ``float32`` or ``bfloat16``.
+"""The weights a request runs on: ``auto``, ``float32``, ``bfloat16`` or ``int4``.
 
 ``float32`` is the reference: the transformers model exactly as loaded. ``bfloat16`` halves the
 bytes read per token; on a CPU with native bfloat16 instructions (AVX512-BF16, AMX) that is the
-fast path, and llama-family models then also run through ``playground.lean_llama``. Whatever the
-dtype, logits reach the transform chain in float32.
+fast path, and llama-family models then also run through ``playground.lean_llama``. ``int4`` is
+that lean forward multiplying by the GGUF file's own 4-bit blocks (``playground.gguf_int4``): the
+weights llama.cpp reads from the same file, a quarter of bfloat16's bytes; norms, embedding and
+head stay bfloat16. Whatever the weights, logits reach the transform chain in float32.
 
-``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU, bfloat16 when
-the CPU has native bfloat16 and float32 elsewhere; the toy models always stay in float32 (their
-known branch probabilities are what they teach, and they are too small to gain anything).
+``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU with native
+bfloat16, ``int4`` for a model whose GGUF file has 4-bit layers the lean forward can take and
+bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32 (their known
+branch probabilities are what they teach, and they are too small to gain anything).
 """
 from __future__ import annotations
 
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from playground.errors import InvalidRequest
 
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16", "int4")
 _BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # /proc/cpuinfo flags of CPUs that multiply bfloat16 natively.
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
@@ -48,9 +51,25 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return False
 
 
-def resolve_dtype(name: str, device: torch.device, loaded: torch.dtype, toy: bool) -> torch.dtype:
-    """The torch dtype ``name`` stands for, for a model on ``device`` loaded in ``loaded``."""
+def resolve_weights(name: str, device: torch.device, loaded: torch.dtype, toy: bool,
+                    has_int4: Callable[[], bool]) -> str:
+    """The weights ``name`` stands for (a dtype's name or ``int4``), for a model on ``device``
+    loaded in ``loaded``; ``has_int4()`` says whether its file's 4-bit blocks can run here."""
     check_dtype(name)
+    if name == "int4":
+        return name
+    dtype = resolve_dtype(name, device, loaded, toy)
+    if name == "auto" and dtype == torch.bfloat16 and device.type == "cpu" and has_int4():
+        return "int4"
+    return dtype_name(dtype)
+
+
+def resolve_dtype(name: str, device: torch.device, loaded: torch.dtype, toy: bool) -> torch.dtype:
+    """The torch dtype ``name`` stands for, for a model on ``device`` loaded in ``loaded`` (``int4``:
+    the dtype of everything but its 4-bit matrices)."""
+    check_dtype(name)
+    if name == "int4":
+        return torch.bfloat16
     if name != "auto":
         return _BY_NAME[name]
     if device.type != "cpu":

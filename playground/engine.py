@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from playground.budget import FINISH_REASON as OUT_OF_TIME
 from playground.budget import Budget, Deadline
-from playground.dtypes import check_dtype, dtype_name, resolve_dtype
+from playground.dtypes import check_dtype, resolve_weights
 from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress
 from playground.trace import Trace
 from strategies.context import DecodeContext
@@ -94,15 +94,16 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
-        dtype = dtype_name(ctx.lm.dtype)
+        dtype = ctx.lm.weights
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
-            trace.extra["dtype"] = dtype  # the weights' dtype; logits reach the chain in float32 whatever it is
+            trace.extra["dtype"] = dtype  # the weights (a dtype or int4); logits reach the chain in float32 whatever they are
             yield trace
 
 
 def in_dtype(lm: LM, name: str) -> LM:
-    """``lm`` with its weights in the dtype ``name`` resolves to for it."""
-    return lm.with_dtype(resolve_dtype(name, lm.device, lm.dtype, toy=lm.spec.source == "assets"))
+    """``lm`` with the weights ``name`` resolves to for it (playground.dtypes)."""
+    return lm.with_weights(resolve_weights(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
+                                           has_int4=lambda: lm.int4_refusal() is None))
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:

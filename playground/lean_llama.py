@@ -7,7 +7,11 @@ layers of a dozen small modules each. Here a layer is one RMSNorm, one matmul fo
 ``scaled_dot_product_attention`` (grouped-query heads shared natively), the output matmul, a second
 RMSNorm, one matmul for gate and up (stacked), SiLU-times-up and the down matmul; the style of
 gpt-fast. The weights are the transformers model's own: its Q/K/V and gate/up parameters are
-rebound to views of the stacked tensors, so the two paths share memory and numbers.
+rebound to views of the stacked tensors, so the two paths share memory and numbers. A layer's four
+matrices may instead be the GGUF file's 4-bit blocks (``with_matrices``, ``playground.gguf_int4``).
+
+A 4D additive mask with position ids runs a tree of drafts in one pass (EAGLE), and the cache's
+``keep`` then keeps the accepted path, so every speculative draft runs on this forward.
 
 The arithmetic follows transformers step by step (Touvron et al. 2023, LLaMA; Su et al. 2021,
 RoFormer, for RoPE in the rotate-half layout that transformers uses): RMSNorm in float32, cast
@@ -15,8 +19,8 @@ back, then times the weight; cos/sin computed in float32 and cast to the model d
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Union
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +61,16 @@ class LeanCache:
         values[:, :, :, :n] = self.values[:, rows.to(self.values.device), :, :n]
         self.keys, self.values = keys, values
 
+    @torch.inference_mode()
+    def keep(self, positions: list[int]) -> None:
+        """Keep only the cached positions ``positions`` (ascending), moved to the front: after a
+        draft tree's pass, the accepted path's entries."""
+        index = torch.tensor(positions, device=self.device)
+        n = len(positions)
+        self.keys[:, :, :, :n] = self.keys.index_select(3, index)
+        self.values[:, :, :, :n] = self.values.index_select(3, index)
+        self.length = n
+
     def reserve(self, batch: int, new: int) -> None:
         """Room for ``new`` more positions of ``batch`` rows (a fresh cache takes the batch it is fed)."""
         if self.keys is None or (self.length == 0 and self.keys.shape[1] != batch):
@@ -82,14 +96,23 @@ def _blocks(n: int) -> int:
     return -(-n // CACHE_BLOCK) * CACHE_BLOCK
 
 
+# A layer's matrix: a dense weight [out, in] for F.linear, or a callable x -> x @ W.T over another
+# storage (playground.gguf_int4.Int4Linear: the GGUF file's 4-bit blocks).
+Weight = Union[torch.Tensor, Any]
+
+
+def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    return F.linear(x, weight) if isinstance(weight, torch.Tensor) else weight(x)
+
+
 @dataclass
 class LeanLayer:
     input_norm: torch.Tensor  # [d]
-    qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, d]
-    out: torch.Tensor  # [d, heads * head_dim]
+    qkv: Weight  # [(heads + 2 kv_heads) * head_dim, d]
+    out: Weight  # [d, heads * head_dim]
     post_norm: torch.Tensor  # [d]
-    gate_up: torch.Tensor  # [2 * intermediate, d]
-    down: torch.Tensor  # [d, intermediate]
+    gate_up: Weight  # [2 * intermediate, d]
+    down: Weight  # [d, intermediate]
 
 
 class LeanLlama:
@@ -125,6 +148,11 @@ class LeanLlama:
         """The first ``num_layers`` layers (shared tensors) with ``model``'s norm and head."""
         return LeanLlama(model, self.layers[:num_layers])
 
+    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]]) -> "LeanLlama":
+        """The same norms, embedding and head with each layer's matrices replaced (``qkv``, ``out``,
+        ``gate_up``, ``down``: e.g. the GGUF file's 4-bit blocks)."""
+        return LeanLlama(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)])
+
     def new_cache(self) -> LeanCache:
         return LeanCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
 
@@ -137,41 +165,48 @@ class LeanLlama:
         """Final norm + LM head: [..., d] -> [..., vocab] in the model dtype."""
         return F.linear(self.rms_norm(hidden, self.norm), self.head)
 
-    def _rope(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(start, start + n, device=self.device, dtype=torch.float32)
-        freqs = positions[:, None] * self.inv_freq[None, :]
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [batch or 1, n, 1, head_dim] for positions [batch or 1, n]."""
+        freqs = positions.to(self.device, torch.float32)[..., None] * self.inv_freq
         angles = torch.cat((freqs, freqs), dim=-1)
         cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
-        return cos.to(self.dtype), sin.to(self.dtype)
+        return cos.to(self.dtype)[:, :, None], sin.to(self.dtype)[:, :, None]
 
-    def forward(self, ids: torch.Tensor, cache: LeanCache,
-                hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """``attention_mask`` (additive, [batch, 1, n, cached + n]) with ``position_ids`` [batch, n]
+        runs a draft tree in one pass, as transformers does with a 4D mask (``strategies.draft_tree``)."""
         batch, n = ids.shape
         start = cache.length
         cache.reserve(batch, n)
         end = start + n
-        cos, sin = self._rope(start, n)  # [n, head_dim]
+        if position_ids is None:
+            position_ids = torch.arange(start, end, device=self.device)[None]
+        cos, sin = self._rope(position_ids)
         # Query i sees keys up to start + i; one new token sees them all, so no mask is needed.
         mask = None
-        if n > 1:
+        if attention_mask is not None:
+            mask = attention_mask.to(self.device, self.dtype)
+        elif n > 1:
             mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
         x = F.embedding(ids, self.embed)
         states = [x] if hidden else None
         q_width = self.heads * self.head_dim
         for i, layer in enumerate(self.layers):
             h = self.rms_norm(x, layer.input_norm)
-            qkv = F.linear(h, layer.qkv).view(batch, n, self.heads + 2 * self.kv_heads, self.head_dim)
+            qkv = linear(h, layer.qkv).view(batch, n, self.heads + 2 * self.kv_heads, self.head_dim)
             qk = qkv[:, :, : self.heads + self.kv_heads]
-            qk = qk * cos[:, None] + _rotate_half(qk) * sin[:, None]
+            qk = qk * cos + _rotate_half(qk) * sin
             q = qk[:, :, : self.heads].transpose(1, 2)
             cache.keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
             cache.values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
             attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
                                                   attn_mask=mask, enable_gqa=True)
-            x = x + F.linear(attn.transpose(1, 2).reshape(batch, n, q_width), layer.out)
+            x = x + linear(attn.transpose(1, 2).reshape(batch, n, q_width), layer.out)
             h = self.rms_norm(x, layer.post_norm)
-            gate, up = F.linear(h, layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.down)
             if states is not None:
                 states.append(x)
         cache.length = end

@@ -25,6 +25,7 @@ import torch
 
 from playground import weights_cache
 from playground.errors import InvalidRequest
+from playground import gguf_int4
 from playground.dtypes import cast_model, dtype_name
 from playground.hub_size import SizeCap, cap_from_env
 from playground.lean_llama import LeanCache, LeanLlama
@@ -70,6 +71,11 @@ DEFAULT_MODEL = "smollm2-135m"
 
 def on_space() -> bool:
     return bool(os.environ.get("SPACE_ID"))
+
+
+def loads_from_gguf(spec: "ModelSpec") -> bool:
+    """Whether the store loads this model from its GGUF file (elsewhere on a Space: from the hub)."""
+    return spec.source == "gguf" and not on_space()
 
 
 def spec_for(key: str) -> ModelSpec:
@@ -136,8 +142,9 @@ class LM:
     load_seconds: float = 0.0
     _piece_cache: dict[int, str] = field(default_factory=dict, repr=False)
     fast: Any = None  # a lean forward over the same weights (playground.lean_llama), or None
-    _variants: dict[torch.dtype, "LM"] = field(default_factory=dict, repr=False)
-    _variants_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.gguf_int4)
+    _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
+    _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
     def key(self) -> str:
@@ -147,22 +154,65 @@ class LM:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def weights(self) -> str:
+        """What the weights are, as a request names them: a dtype's name, or ``int4``."""
+        return "int4" if self.int4 else dtype_name(self.dtype)
+
     def with_dtype(self, dtype: torch.dtype) -> "LM":
         """This model with its weights in ``dtype`` (made once, then kept beside this one).
 
         The copy shares tokenizer and token texts; in bfloat16 a llama-family model also gets the
         lean forward (``playground.lean_llama``), which shares the copy's weights.
         """
-        if dtype == self.dtype:
+        if dtype == self.dtype and not self.int4:
             return self
         with self._variants_lock:
-            if dtype not in self._variants:
+            name = dtype_name(dtype)
+            if name not in self._variants:
                 model = cast_model(self.model, dtype)
                 fast = LeanLlama(model) if dtype == torch.bfloat16 and LeanLlama.supports(model) else None
-                spec = replace(self.spec, title=f"{self.spec.title} ({dtype_name(dtype)})")
-                self._variants[dtype] = LM(spec, model, self.tokenizer, self.device, 0.0, self._piece_cache,
-                                           fast=fast)
-            return self._variants[dtype]
+                spec = replace(self.spec, title=f"{self.spec.title} ({name})")
+                self._variants[name] = LM(spec, model, self.tokenizer, self.device, 0.0, self._piece_cache,
+                                          fast=fast)
+            return self._variants[name]
+
+    def with_weights(self, name: str) -> "LM":
+        """This model with the weights ``name`` stands for: ``int4`` or a torch dtype's name."""
+        if name == self.weights:
+            return self
+        if name != "int4":
+            return self.with_dtype(getattr(torch, name))
+        refusal = self.int4_refusal()
+        if refusal:
+            raise InvalidRequest(refusal)
+        with self._variants_lock:
+            if "int4" not in self._variants:
+                base = self.with_dtype(torch.bfloat16)  # norms, embedding and head stay in bfloat16
+                try:
+                    matrices = gguf_int4.llama_linears(self.model, gguf_path(self.key))
+                except ValueError as err:
+                    raise InvalidRequest(f"int4 weights are not available for {self.key}: {err}") from None
+                spec = replace(self.spec, title=f"{self.spec.title} (int4)")
+                self._variants["int4"] = LM(spec, base.model, self.tokenizer, self.device, 0.0, self._piece_cache,
+                                            fast=base.fast.with_matrices(base.model, matrices), int4=True)
+            return self._variants["int4"]
+
+    def int4_refusal(self) -> str | None:
+        """Why this model cannot run on its GGUF file's 4-bit blocks here, or None when it can."""
+        if self.int4:
+            return None
+        why = None
+        if self.device.type != "cpu" or not gguf_int4.kernel_available():
+            why = f"they run on the CPU through torch's int4 kernel; this model is on {self.device.type}"
+        elif self.dtype != torch.float32 or not loads_from_gguf(self.spec):
+            why = "they come from the model's GGUF file, and this model was not loaded from one"
+        elif not LeanLlama.supports(self.model):
+            why = f"the lean forward takes llama models only; {self.key} is {self.model.config.model_type}"
+        elif not gguf_int4.llama_layers_are_4bit(gguf_path(self.key), self.num_layers):
+            why = "its GGUF file does not store every layer matrix in 4-bit blocks (Q4_0 or Q4_1)"
+        return None if why is None else (f"int4 weights are not available for {self.key}: {why}; "
+                                         f"use float32 or bfloat16")
 
     @property
     def vocab_size(self) -> int:
@@ -261,15 +311,12 @@ class LM:
         elsewhere) still goes through transformers, on the same weights.
         A 4D additive ``attention_mask`` [batch, 1, n, cached + n] with ``position_ids`` [batch, n]
         runs a draft tree in one pass (``strategies.draft_tree``): transformers passes a 4D mask to
-        the attention unchanged, for llama, Gemma 3 and GPT-2 alike. The lean forward has no such
-        mask, so a tree pass goes through transformers.
+        the attention unchanged, for llama, Gemma 3 and GPT-2 alike, and the lean forward takes it too.
         """
-        if attention_mask is None and self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
+        if self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
             cache = self.fast.new_cache() if cache is None else cache
-            logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden)
+            logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden, attention_mask, position_ids)
             return Forward(logits.float(), cache, states)
-        if isinstance(cache, LeanCache):
-            raise InvalidRequest(f"a draft tree needs {self.key} in float32 (its bfloat16 forward takes no tree mask)")
         extra = {}
         if attention_mask is not None:
             extra = dict(attention_mask=attention_mask.to(self.device, self.model.dtype),
@@ -488,7 +535,7 @@ class ModelStore:
     def _load(self, spec: ModelSpec, progress: Progress) -> tuple[Any, Any]:
         if spec.source == "assets":
             return _load_pretrained(ASSETS / spec.key, self.device)
-        if spec.source == "gguf" and not on_space():
+        if loads_from_gguf(spec):
             return _load_gguf(spec.key, self.device, progress)
         try:  # already in the local hub cache: no network needed
             return _load_pretrained(spec.hub_id, self.device, local_files_only=True)

@@ -62,6 +62,9 @@ class TreeRound:
 
 def keep_positions(cache: Any, keep: list[int]) -> None:
     """Keep only the cached positions ``keep`` (ascending) in every layer: the accepted path's entries."""
+    if hasattr(cache, "keep"):  # the lean forward's cache (playground.lean_llama)
+        cache.keep(keep)
+        return
     for layer in cache.layers:
         if layer.keys is None or layer.keys.numel() == 0:
             continue

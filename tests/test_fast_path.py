@@ -91,6 +91,21 @@ def test_crop_and_verify_passes_match_transformers(smollm, fast):
     assert_close_bf16(ours, ref)
 
 
+def tree_pass(lm, cache, prompt: list[int]) -> torch.Tensor:
+    """A draft tree (root, two children, a grandchild) in one pass after the prompt: [4, vocab]."""
+    from strategies.draft_tree import attention_mask, position_ids
+    parents = [-1, 0, 0, 1]
+    lm.forward(torch.tensor([prompt[:-1]]), cache)
+    past = cache.get_seq_length()
+    return lm.forward(torch.tensor([[prompt[-1], 1115, 42, 7]]), cache, attention_mask=attention_mask(parents, past),
+                      position_ids=position_ids(parents, past)).logits[0]
+
+
+def test_a_draft_tree_pass_matches_transformers(smollm, fast):
+    prompt = smollm.encode(PROMPT)
+    assert_close_bf16(tree_pass(fast, fast.new_cache(), prompt), tree_pass(fast, transformers_cache(fast), prompt))
+
+
 def beams(lm, cache, prompt: list[int]) -> torch.Tensor:
     """One prompt row copied to three beams, each fed its own token, then gathered [2, 0, 0] as
     beam search does, and fed again: [3, vocab]."""
@@ -203,7 +218,7 @@ def test_sampler_statistics_hold_on_bfloat16_logits(smollm, fast):
 
 
 def test_dtype_is_validated_and_recorded(store):
-    with pytest.raises(InvalidRequest, match=r"dtype must be one of auto, float32, bfloat16, got 'half'"):
+    with pytest.raises(InvalidRequest, match=r"dtype must be one of auto, float32, bfloat16, int4, got 'half'"):
         Request("toy", "greedy", "1 2", dtype="half")
     trace = run(store, Request("toy", "greedy", "1 2", max_new_tokens=2, dtype="auto"))
     assert trace.to_dict()["dtype"] == "float32"  # toy models stay float32 under auto
@@ -231,7 +246,7 @@ def test_native_bf16_is_read_from_cpu_flags(tmp_path):
 def test_cli_takes_dtype(capsys):
     from playground.cli import main
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--dtype", "half"]) == 2
-    assert "dtype must be one of auto, float32, bfloat16, got 'half'" in capsys.readouterr().err
+    assert "dtype must be one of auto, float32, bfloat16, int4, got 'half'" in capsys.readouterr().err
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--max-new-tokens", "2", "--dtype", "bfloat16",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["dtype"] == "bfloat16"

@@ -1,0 +1,237 @@
+"""The int4 weights: SmolLM2's lean forward multiplying by its GGUF file's own Q4_1 blocks
+(``playground.gguf_int4``), against gguf-py's reading of the file, against transformers on the very
+same weights, and against float32.
+
+Tolerances, measured on SmolLM2 and stated here once:
+- the kernel's weights vs the file's (the float32 weights transformers loads): per weight within
+  the bfloat16 rounding of its block's scale and zero, 2**-9 * (8 |scale| + |zero|) plus one
+  bfloat16 rounding of the product through the kernel;
+- the lean int4 forward vs transformers in float32 on those same weights (and the same bfloat16
+  norms, embedding and head), so that only the activations' bfloat16 differs: per-position total
+  variation at most 0.08 (measured 0.047, mean 0.019), top-1 agreement at least 90 % (measured 51
+  of 53 positions), and where the top-1 differs the reference's two best are a near tie, within
+  0.05 of each other (measured 0.002 and 0.033);
+- int4 vs float32: per-position total variation at most 0.1 (measured 0.052; bfloat16 gives 0.067),
+  mean at most 0.03, top-1 agreement at least 95 % (measured 98 %).
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGUFReader, dequantize
+
+from playground import gguf_int4, models
+from playground.dtypes import cpu_has_native_bf16, resolve_weights
+from playground.engine import Request, in_dtype, run
+from playground.errors import InvalidRequest
+from playground.lean_llama import LeanCache
+from strategies.draft_tree import attention_mask, position_ids
+
+PROMPT = "Name three colours of the rainbow."
+pytestmark = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
+
+
+@pytest.fixture(scope="module")
+def int4(smollm):
+    return smollm.with_weights("int4")
+
+
+@pytest.fixture(scope="module")
+def tensors():
+    return {t.name: t for t in GGUFReader(str(models.gguf_path("smollm2-135m"))).tensors}
+
+
+def test_blocks_read_as_gguf_py_dequantises_them(tensors):
+    for name in ("blk.0.attn_q.weight", "blk.29.ffn_down.weight"):
+        tensor = tensors[name]
+        blocks = gguf_int4.read_blocks(tensor)
+        reference = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        assert np.array_equal(blocks.values, reference)
+        rows = blocks.q.shape[0]
+        kernel_form = ((blocks.q.reshape(rows, -1, 32) - 8) * blocks.scale[..., None] + blocks.zero[..., None])
+        assert np.allclose(kernel_form.reshape(rows, -1), reference, atol=1e-6)
+        assert blocks.q.min() >= 0 and blocks.q.max() <= 15
+
+
+def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors):
+    attn = smollm.model.model.layers[3].self_attn
+    blocks = gguf_int4.read_blocks(tensors["blk.3.attn_q.weight"])
+    # llama.cpp stores Q's rows in another order (its RoPE layout): the match undoes it
+    assert not np.array_equal(blocks.values, attn.q_proj.weight.detach().numpy())
+    matched = gguf_int4.match_rows(blocks, attn.q_proj.weight, "q")
+    assert np.array_equal(matched.values, attn.q_proj.weight.detach().numpy())
+    changed = attn.q_proj.weight.detach().clone()
+    changed[5, 0] += 1e-3
+    with pytest.raises(ValueError, match="row 5 of the loaded weight is not a row of the file's 4-bit blocks"):
+        gguf_int4.match_rows(blocks, changed, "q")
+    with pytest.raises(ValueError, match="not a 4-bit block type"):
+        gguf_int4.read_blocks(tensors["token_embd.weight"])  # Q8_0
+
+
+def test_the_kernel_multiplies_by_the_files_weights(smollm, int4, tensors):
+    layer, attn = int4.fast.layers[7], smollm.model.model.layers[7].self_attn
+    ours = layer.qkv.dequantised()
+    file_values = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
+    parts = [gguf_int4.match_rows(gguf_int4.read_blocks(tensors[f"blk.7.attn_{p}.weight"]), w, p)
+             for p, w in (("q", attn.q_proj.weight), ("k", attn.k_proj.weight), ("v", attn.v_proj.weight))]
+
+    def per_weight(values: list[np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate(values)).bfloat16().float().repeat_interleave(32, 1)
+
+    scale, zero = per_weight([p.scale for p in parts]), per_weight([p.zero for p in parts])
+    q = torch.from_numpy(np.concatenate([p.q for p in parts])).float()
+    kernel_form = (q - 8) * scale + zero  # with the scale and zero in bfloat16
+    assert torch.equal(ours, kernel_form.bfloat16().float())  # (read back through a bfloat16 product)
+    # the only rounding: scale and zero to bfloat16, each within 2**-8 of itself
+    assert ((kernel_form - file_values).abs() <= 2.0 ** -8 * (8 * scale.abs() + zero.abs())).all()
+    assert (kernel_form == file_values).float().mean().item() > 0.05  # and some weights come through exactly
+
+
+def test_the_int4_variant(smollm, int4, toy, gemma):
+    assert int4.weights == "int4" and int4.int4 and int4.dtype == torch.bfloat16
+    assert smollm.with_weights("int4") is int4 and smollm.with_weights("float32") is smollm
+    assert isinstance(int4.new_cache(), LeanCache)
+    assert all(isinstance(getattr(layer, m), gguf_int4.Int4Linear)
+               for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
+    # norms, embedding and head are the bfloat16 variant's, shared
+    assert int4.fast.head.data_ptr() == smollm.with_dtype(torch.bfloat16).fast.head.data_ptr()
+    packed = sum(getattr(layer, m).nbytes for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
+    dense = sum(p.numel() * 2 for layer in smollm.model.model.layers for p in layer.parameters() if p.dim() == 2)
+    assert packed / dense == 5 / 16  # 4 bits a weight and two bfloat16 per 32 against bfloat16's 16
+    for lm, why in ((toy, "not loaded from one"), (gemma, "llama models only")):
+        with pytest.raises(InvalidRequest, match=f"int4 weights are not available for {lm.key}: .*{why}"):
+            lm.with_weights("int4")
+
+
+def test_auto_picks_int4_where_it_runs(store, smollm):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    yes, no = (lambda: True), (lambda: False)
+    assert resolve_weights("int4", cpu, torch.float32, toy=False, has_int4=no) == "int4"
+    assert resolve_weights("bfloat16", cpu, torch.float32, toy=False, has_int4=yes) == "bfloat16"
+    assert resolve_weights("auto", cuda, torch.float16, toy=False, has_int4=yes) == "float16"
+    assert resolve_weights("auto", cpu, torch.float32, toy=True, has_int4=yes) == "float32"
+    native = resolve_weights("auto", cpu, torch.float32, toy=False, has_int4=yes)
+    assert native == ("int4" if cpu_has_native_bf16() else "float32")
+    assert resolve_weights("auto", cpu, torch.float32, toy=False, has_int4=no) == (
+        "bfloat16" if cpu_has_native_bf16() else "float32")
+    if cpu_has_native_bf16():
+        assert in_dtype(smollm, "auto").weights == "int4"
+        trace = run(store, Request("gemma3-270m", "greedy", "The sky is", max_new_tokens=2, dtype="auto"))
+        assert trace.to_dict()["dtype"] == "bfloat16"  # Gemma 3 is not a llama model: no int4
+
+
+def same_weights_in_float32(smollm, int4):
+    """transformers' float32 model with the int4 variant's weights: the kernel's matrices
+    dequantised, the bfloat16 norms, embedding and head."""
+    model = copy.deepcopy(smollm.model).to(torch.bfloat16).float()
+    for layer, lean in zip(model.model.layers, int4.fast.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = lean.qkv.dequantised().split([attn.q_proj.out_features, attn.k_proj.out_features,
+                                            attn.v_proj.out_features])
+        gate_up = lean.gate_up.dequantised().split(mlp.gate_proj.out_features)
+        for module, weight in ((attn.q_proj, qkv[0]), (attn.k_proj, qkv[1]), (attn.v_proj, qkv[2]),
+                               (attn.o_proj, lean.out.dequantised()), (mlp.gate_proj, gate_up[0]),
+                               (mlp.up_proj, gate_up[1]), (mlp.down_proj, lean.down.dequantised())):
+            module.weight.data.copy_(weight)
+    model.model.rotary_emb.inv_freq = smollm.model.model.rotary_emb.inv_freq.clone()
+    return model
+
+
+def tv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1)
+
+
+def test_lean_int4_is_transformers_on_the_same_weights(smollm, int4):
+    prompt = smollm.encode(PROMPT)
+    with torch.inference_mode():
+        ids = smollm.model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)
+        ref = same_weights_in_float32(smollm, int4)(input_ids=ids).logits[0].float()
+    ours = int4.forward(ids).logits[0]
+    assert tv(ours, ref).max().item() <= 0.08
+    differ = torch.nonzero(ours.argmax(-1) != ref.argmax(-1)).flatten()
+    assert len(differ) <= 0.1 * len(ours)
+    for i in differ:
+        best, second = ref[i].softmax(-1).topk(2).values.tolist()
+        assert best - second <= 0.05, (i, best, second)
+
+
+def test_int4_logits_close_to_float32(smollm, int4):
+    prompt = smollm.encode(PROMPT)
+    with torch.inference_mode():
+        ids = smollm.model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)
+    distance = tv(int4.forward(ids).logits[0], smollm.forward(ids).logits[0])
+    assert distance.max().item() <= 0.1 and distance.mean().item() <= 0.03
+    agree = (int4.forward(ids).logits[0].argmax(-1) == smollm.forward(ids).logits[0].argmax(-1)).float().mean()
+    assert agree.item() >= 0.95
+
+
+def test_cached_steps_crops_and_reorders_agree_with_one_pass(smollm, int4):
+    """Through the cache (prefill, steps, a cropped verify pass, a beam reorder) int4 gives what one
+    pass over the same text gives, within two bfloat16 steps at a logit of 16, and the same argmax."""
+    prompt = smollm.encode(PROMPT)
+    cache = int4.new_cache()
+    int4.forward(torch.tensor([prompt]), cache)
+    int4.forward(torch.tensor([[330, 1115, 42, 7]]), cache)
+    cache.crop(-2)  # keeps 330 1115
+    cache.reorder_cache(torch.zeros(2, dtype=torch.long))  # two beams of one row
+    stepped = int4.forward(torch.tensor([[12], [12]]), cache).logits[:, -1]
+    whole = int4.forward(torch.tensor([prompt + [330, 1115, 12]])).logits[0, -1]
+    for row in stepped:
+        assert (row - whole).abs().max().item() <= 0.125 and row.argmax() == whole.argmax()
+
+
+def test_a_draft_tree_pass_and_keep_on_the_lean_cache(smollm, int4):
+    """A tree of drafts in one pass gives each node what its own path gives, and ``keep`` leaves
+    the cache as if only the kept path had been fed."""
+    prompt = smollm.encode(PROMPT)
+    parents, tokens = [-1, 0, 0, 1], [330, 1115, 42, 7]  # node 0 the root; 1, 2 its children; 3 under 1
+    cache = int4.new_cache()
+    int4.forward(torch.tensor([prompt[:-1]]), cache)
+    past = cache.get_seq_length()
+    tree = int4.forward(torch.tensor([[prompt[-1]] + tokens[1:]]), cache, attention_mask=attention_mask(parents, past),
+                        position_ids=position_ids(parents, past)).logits[0]
+    alone = int4.forward(torch.tensor([prompt + [1115, 7]])).logits[0]
+    assert (tree[3] - alone[-1]).abs().max().item() <= 0.125 and tree[3].argmax() == alone[-1].argmax()
+    assert (tree[1] - alone[-2]).abs().max().item() <= 0.125
+    sibling = int4.forward(torch.tensor([prompt + [42]])).logits[0, -1]
+    assert (tree[2] - sibling).abs().max().item() <= 0.125 and tree[2].argmax() == sibling.argmax()
+    keys, values = cache.keys.clone(), cache.values.clone()
+    cache.keep(list(range(past)) + [past, past + 1, past + 3])  # the root, node 1, node 3
+    assert cache.get_seq_length() == len(prompt) + 2
+    n = past + 3
+    assert torch.equal(cache.keys[:, :, :, :n], torch.cat([keys[:, :, :, :past + 2], keys[:, :, :, past + 3:past + 4]], 3))
+    assert torch.equal(cache.values[:, :, :, :n], torch.cat([values[:, :, :, :past + 2],
+                                                             values[:, :, :, past + 3:past + 4]], 3))
+    after = int4.forward(torch.tensor([[5]]), cache).logits[0, -1]
+    fresh = int4.forward(torch.tensor([prompt + [1115, 7, 5]])).logits[0, -1]
+    assert after.argmax() == fresh.argmax()  # (passes of other shapes round otherwise in bfloat16: up to ~1)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int4"])
+def test_greedy_eagle_is_greedy_on_the_lean_forward(store, dtype):
+    """EAGLE's tree passes run on the lean forward too; its greedy text is the same weights' greedy."""
+    prompt = "Why do leaves change colour in autumn?"
+    plain = run(store, Request("smollm2-135m", "greedy", prompt, max_new_tokens=24, dtype=dtype))
+    eagle = run(store, Request("smollm2-135m", "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
+                                                                       "measure_baseline": False},
+                               max_new_tokens=24, dtype=dtype))
+    assert eagle.to_dict()["dtype"] == plain.to_dict()["dtype"] == dtype
+    assert eagle.token_ids == plain.token_ids
+    assert eagle.extra["speculative"]["rounds"] < len(eagle.tokens)
+
+
+def test_greedy_and_sampling_run_and_record_int4(store, smollm, int4):
+    greedy = run(store, Request("smollm2-135m", "greedy", PROMPT, max_new_tokens=12, dtype="int4"))
+    assert greedy.to_dict()["dtype"] == "int4"
+    # greedy is the argmax of the int4 forward at every step, recomputed here in one pass
+    ids = torch.tensor([greedy.prompt_ids + greedy.token_ids])
+    argmax = int4.forward(ids).logits[0, len(greedy.prompt_ids) - 1:-1].argmax(-1).tolist()
+    assert argmax == greedy.token_ids
+    a = run(store, Request("smollm2-135m", "sampling", PROMPT, {"temperature": 0.9}, seed=5, max_new_tokens=12,
+                           dtype="int4"))
+    b = run(store, Request("smollm2-135m", "sampling", PROMPT, {"temperature": 0.9}, seed=5, max_new_tokens=12,
+                           dtype="int4"))
+    assert a.token_ids == b.token_ids  # reproducible by seed
