@@ -381,7 +381,7 @@ class LM:
         spec = ModelSpec(f"{self.key}@{num_layers}", f"{self.spec.title}, first {num_layers} layers", "early_exit",
                          chat=self.spec.chat, numeric_prompt=self.spec.numeric_prompt)
         fast = self.fast.truncated(short, num_layers) if self.fast is not None else None
-        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache, fast=fast)
+        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache, fast=fast, int4=self.int4)
 
 
 @dataclass

@@ -96,6 +96,8 @@ def test_the_int4_variant(smollm, int4, toy, gemma):
     assert isinstance(int4.new_cache(), LeanCache)
     assert all(isinstance(getattr(layer, m), gguf_int4.Int4Linear)
                for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
+    short = int4.truncated(6)  # early exit: the first layers, still on the 4-bit blocks
+    assert short.weights == "int4" and isinstance(short.fast.layers[5].down, gguf_int4.Int4Linear)
     # norms, embedding and head are the bfloat16 variant's, shared
     assert int4.fast.head.data_ptr() == smollm.with_dtype(torch.bfloat16).fast.head.data_ptr()
     packed = sum(getattr(layer, m).nbytes for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
