@@ -74,7 +74,7 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
 
     def load(key: str) -> Any:
         lm = held.enter_context(store.use(key, progress)) if held is not None else store.get(key, progress)
-        return in_dtype(lm, req.dtype)
+        return in_dtype(lm, req.dtype, progress)
 
     lm = load(req.model)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
@@ -100,10 +100,10 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
             yield trace
 
 
-def in_dtype(lm: LM, name: str) -> LM:
+def in_dtype(lm: LM, name: str, progress: Progress | None = None) -> LM:
     """``lm`` with the weights ``name`` resolves to for it (playground.dtypes)."""
     return lm.with_weights(resolve_weights(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
-                                           has_int4=lambda: lm.int4_refusal() is None))
+                                           has_int4=lambda: lm.int4_refusal() is None), progress)
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:

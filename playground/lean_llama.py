@@ -118,10 +118,11 @@ class LeanLayer:
 class LeanLlama:
     """The decoder stack of a transformers ``LlamaForCausalLM`` as plain tensors.
 
-    ``forward(ids [batch, n], cache) -> (logits [batch, n, vocab] in the model dtype, hidden states)``.
+    ``forward(ids [batch, n], cache) -> (logits [batch, n, vocab], hidden states)``; the logits are in
+    the model dtype, or float32 from a head of two 4-bit planes (``playground.gguf_int4``).
     """
 
-    def __init__(self, model: Any, layers: list[LeanLayer] | None = None):
+    def __init__(self, model: Any, layers: list[LeanLayer] | None = None, head: Weight | None = None):
         cfg = model.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -129,7 +130,7 @@ class LeanLlama:
         base = model.model
         self.embed = base.embed_tokens.weight
         self.norm = base.norm.weight
-        self.head = model.lm_head.weight
+        self.head = model.lm_head.weight if head is None else head
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.inv_freq = base.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(base.rotary_emb, "attention_scaling", 1.0))
@@ -146,12 +147,13 @@ class LeanLlama:
 
     def truncated(self, model: Any, num_layers: int) -> "LeanLlama":
         """The first ``num_layers`` layers (shared tensors) with ``model``'s norm and head."""
-        return LeanLlama(model, self.layers[:num_layers])
+        return LeanLlama(model, self.layers[:num_layers], self.head)
 
-    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]]) -> "LeanLlama":
-        """The same norms, embedding and head with each layer's matrices replaced (``qkv``, ``out``,
-        ``gate_up``, ``down``: e.g. the GGUF file's 4-bit blocks)."""
-        return LeanLlama(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)])
+    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None) -> "LeanLlama":
+        """The same norms and embedding with each layer's matrices replaced (``qkv``, ``out``,
+        ``gate_up``, ``down``: e.g. the GGUF file's 4-bit blocks), and the head if given."""
+        return LeanLlama(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)],
+                         head)
 
     def new_cache(self) -> LeanCache:
         return LeanCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
@@ -163,7 +165,7 @@ class LeanLlama:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head: [..., d] -> [..., vocab] in the model dtype."""
-        return F.linear(self.rms_norm(hidden, self.norm), self.head)
+        return linear(self.rms_norm(hidden, self.norm), self.head)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [batch or 1, n, 1, head_dim] for positions [batch or 1, n]."""
@@ -212,7 +214,7 @@ class LeanLlama:
         cache.length = end
         if states is not None:
             states[-1] = self.rms_norm(x, self.norm)  # as transformers: the last entry is normed
-            return F.linear(states[-1], self.head), tuple(states)
+            return linear(states[-1], self.head), tuple(states)
         return self.logits(x), None
 
 

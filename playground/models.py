@@ -177,10 +177,13 @@ class LM:
                                           fast=fast)
             return self._variants[name]
 
-    def with_weights(self, name: str) -> "LM":
-        """This model with the weights ``name`` stands for: ``int4`` or a torch dtype's name."""
+    def with_weights(self, name: str, progress: Progress | None = None) -> "LM":
+        """This model with the weights ``name`` stands for: ``int4`` or a torch dtype's name. A copy
+        is made on first use (a few seconds, shown through ``progress``) and kept."""
         if name == self.weights:
             return self
+        if name not in self._variants and progress is not None:
+            progress(0.95, f"preparing {self.key}'s {name} weights (first use only)")
         if name != "int4":
             return self.with_dtype(getattr(torch, name))
         refusal = self.int4_refusal()
@@ -191,11 +194,12 @@ class LM:
                 base = self.with_dtype(torch.bfloat16)  # norms, embedding and head stay in bfloat16
                 try:
                     matrices = gguf_int4.llama_linears(self.model, gguf_path(self.key))
+                    head = gguf_int4.head_linear(self.model, gguf_path(self.key))
                 except ValueError as err:
                     raise InvalidRequest(f"int4 weights are not available for {self.key}: {err}") from None
                 spec = replace(self.spec, title=f"{self.spec.title} (int4)")
                 self._variants["int4"] = LM(spec, base.model, self.tokenizer, self.device, 0.0, self._piece_cache,
-                                            fast=base.fast.with_matrices(base.model, matrices), int4=True)
+                                            fast=base.fast.with_matrices(base.model, matrices, head), int4=True)
             return self._variants["int4"]
 
     def int4_refusal(self) -> str | None:

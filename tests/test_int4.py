@@ -1,18 +1,17 @@
-"""The int4 weights: SmolLM2's lean forward multiplying by its GGUF file's own Q4_1 blocks
-(``playground.gguf_int4``), against gguf-py's reading of the file, against transformers on the very
-same weights, and against float32.
+"""The int4 weights: SmolLM2's lean forward multiplying by its GGUF file's own blocks (Q4_1
+layers, the Q8_0 head as two 4-bit planes; ``playground.gguf_int4``), against gguf-py's reading of
+the file, against transformers on the very same weights, and against float32.
 
 Tolerances, measured on SmolLM2 and stated here once:
 - the kernel's weights vs the file's (the float32 weights transformers loads): per weight within
-  the bfloat16 rounding of its block's scale and zero, 2**-9 * (8 |scale| + |zero|) plus one
-  bfloat16 rounding of the product through the kernel;
+  the bfloat16 rounding of its block's scale and zero, 2**-8 * (8 |scale| + |zero|);
 - the lean int4 forward vs transformers in float32 on those same weights (and the same bfloat16
-  norms, embedding and head), so that only the activations' bfloat16 differs: per-position total
-  variation at most 0.08 (measured 0.047, mean 0.019), top-1 agreement at least 90 % (measured 51
+  norms and embedding), so that only the activations' bfloat16 differs: per-position total
+  variation at most 0.08 (measured 0.050, mean 0.019), top-1 agreement at least 90 % (measured 51
   of 53 positions), and where the top-1 differs the reference's two best are a near tie, within
-  0.05 of each other (measured 0.002 and 0.033);
-- int4 vs float32: per-position total variation at most 0.1 (measured 0.052; bfloat16 gives 0.067),
-  mean at most 0.03, top-1 agreement at least 95 % (measured 98 %).
+  0.05 of each other (measured 0.009 and 0.042);
+- int4 vs float32: per-position total variation at most 0.1 (measured 0.062, mean 0.019; bfloat16
+  gives 0.067 and 0.022), mean at most 0.03, top-1 agreement at least 95 % (measured 96 %).
 """
 from __future__ import annotations
 
@@ -44,16 +43,24 @@ def tensors():
     return {t.name: t for t in GGUFReader(str(models.gguf_path("smollm2-135m"))).tensors}
 
 
-def test_blocks_read_as_gguf_py_dequantises_them(tensors):
-    for name in ("blk.0.attn_q.weight", "blk.29.ffn_down.weight"):
-        tensor = tensors[name]
-        blocks = gguf_int4.read_blocks(tensor)
-        reference = dequantize(np.asarray(tensor.data), tensor.tensor_type)
-        assert np.array_equal(blocks.values, reference)
-        rows = blocks.q.shape[0]
-        kernel_form = ((blocks.q.reshape(rows, -1, 32) - 8) * blocks.scale[..., None] + blocks.zero[..., None])
-        assert np.allclose(kernel_form.reshape(rows, -1), reference, atol=1e-6)
-        assert blocks.q.min() >= 0 and blocks.q.max() <= 15
+def kernel_form(blocks: gguf_int4.Blocks) -> np.ndarray:
+    """The sum over planes of (q - 8) * scale + zero, per block of 32, in float32."""
+    planes, rows, cols = blocks.q.shape
+    q = blocks.q.reshape(planes, rows, -1, 32).astype(np.float32)
+    return ((q - 8) * blocks.scale[..., None] + blocks.zero[..., None]).sum(0).reshape(rows, cols)
+
+
+@pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.29.ffn_down.weight", "token_embd.weight"])
+def test_blocks_read_as_gguf_py_dequantises_them(tensors, name):
+    tensor = tensors[name]
+    blocks = gguf_int4.read_blocks(tensor)
+    reference = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+    assert np.array_equal(blocks.values, reference)
+    assert blocks.q.min() >= 0 and blocks.q.max() <= 15
+    assert len(blocks.q) == (2 if tensor.tensor_type.name == "Q8_0" else 1)
+    assert np.allclose(kernel_form(blocks), reference, rtol=1e-6, atol=1e-6)
+    if tensor.tensor_type.name == "Q8_0":  # the two planes are exact: d * q with d in float32 here
+        assert np.array_equal(kernel_form(blocks), reference)
 
 
 def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors):
@@ -65,10 +72,10 @@ def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors):
     assert np.array_equal(matched.values, attn.q_proj.weight.detach().numpy())
     changed = attn.q_proj.weight.detach().clone()
     changed[5, 0] += 1e-3
-    with pytest.raises(ValueError, match="row 5 of the loaded weight is not a row of the file's 4-bit blocks"):
+    with pytest.raises(ValueError, match="row 5 of the loaded weight is not a row of the file's blocks"):
         gguf_int4.match_rows(blocks, changed, "q")
-    with pytest.raises(ValueError, match="not a 4-bit block type"):
-        gguf_int4.read_blocks(tensors["token_embd.weight"])  # Q8_0
+    with pytest.raises(ValueError, match="is F32, not a block type the kernel takes"):
+        gguf_int4.read_blocks(tensors["blk.3.attn_norm.weight"])
 
 
 def test_the_kernel_multiplies_by_the_files_weights(smollm, int4, tensors):
@@ -81,8 +88,8 @@ def test_the_kernel_multiplies_by_the_files_weights(smollm, int4, tensors):
     def per_weight(values: list[np.ndarray]) -> torch.Tensor:
         return torch.from_numpy(np.concatenate(values)).bfloat16().float().repeat_interleave(32, 1)
 
-    scale, zero = per_weight([p.scale for p in parts]), per_weight([p.zero for p in parts])
-    q = torch.from_numpy(np.concatenate([p.q for p in parts])).float()
+    scale, zero = per_weight([p.scale[0] for p in parts]), per_weight([p.zero[0] for p in parts])
+    q = torch.from_numpy(np.concatenate([p.q[0] for p in parts])).float()
     kernel_form = (q - 8) * scale + zero  # with the scale and zero in bfloat16
     assert torch.equal(ours, kernel_form.bfloat16().float())  # (read back through a bfloat16 product)
     # the only rounding: scale and zero to bfloat16, each within 2**-8 of itself
@@ -98,8 +105,9 @@ def test_the_int4_variant(smollm, int4, toy, gemma):
                for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
     short = int4.truncated(6)  # early exit: the first layers, still on the 4-bit blocks
     assert short.weights == "int4" and isinstance(short.fast.layers[5].down, gguf_int4.Int4Linear)
-    # norms, embedding and head are the bfloat16 variant's, shared
-    assert int4.fast.head.data_ptr() == smollm.with_dtype(torch.bfloat16).fast.head.data_ptr()
+    # norms and embedding are the bfloat16 variant's, shared; the head is the file's Q8_0 as two planes
+    assert int4.fast.embed.data_ptr() == smollm.with_dtype(torch.bfloat16).fast.embed.data_ptr()
+    assert isinstance(int4.fast.head, gguf_int4.Int4Linear) and len(int4.fast.head.packed) == 2
     packed = sum(getattr(layer, m).nbytes for layer in int4.fast.layers for m in ("qkv", "out", "gate_up", "down"))
     dense = sum(p.numel() * 2 for layer in smollm.model.model.layers for p in layer.parameters() if p.dim() == 2)
     assert packed / dense == 5 / 16  # 4 bits a weight and two bfloat16 per 32 against bfloat16's 16
@@ -125,10 +133,15 @@ def test_auto_picks_int4_where_it_runs(store, smollm):
         assert trace.to_dict()["dtype"] == "bfloat16"  # Gemma 3 is not a llama model: no int4
 
 
-def same_weights_in_float32(smollm, int4):
+def same_weights_in_float32(smollm, int4, tensors):
     """transformers' float32 model with the int4 variant's weights: the kernel's matrices
-    dequantised, the bfloat16 norms, embedding and head."""
+    dequantised, the bfloat16 norms and embedding, and the head the kernel's two planes make of the
+    file's Q8_0 blocks (untied from the embedding)."""
     model = copy.deepcopy(smollm.model).to(torch.bfloat16).float()
+    head = gguf_int4.read_blocks(tensors["token_embd.weight"])  # Q8_0, rows in the model's order already
+    head.scale, head.zero = (torch.from_numpy(x).bfloat16().float().numpy() for x in (head.scale, head.zero))
+    model.lm_head = torch.nn.Linear(head.values.shape[1], head.values.shape[0], bias=False)
+    model.lm_head.weight.data = torch.from_numpy(kernel_form(head))
     for layer, lean in zip(model.model.layers, int4.fast.layers):
         attn, mlp = layer.self_attn, layer.mlp
         qkv = lean.qkv.dequantised().split([attn.q_proj.out_features, attn.k_proj.out_features,
@@ -146,11 +159,11 @@ def tv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 0.5 * (a.softmax(-1) - b.softmax(-1)).abs().sum(-1)
 
 
-def test_lean_int4_is_transformers_on_the_same_weights(smollm, int4):
+def test_lean_int4_is_transformers_on_the_same_weights(smollm, int4, tensors):
     prompt = smollm.encode(PROMPT)
     with torch.inference_mode():
         ids = smollm.model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, pad_token_id=0)
-        ref = same_weights_in_float32(smollm, int4)(input_ids=ids).logits[0].float()
+        ref = same_weights_in_float32(smollm, int4, tensors)(input_ids=ids).logits[0].float()
     ours = int4.forward(ids).logits[0]
     assert tv(ours, ref).max().item() <= 0.08
     differ = torch.nonzero(ours.argmax(-1) != ref.argmax(-1)).flatten()
@@ -213,25 +226,38 @@ def test_a_draft_tree_pass_and_keep_on_the_lean_cache(smollm, int4):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "int4"])
-def test_greedy_eagle_is_greedy_on_the_lean_forward(store, dtype):
-    """EAGLE's tree passes run on the lean forward too; its greedy text is the same weights' greedy."""
-    prompt = "Why do leaves change colour in autumn?"
+@pytest.mark.parametrize("prompt", ["Why do leaves change colour in autumn?", PROMPT])
+def test_greedy_eagle_is_greedy_on_the_lean_forward(store, dtype, prompt):
+    """EAGLE's tree passes run on the lean forward too. Each token it commits is the argmax of the
+    distribution it recorded for that step, and its text is the same weights' greedy text up to a
+    near tie: a pass over several tokens rounds bfloat16 activations otherwise than a one-token
+    step (in transformers as here), which moves probabilities by up to a few hundredths (measured
+    on these prompts: top two 0.339 / 0.299 in int4 where the tree pass took the second)."""
     plain = run(store, Request("smollm2-135m", "greedy", prompt, max_new_tokens=24, dtype=dtype))
     eagle = run(store, Request("smollm2-135m", "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
                                                                        "measure_baseline": False},
                                max_new_tokens=24, dtype=dtype))
     assert eagle.to_dict()["dtype"] == plain.to_dict()["dtype"] == dtype
-    assert eagle.token_ids == plain.token_ids
     assert eagle.extra["speculative"]["rounds"] < len(eagle.tokens)
+    for step, token in zip(eagle.steps, eagle.token_ids):
+        assert max(step.candidates, key=lambda c: c.raw_prob).id == token
+    first = next((i for i, (a, b) in enumerate(zip(eagle.token_ids, plain.token_ids)) if a != b), None)
+    if first is not None:
+        best, second = sorted(plain.steps[first].candidates, key=lambda c: -c.raw_prob)[:2]
+        assert best.raw_prob - second.raw_prob <= 0.05 and eagle.token_ids[first] == second.id, (first, best, second)
 
 
 def test_greedy_and_sampling_run_and_record_int4(store, smollm, int4):
     greedy = run(store, Request("smollm2-135m", "greedy", PROMPT, max_new_tokens=12, dtype="int4"))
     assert greedy.to_dict()["dtype"] == "int4"
-    # greedy is the argmax of the int4 forward at every step, recomputed here in one pass
-    ids = torch.tensor([greedy.prompt_ids + greedy.token_ids])
-    argmax = int4.forward(ids).logits[0, len(greedy.prompt_ids) - 1:-1].argmax(-1).tolist()
-    assert argmax == greedy.token_ids
+    # greedy is the argmax of the int4 forward at every step, recomputed here through a fresh cache
+    cache = int4.new_cache()
+    logits = int4.forward(torch.tensor([greedy.prompt_ids]), cache).logits[0, -1]
+    for step, token in zip(greedy.steps, greedy.token_ids):
+        assert int(logits.argmax()) == token
+        recorded = next(c.raw_prob for c in step.candidates if c.id == token)
+        assert abs(logits.softmax(-1)[token].item() - recorded) <= 1e-6
+        logits = int4.forward(torch.tensor([[token]]), cache).logits[0, -1]
     a = run(store, Request("smollm2-135m", "sampling", PROMPT, {"temperature": 0.9}, seed=5, max_new_tokens=12,
                            dtype="int4"))
     b = run(store, Request("smollm2-135m", "sampling", PROMPT, {"temperature": 0.9}, seed=5, max_new_tokens=12,
