@@ -22,20 +22,21 @@ row, by exact value; a matrix that does not match exactly is refused, never gues
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-GROUP = 32  # weights per block along a row, in Q4_0, Q4_1 and Q8_0 alike
-# bytes per block: float16 d (Q4_1: and m), then 16 bytes of packed nibbles (Q8_0: 32 int8)
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
-FOUR_BIT = ("Q4_0", "Q4_1")
-# transformers' llama module names -> the GGUF tensor names of one layer
-LLAMA_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+from playground.gguf_tensors import tensor_table
+
+GROUP = 32  # the kernel's group: one scale and zero per 32 weights along a row
+# bytes per block of each type the kernel takes (Q4_K: a super-block of 256 weights, 8 groups of 32)
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q4_K": 144, "Q5_0": 22, "Q8_0": 34}
+# transformers' module names (llama and Gemma 3 alike) -> the GGUF tensor names of one layer
+LAYER_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
                "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
 
 
@@ -61,44 +62,85 @@ class Blocks:
 
 
 def read_blocks(tensor: Any) -> Blocks:
-    """The blocks of one gguf-py ``ReaderTensor`` of type Q4_0, Q4_1 or Q8_0.
+    """The blocks of one ``GGUFTensor`` (``playground.gguf_tensors``) of a type in ``BLOCK_BYTES``, as 4-bit planes.
 
-    Q8_0 (weight = d * q, q in -128..127) becomes two 4-bit planes: with u = q + 128 = 16 h + l,
-    d * q = 16 d (h - 8) + (d (l - 8) + 8 d), so plane one has scale 16 d and zero 0, plane two
-    scale d and zero 8 d; both are exact once d is in bfloat16 (16 d and 8 d only shift its exponent)."""
-    kind = tensor.tensor_type.name
+    Q4_0, Q4_1 and Q4_K (whose 6-bit group scales and minimums make d * sc and dmin * m per group of
+    32) are one plane. Q8_0 (weight = d * q, q in -128..127) is two: with u = q + 128 = 16 h + l,
+    d * q = 16 d (h - 8) + (d (l - 8) + 8 d), so plane one has scale 16 d and zero 0, plane two scale
+    d and zero 8 d. Q5_0 (weight = d * (q - 16), q = 16 h + l in 0..31) is two as well: plane one
+    the high bit h with scale 16 d and zero 128 d, plane two the low nibble l with scale d and
+    zero -8 d. Those split scales and zeros are exact once d is in bfloat16 (powers of two times d)."""
+    kind = tensor.kind
     if kind not in BLOCK_BYTES:
         raise ValueError(f"{tensor.name} is {kind}, not a block type the kernel takes ({', '.join(BLOCK_BYTES)})")
     data = np.asarray(tensor.data)
     rows = data.shape[0]
     blocks = data.reshape(rows, -1, BLOCK_BYTES[kind])
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)  # [rows, blocks]
-    if kind == "Q8_0":
+    d = _f16(blocks, 0)  # [rows, blocks]
+    if kind == "Q4_K":
+        q, scale, zero, values = _q4_k(blocks, d)
+    elif kind == "Q8_0":
         signed = blocks[..., 2:].copy().view(np.int8).astype(np.int32)  # [rows, blocks, 32]
         u = signed + 128
         q = np.stack([u >> 4, u & 15])
         scale, zero = np.stack([16 * d, d]), np.stack([np.zeros_like(d), 8 * d])
         values = d[..., None] * signed.astype(np.float32)
+    elif kind == "Q5_0":
+        high = blocks[..., 2:6].copy().view(np.uint32)  # [rows, blocks, 1]: bit j is weight j's fifth bit
+        h = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32)
+        low = _nibbles(blocks[..., 6:])
+        q = np.stack([h, low])
+        scale, zero = np.stack([16 * d, d]), np.stack([128 * d, -8 * d])
+        values = d[..., None] * ((16 * h + low).astype(np.int8) - np.int8(16)).astype(np.float32)
     else:
-        packed = blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:]
-        # byte j of a block holds weight j in its low nibble and weight j + 16 in its high nibble
-        nibbles = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int32)  # [rows, blocks, 32]
+        nibbles = _nibbles(blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:])
         qf = nibbles.astype(np.float32)
         q = nibbles[None]
         if kind == "Q4_1":
-            m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+            m = _f16(blocks, 2)
             values, scale, zero = d[..., None] * qf + m[..., None], d[None], (m + 8 * d)[None]
         else:
             values, scale, zero = (qf - 8) * d[..., None], d[None], np.zeros_like(d)[None]
-    return Blocks(q.reshape(len(q), rows, -1), scale, zero, values.reshape(rows, -1))
+    planes = len(q)
+    return Blocks(q.reshape(planes, rows, -1), scale.reshape(planes, rows, -1), zero.reshape(planes, rows, -1),
+                  values.reshape(rows, -1))
+
+
+def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
+    return blocks[..., offset:offset + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+
+def _nibbles(packed: np.ndarray) -> np.ndarray:
+    """16 bytes -> 32 weights: byte j holds weight j in its low nibble and weight j + 16 in its high one."""
+    return np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int32)
+
+
+def _q4_k(blocks: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Q4_K super-blocks (d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles) as
+    one plane of groups of 32: scale d * sc, zero 8 d * sc - dmin * m (gguf-py: d * sc * q - dmin * m)."""
+    rows, supers = d.shape
+    dmin = _f16(blocks, 2)
+    packed = blocks[..., 4:16].reshape(rows, supers, 3, 4)
+    a, b, c = packed[..., 0, :], packed[..., 1, :], packed[..., 2, :]
+    sc = np.concatenate([a & 0x3F, (c & 0x0F) | ((a >> 2) & 0x30)], axis=-1).astype(np.float32)  # [rows, supers, 8]
+    mn = np.concatenate([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], axis=-1).astype(np.float32)
+    # 4 chunks of 32 bytes; chunk c's low nibbles are group 2c, its high nibbles group 2c + 1
+    chunks = blocks[..., 16:].reshape(rows, supers, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
+    q = (chunks & 15).reshape(rows, supers, 8, 32).astype(np.int32)
+    group_scale = d[..., None] * sc  # [rows, supers, 8]
+    group_min = dmin[..., None] * mn
+    values = group_scale[..., None] * q.astype(np.float32) - group_min[..., None]
+    return q.reshape(1, rows, -1), group_scale.reshape(1, rows, -1), (8 * group_scale - group_min).reshape(1, rows, -1), values
 
 
 def match_rows(blocks: Blocks, weight: torch.Tensor, name: str) -> Blocks:
     """``blocks`` in the row order of ``weight`` (float32, the loaded model's), matched by exact value."""
-    index = {blocks.values[i].tobytes(): i for i in range(len(blocks.values))}
     w = weight.detach().to("cpu", torch.float32).numpy()
     if w.shape != blocks.values.shape:
         raise ValueError(f"{name}: the file's matrix is {blocks.values.shape}, the model's {w.shape}")
+    if np.array_equal(w, blocks.values):
+        return blocks
+    index = {blocks.values[i].tobytes(): i for i in range(len(blocks.values))}
     order = [index.get(w[i].tobytes(), -1) for i in range(len(w))]
     if -1 in order:
         raise ValueError(f"{name}: row {order.index(-1)} of the loaded weight is not a row of the file's blocks")
@@ -108,10 +150,13 @@ def match_rows(blocks: Blocks, weight: torch.Tensor, name: str) -> Blocks:
 class Int4Linear:
     """``x @ W.T`` for a matrix of 4-bit planes, through torch's CPU int4 kernel (bfloat16 activations).
 
-    One plane gives a bfloat16 product, as a dense bfloat16 matrix would; with two planes (Q8_0)
-    the two bfloat16 products are added in float32 and the result is float32."""
+    Each plane's product is bfloat16, as a dense bfloat16 matrix's would be; two planes (Q8_0, Q5_0)
+    are added in float32. The result is bfloat16, or float32 with ``float_out`` (the LM head: logits)."""
 
-    def __init__(self, parts: list[Blocks]):
+    def __init__(self, parts: list[Blocks], float_out: bool = False):
+        self.float_out = float_out
+        planes = max(len(p.q) for p in parts)
+        parts = [_padded(p, planes) for p in parts]
         q = np.concatenate([p.q for p in parts], axis=1)
         scale = np.concatenate([p.scale for p in parts], axis=1)
         zero = np.concatenate([p.zero for p in parts], axis=1)
@@ -128,6 +173,7 @@ class Int4Linear:
         for packed, scales_zeros in zip(self.packed, self.scales_zeros):
             part = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, GROUP, scales_zeros)
             y = part if y is None else y.float() + part
+        y = y.float() if self.float_out else y.to(torch.bfloat16)
         return y.view(*shape[:-1], self.out_features)
 
     def dequantised(self) -> torch.Tensor:
@@ -141,46 +187,55 @@ class Int4Linear:
         return sum(p.numel() * p.element_size() + s.numel() * 2 for p, s in zip(self.packed, self.scales_zeros))
 
 
-@lru_cache(maxsize=8)
-def _reader(path: str) -> Any:
-    from gguf import GGUFReader
-    return GGUFReader(path)
+def _padded(blocks: Blocks, planes: int) -> Blocks:
+    """``blocks`` with planes of zeros added (q = 8, scale and zero 0) up to ``planes``."""
+    extra = planes - len(blocks.q)
+    if extra == 0:
+        return blocks
+    pad = np.zeros((extra, *blocks.scale.shape[1:]), np.float32)
+    return Blocks(np.concatenate([blocks.q, np.full((extra, *blocks.q.shape[1:]), 8, np.int32)]),
+                  np.concatenate([blocks.scale, pad]), np.concatenate([blocks.zero, pad]), blocks.values)
 
 
-def llama_layers_are_4bit(path: Path, num_layers: int) -> bool:
-    """Whether every matrix of the ``num_layers`` layers is stored in 4-bit blocks in the file."""
+def has_blocks(path: Path) -> bool:
+    """Whether the file stores its head or any layer matrix in a type the kernel takes."""
     try:
-        tensors = {t.name: t.tensor_type.name for t in _reader(str(path)).tensors}
-    except Exception:  # a file gguf-py cannot read has no usable blocks
+        tensors = tensor_table(str(path))
+    except (OSError, ValueError, struct.error):  # a file that cannot be read has no usable blocks
         return False
-    return all(tensors.get(f"blk.{i}.{name}.weight") in FOUR_BIT
-               for i in range(num_layers) for name in LLAMA_NAMES.values())
+    names = {f".{n}.weight" for n in LAYER_NAMES.values()}
+    return any(t.kind in BLOCK_BYTES and (name in ("output.weight", "token_embd.weight")
+                                          or (name.startswith("blk.") and name[name.index(".", 4):] in names))
+               for name, t in tensors.items())
 
 
-def llama_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
-    """Per layer of a transformers llama model: ``qkv``, ``out``, ``gate_up`` and ``down`` as
-    Int4Linear over the file's blocks, Q/K/V and gate/up stacked as the lean forward stacks them."""
-    tensors = {t.name: t for t in _reader(str(path)).tensors}
+def layer_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
+    """Per layer of a transformers llama or Gemma 3 model: those of ``qkv``, ``out``, ``gate_up`` and
+    ``down`` whose every part the file stores in a block type the kernel takes, as Int4Linear over
+    the file's blocks (Q/K/V and gate/up stacked as the lean forwards stack them). A matrix left out
+    stays as it is (bfloat16)."""
+    tensors = tensor_table(str(path))
+    stacks = {"qkv": ("q_proj", "k_proj", "v_proj"), "out": ("o_proj",), "gate_up": ("gate_proj", "up_proj"),
+              "down": ("down_proj",)}
     layers = []
     for i, layer in enumerate(model.model.layers):
         modules = {**dict(layer.self_attn.named_children()), **dict(layer.mlp.named_children())}
-
-        def blocks(module: str) -> Blocks:
-            name = f"blk.{i}.{LLAMA_NAMES[module]}.weight"
-            return match_rows(read_blocks(tensors[name]), modules[module].weight, name)
-
-        layers.append({"qkv": Int4Linear([blocks("q_proj"), blocks("k_proj"), blocks("v_proj")]),
-                       "out": Int4Linear([blocks("o_proj")]),
-                       "gate_up": Int4Linear([blocks("gate_proj"), blocks("up_proj")]),
-                       "down": Int4Linear([blocks("down_proj")])})
+        matrices = {}
+        for stack, parts in stacks.items():
+            names = [f"blk.{i}.{LAYER_NAMES[part]}.weight" for part in parts]
+            if all(name in tensors and tensors[name].kind in BLOCK_BYTES for name in names):
+                matrices[stack] = Int4Linear([match_rows(read_blocks(tensors[name]), modules[part].weight, name)
+                                              for name, part in zip(names, parts)])
+        layers.append(matrices)
     return layers
 
 
 def head_linear(model: Any, path: Path) -> Int4Linear | None:
     """The LM head over the file's blocks (its ``output`` tensor, or the token embedding it is tied
     to), or None when the file stores it in a type the kernel does not take."""
-    tensors = {t.name: t for t in _reader(str(path)).tensors}
+    tensors = tensor_table(str(path))
     tensor = tensors.get("output.weight") or tensors.get("token_embd.weight")
-    if tensor is None or tensor.tensor_type.name not in BLOCK_BYTES:
+    if tensor is None or tensor.kind not in BLOCK_BYTES:
         return None
-    return Int4Linear([match_rows(read_blocks(tensor), model.get_output_embeddings().weight, tensor.name)])
+    return Int4Linear([match_rows(read_blocks(tensor), model.get_output_embeddings().weight, tensor.name)],
+                      float_out=True)

@@ -28,6 +28,7 @@ from playground.errors import InvalidRequest
 from playground import gguf_int4
 from playground.dtypes import cast_model, dtype_name
 from playground.hub_size import SizeCap, cap_from_env
+from playground.lean_gemma import LeanGemma
 from playground.lean_llama import LeanCache, LeanLlama
 from playground.model_keys import KeyPolicy, check_key
 from playground.residency import MemoryBudget, Residency
@@ -71,6 +72,14 @@ DEFAULT_MODEL = "smollm2-135m"
 
 def on_space() -> bool:
     return bool(os.environ.get("SPACE_ID"))
+
+
+def lean_forward(model: Any) -> Any:
+    """The lean forward over a transformers model's own weights (llama, Gemma 3), or None."""
+    for lean in (LeanLlama, LeanGemma):
+        if lean.supports(model):
+            return lean(model)
+    return None
 
 
 def loads_from_gguf(spec: "ModelSpec") -> bool:
@@ -145,6 +154,7 @@ class LM:
     int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.gguf_int4)
     _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
     _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _variants_info: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -171,7 +181,7 @@ class LM:
             name = dtype_name(dtype)
             if name not in self._variants:
                 model = cast_model(self.model, dtype)
-                fast = LeanLlama(model) if dtype == torch.bfloat16 and LeanLlama.supports(model) else None
+                fast = lean_forward(model) if dtype == torch.bfloat16 else None
                 spec = replace(self.spec, title=f"{self.spec.title} ({name})")
                 self._variants[name] = LM(spec, model, self.tokenizer, self.device, 0.0, self._piece_cache,
                                           fast=fast)
@@ -193,7 +203,7 @@ class LM:
             if "int4" not in self._variants:
                 base = self.with_dtype(torch.bfloat16)  # norms, embedding and head stay in bfloat16
                 try:
-                    matrices = gguf_int4.llama_linears(self.model, gguf_path(self.key))
+                    matrices = gguf_int4.layer_linears(self.model, gguf_path(self.key))
                     head = gguf_int4.head_linear(self.model, gguf_path(self.key))
                 except ValueError as err:
                     raise InvalidRequest(f"int4 weights are not available for {self.key}: {err}") from None
@@ -203,18 +213,23 @@ class LM:
             return self._variants["int4"]
 
     def int4_refusal(self) -> str | None:
-        """Why this model cannot run on its GGUF file's 4-bit blocks here, or None when it can."""
+        """Why this model cannot run on its GGUF file's blocks here, or None when it can (asked once)."""
         if self.int4:
             return None
+        if "int4_refusal" not in self._variants_info:
+            self._variants_info["int4_refusal"] = self._int4_refusal()
+        return self._variants_info["int4_refusal"]
+
+    def _int4_refusal(self) -> str | None:
         why = None
         if self.device.type != "cpu" or not gguf_int4.kernel_available():
             why = f"they run on the CPU through torch's int4 kernel; this model is on {self.device.type}"
         elif self.dtype != torch.float32 or not loads_from_gguf(self.spec):
             why = "they come from the model's GGUF file, and this model was not loaded from one"
-        elif not LeanLlama.supports(self.model):
-            why = f"the lean forward takes llama models only; {self.key} is {self.model.config.model_type}"
-        elif not gguf_int4.llama_layers_are_4bit(gguf_path(self.key), self.num_layers):
-            why = "its GGUF file does not store every layer matrix in 4-bit blocks (Q4_0 or Q4_1)"
+        elif not any(lean.supports(self.model) for lean in (LeanLlama, LeanGemma)):
+            why = f"the lean forward takes llama and Gemma 3 models only; {self.key} is {self.model.config.model_type}"
+        elif not gguf_int4.has_blocks(gguf_path(self.key)):
+            why = f"its GGUF file stores no matrix in a block type the kernel takes ({', '.join(gguf_int4.BLOCK_BYTES)})"
         return None if why is None else (f"int4 weights are not available for {self.key}: {why}; "
                                          f"use float32 or bfloat16")
 

@@ -17,7 +17,9 @@ def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: in
     """The step's top-n by the model's own probability, the top-n after the chain, and the chosen
     token; ordered by final probability, then raw probability. Inputs are [vocab]."""
     n = min(top_n, raw_probs.shape[-1])
-    ids = set(torch.topk(raw_probs, n).indices.tolist()) | set(torch.topk(final_probs, n).indices.tolist())
+    ids = set(torch.topk(raw_probs, n).indices.tolist())
+    if final_probs is not raw_probs:  # a chain that changed nothing passes the same tensor
+        ids |= set(torch.topk(final_probs, n).indices.tolist())
     ids.add(int(chosen))
     ids = list(ids)
     idx = torch.tensor(ids, device=raw_probs.device)
@@ -34,8 +36,12 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
     without one records its kept flags only."""
     raw, final = stages[0], stages[-1]
     raw_logp = raw.float().log_softmax(-1)
-    final_logp = final.float().log_softmax(-1)
-    raw_probs, final_probs = raw_logp.exp(), final_logp.exp()
+    raw_probs = raw_logp.exp()
+    if final is raw:  # no transform: the same numbers, computed once
+        final_logp, final_probs = raw_logp, raw_probs
+    else:
+        final_logp = final.float().log_softmax(-1)
+        final_probs = final_logp.exp()
     ids = candidate_ids(raw_probs, final_probs, chosen, top_n)
     idx = torch.tensor(ids, device=raw.device)
     kept = torch.isfinite(final[idx]).tolist()
@@ -55,7 +61,8 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
             recorded.append(Stage(name, logits.float().softmax(-1)[idx].tolist(), alive[idx].tolist(),
                                   int(alive.sum()), decision_record(decision, ids, idx)))
     step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
-                entropy=float(entropy(final)), raw_entropy=float(entropy(raw)))
+                entropy=float(entropy(final, final_logp, final_probs)),
+                raw_entropy=float(entropy(raw, raw_logp, raw_probs)))
     token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))
     return step, token
 
