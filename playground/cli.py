@@ -36,9 +36,10 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop decoding after this many seconds, keeping the trace so far (default: no limit)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default="auto", help=f"weights: {', '.join(DTYPES)} (int4: the GGUF file's own 4-bit "
-                   "blocks, llama models on the CPU; auto: int4 where it runs, else bfloat16, on CPUs with native "
-                   "bfloat16; the dtype loaded on GPUs; float32 elsewhere and for toy models)")
+    p.add_argument("--dtype", default="auto",
+                   help=f"weights: {', '.join(DTYPES)} (int4: the GGUF file's own blocks through the int4 "
+                        "kernel, SmolLM2 and Gemma 3 on the CPU; auto: int4 where it runs, else bfloat16, on "
+                        "CPUs with native bfloat16; the dtype loaded on GPUs; float32 elsewhere and for toy models)")
     p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
     p.add_argument("--png", metavar="FILE", help="write the per-step distribution chart as PNG (kaleido)")

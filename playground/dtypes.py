@@ -2,14 +2,15 @@
 
 ``float32`` is the reference: the transformers model exactly as loaded. ``bfloat16`` halves the
 bytes read per token; on a CPU with native bfloat16 instructions (AVX512-BF16, AMX) that is the
-fast path, and llama-family models then also run through ``playground.lean_llama``. ``int4`` is
-that lean forward multiplying by the GGUF file's own 4-bit blocks (``playground.gguf_int4``): the
-weights llama.cpp reads from the same file, a quarter of bfloat16's bytes; norms, embedding and
-head stay bfloat16. Whatever the weights, logits reach the transform chain in float32.
+fast path, and llama and Gemma 3 models then also run through a lean forward
+(``playground.lean_llama``, ``playground.lean_gemma``). ``int4`` is that lean forward multiplying
+by the GGUF file's own blocks (``playground.gguf_int4``): the weights llama.cpp reads from the same
+file, about a third of bfloat16's bytes; norms and the embedding lookup stay bfloat16. Whatever the
+weights, logits reach the transform chain in float32.
 
 ``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU with native
-bfloat16, ``int4`` for a model whose GGUF file has 4-bit layers the lean forward can take and
-bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32 (their known
+bfloat16, ``int4`` for a model loaded from a GGUF file with blocks the kernel takes and a lean
+forward, bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32 (their known
 branch probabilities are what they teach, and they are too small to gain anything).
 """
 from __future__ import annotations

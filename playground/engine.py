@@ -96,7 +96,7 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
         spec, params, ctx = prepare(store, req, progress, held, budget)
         dtype = ctx.lm.weights
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
-            trace.extra["dtype"] = dtype  # the weights (a dtype or int4); logits reach the chain in float32 whatever they are
+            trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
             yield trace
 
 

@@ -130,7 +130,8 @@ def _q4_k(blocks: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
     group_scale = d[..., None] * sc  # [rows, supers, 8]
     group_min = dmin[..., None] * mn
     values = group_scale[..., None] * q.astype(np.float32) - group_min[..., None]
-    return q.reshape(1, rows, -1), group_scale.reshape(1, rows, -1), (8 * group_scale - group_min).reshape(1, rows, -1), values
+    zero = 8 * group_scale - group_min
+    return q.reshape(1, rows, -1), group_scale.reshape(1, rows, -1), zero.reshape(1, rows, -1), values
 
 
 def match_rows(blocks: Blocks, weight: torch.Tensor, name: str) -> Blocks:

@@ -27,8 +27,7 @@ from playground.lean_llama import LeanCache, Weight, _rebind, _rotate_half, line
 class GemmaLayer:
     input_norm: torch.Tensor  # [d], each norm as (1 + weight) in float32
     qkv: Weight  # [(heads + 2 kv_heads) * head_dim, d]
-    q_norm: torch.Tensor  # [head_dim]
-    k_norm: torch.Tensor  # [head_dim]
+    qk_norm: torch.Tensor  # [heads + kv_heads, 1, head_dim]: Q's norm for each query head, then K's
     out: Weight  # [d, heads * head_dim]
     post_attn_norm: torch.Tensor
     pre_mlp_norm: torch.Tensor
@@ -135,8 +134,8 @@ class LeanGemma:
         for i, layer in enumerate(self.layers):
             h = self.rms_norm(x, layer.input_norm)
             qkv = linear(h, layer.qkv).view(batch, n, groups, self.head_dim).transpose(1, 2)
-            q = self.rms_norm(qkv[:, : self.heads], layer.q_norm)
-            k = self.rms_norm(qkv[:, self.heads: self.heads + self.kv_heads], layer.k_norm)
+            qk = self.rms_norm(qkv[:, : self.heads + self.kv_heads], layer.qk_norm)  # per head, Q's and K's at once
+            q, k = qk[:, : self.heads], qk[:, self.heads:]
             cos, sin = ropes[layer.sliding]
             q = q * cos + _rotate_half(q) * sin
             cache.keys[i, :, :, start:end] = k * cos + _rotate_half(k) * sin
@@ -173,7 +172,10 @@ def _stack(layer: Any, sliding: bool) -> GemmaLayer:
     gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
     _rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
     _rebind([mlp.gate_proj, mlp.up_proj], gate_up)
-    return GemmaLayer(_norm_weight(layer.input_layernorm), qkv, _norm_weight(attn.q_norm), _norm_weight(attn.k_norm),
+    heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
+    qk_norm = torch.cat([_norm_weight(attn.q_norm).expand(heads, 1, -1),
+                         _norm_weight(attn.k_norm).expand(kv_heads, 1, -1)])
+    return GemmaLayer(_norm_weight(layer.input_layernorm), qkv, qk_norm,
                       attn.o_proj.weight.detach(), _norm_weight(layer.post_attention_layernorm),
                       _norm_weight(layer.pre_feedforward_layernorm), gate_up, mlp.down_proj.weight.detach(),
                       _norm_weight(layer.post_feedforward_layernorm), sliding)
