@@ -1,6 +1,6 @@
 """EAGLE drafts against plain decoding and the other drafts: tau and honest wall-clock ratios.
 
-    .venv/bin/python bench/bench_eagle.py [--model smollm2-135m] [--tokens 48] [--quick]
+    .venv/bin/python bench/bench_eagle.py [--model smollm2-135m] [--tokens 48] [--dtype float32] [--quick]
 
 ``--quick`` runs toy with its shipped head on its held-out prompts (seconds; what the tests run).
 Otherwise the model's held-out prompts from its head record (prompts its training never saw).
@@ -36,12 +36,13 @@ CONFIGS = [  # (label, params)
 ]
 
 
-def measure(store: ModelStore, model: str, prompts: list[str], params: dict, tokens: int) -> tuple[float, float]:
+def measure(store: ModelStore, model: str, prompts: list[str], params: dict, tokens: int,
+            dtype: str = "float32") -> tuple[float, float]:
     """(mean tau, geometric mean of plain / speculative wall-clock) over ``prompts``."""
     taus, logs = [], []
     for prompt in prompts:
         trace = run(store, Request(model, "speculative", prompt, {"measure_baseline": True, **params}, seed=0,
-                                   max_new_tokens=tokens))
+                                   max_new_tokens=tokens, dtype=dtype))
         taus.append(len(trace.tokens) / trace.extra["speculative"]["verify_passes"])
         logs.append(math.log(trace.timing.extra["speculative"]["measured_speedup"]))
     return sum(taus) / len(taus), math.exp(sum(logs) / len(logs))
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dtype", default="float32", help="the target's weights: auto, float32, bfloat16 or int4")
     args = ap.parse_args()
     model = "toy" if args.quick else args.model
     tokens = 16 if args.quick else args.tokens
@@ -62,7 +64,7 @@ def main() -> None:
         for label, params in CONFIGS:
             if params.get("eagle_tree") == "dynamic" and temperature:
                 continue
-            tau, ratio = measure(store, model, prompts, {"temperature": temperature, **params}, tokens)
+            tau, ratio = measure(store, model, prompts, {"temperature": temperature, **params}, tokens, args.dtype)
             print(f"{model}: T={temperature:g} {label:28s} tau {tau:.2f}  plain / speculative wall-clock ratio, "
                   f"geometric mean over {len(prompts)} prompts: {ratio:.2f}x", flush=True)
 
