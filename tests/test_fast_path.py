@@ -198,10 +198,12 @@ def test_beam_search_matches_transformers_in_bfloat16(store, fast):
     assert trace.beam["counters"]["cache_reorders"] > 0
 
 
-def test_sampler_statistics_hold_on_bfloat16_logits(smollm, fast):
-    """The multinomial selector after top-k on the lean path's first-step logits draws from exactly
-    the chained distribution (chi-square over the kept tokens, 20,000 draws, fixed seed)."""
-    logits = fast.forward(torch.tensor([smollm.encode(PROMPT)])).logits[0, -1]
+@pytest.mark.parametrize("weights", ["bfloat16", "int4"])
+def test_sampler_statistics_hold_on_the_lean_paths_logits(smollm, weights):
+    """The multinomial selector after top-k on the lean path's first-step logits (bfloat16 and the
+    GGUF file's int4 blocks) draws from exactly the chained distribution (chi-square over the kept
+    tokens, 20,000 draws, fixed seed)."""
+    logits = smollm.with_weights(weights).forward(torch.tensor([smollm.encode(PROMPT)])).logits[0, -1]
     context = torch.zeros((1, 0), dtype=torch.long)
     final = apply_chain(build_chain(ChainParams(temperature=1.3, top_k=40)), logits[None], context)[0]
     expected = final.softmax(-1).double().numpy()
