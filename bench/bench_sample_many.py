@@ -52,7 +52,7 @@ def main() -> None:
     n, replays = (100, 3) if args.quick else (args.n, args.replays)
     torch.set_num_threads(args.threads)
     store = ModelStore("cpu")
-    lm = in_dtype(store.get("smollm2-135m"), args.dtype)  # generate() runs in the same dtype
+    lm = in_dtype(store.get("smollm2-135m"), args.dtype)  # generate() runs lm.model: for int4, its bfloat16 copy
     req = Request("smollm2-135m", "sampling", PROMPT, {}, seed=0, max_new_tokens=args.tokens, dtype=args.dtype)
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, torch threads {args.threads}, "
           f"dtype {args.dtype}")

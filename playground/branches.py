@@ -37,13 +37,7 @@ def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[in
     n = len(trace.get("tokens") or [])
     if n == 0:
         raise InvalidRequest("generate a run first: a branch continues it")
-    try:
-        ok = float(step).is_integer() and 0 <= int(step) < n
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise InvalidRequest(f"step must be an integer in [0, {n - 1}], got {step}")
-    k = int(step)
+    k = _index(step, n, "step")
     token = token.strip() if isinstance(token, str) and token.strip().isdigit() else token
     if token in ("", None):
         raise InvalidRequest("token must be a token id or text that is one token, got nothing")
@@ -161,13 +155,18 @@ def undo(tree: Tree | None) -> Tree:
 def pick(tree: Tree | None, index: Any) -> Tree:
     """The tree with node ``index`` current."""
     n = len(tree["nodes"]) if tree and tree.get("nodes") else 0
+    return {"nodes": tree["nodes"], "current": _index(index, n, "branch")}
+
+
+def _index(value: Any, n: int, what: str) -> int:
+    """``value`` as an integer in [0, n - 1], or InvalidRequest naming ``what`` and the range."""
     try:
-        ok = float(index).is_integer() and 0 <= int(index) < n
+        ok = float(value).is_integer() and 0 <= int(value) < n
     except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        raise InvalidRequest(f"branch must be an integer in [0, {max(n - 1, 0)}], got {index!r}")
-    return {"nodes": tree["nodes"], "current": int(index)}
+        raise InvalidRequest(f"{what} must be an integer in [0, {max(n - 1, 0)}], got {value!r}")
+    return int(value)
 
 
 def divergence(parent: dict[str, Any], child: dict[str, Any]) -> int:

@@ -5,13 +5,14 @@ bytes read per token; on a CPU with native bfloat16 instructions (AVX512-BF16, A
 fast path, and llama and Gemma 3 models then also run through a lean forward
 (``playground.lean_llama``, ``playground.lean_gemma``). ``int4`` is that lean forward multiplying
 by the GGUF file's own blocks (``playground.gguf_int4``): the weights llama.cpp reads from the same
-file, about a third of bfloat16's bytes; norms and the embedding lookup stay bfloat16. Whatever the
-weights, logits reach the transform chain in float32.
+file, 5 bits a weight for a 4-bit type (9 for one split into two planes) against bfloat16's 16;
+norms and the embedding lookup stay bfloat16. Whatever the weights, logits reach the transform
+chain in float32.
 
 ``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU with native
 bfloat16, ``int4`` for a model loaded from a GGUF file with blocks the kernel takes and a lean
-forward, bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32 (their known
-branch probabilities are what they teach, and they are too small to gain anything).
+forward, bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32
+(their known branch probabilities are what they teach, and they are too small to gain anything).
 """
 from __future__ import annotations
 
@@ -66,11 +67,9 @@ def resolve_weights(name: str, device: torch.device, loaded: torch.dtype, toy: b
 
 
 def resolve_dtype(name: str, device: torch.device, loaded: torch.dtype, toy: bool) -> torch.dtype:
-    """The torch dtype ``name`` stands for, for a model on ``device`` loaded in ``loaded`` (``int4``:
-    the dtype of everything but its 4-bit matrices)."""
+    """The torch dtype ``name`` (not ``int4``: see resolve_weights) stands for, for a model on
+    ``device`` loaded in ``loaded``."""
     check_dtype(name)
-    if name == "int4":
-        return torch.bfloat16
     if name != "auto":
         return _BY_NAME[name]
     if device.type != "cpu":

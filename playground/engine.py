@@ -103,7 +103,7 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
 def in_dtype(lm: LM, name: str, progress: Progress | None = None) -> LM:
     """``lm`` with the weights ``name`` resolves to for it (playground.dtypes)."""
     return lm.with_weights(resolve_weights(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
-                                           has_int4=lambda: lm.int4_refusal() is None), progress)
+                                           has_int4=lambda: lm.int4_refusal is None), progress)
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:

@@ -49,10 +49,10 @@ def kernel_available() -> bool:
 class Blocks:
     """One matrix as a sum of 4-bit planes in the kernel's form: weight[r, c] is the sum over planes p
     of (q[p, r, c] - 8) * scale[p, r, c // 32] + zero[p, r, c // 32]. A 4-bit type is one plane.
-    ``values`` are the file's weights as gguf-py dequantises them to float32 (Q4_1: d * q + m;
-    Q4_0: (q - 8) * d; Q8_0: d * q), which is what transformers loads."""
+    ``values`` are the file's weights as gguf-py dequantises them to float32, which is what
+    transformers loads."""
 
-    q: np.ndarray  # int32 [planes, rows, cols], 0..15
+    q: np.ndarray  # uint8 [planes, rows, cols], 0..15
     scale: np.ndarray  # float32 [planes, rows, cols // 32]
     zero: np.ndarray  # float32 [planes, rows, cols // 32]
     values: np.ndarray  # float32 [rows, cols]
@@ -70,6 +70,7 @@ def read_blocks(tensor: Any) -> Blocks:
     d and zero 8 d. Q5_0 (weight = d * (q - 16), q = 16 h + l in 0..31) is two as well: plane one
     the high bit h with scale 16 d and zero 128 d, plane two the low nibble l with scale d and
     zero -8 d. Those split scales and zeros are exact once d is in bfloat16 (powers of two times d)."""
+    from gguf import GGMLQuantizationType, dequantize
     kind = tensor.kind
     if kind not in BLOCK_BYTES:
         raise ValueError(f"{tensor.name} is {kind}, not a block type the kernel takes ({', '.join(BLOCK_BYTES)})")
@@ -78,32 +79,23 @@ def read_blocks(tensor: Any) -> Blocks:
     blocks = data.reshape(rows, -1, BLOCK_BYTES[kind])
     d = _f16(blocks, 0)  # [rows, blocks]
     if kind == "Q4_K":
-        q, scale, zero, values = _q4_k(blocks, d)
+        q, scale, zero = _q4_k(blocks, d)
     elif kind == "Q8_0":
-        signed = blocks[..., 2:].copy().view(np.int8).astype(np.int32)  # [rows, blocks, 32]
-        u = signed + 128
+        u = blocks[..., 2:] ^ np.uint8(0x80)  # the int8 q's bits with the sign bit flipped: q + 128
         q = np.stack([u >> 4, u & 15])
         scale, zero = np.stack([16 * d, d]), np.stack([np.zeros_like(d), 8 * d])
-        values = d[..., None] * signed.astype(np.float32)
     elif kind == "Q5_0":
         high = blocks[..., 2:6].copy().view(np.uint32)  # [rows, blocks, 1]: bit j is weight j's fifth bit
-        h = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int32)
-        low = _nibbles(blocks[..., 6:])
-        q = np.stack([h, low])
+        q = np.stack([((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8), _nibbles(blocks[..., 6:])])
         scale, zero = np.stack([16 * d, d]), np.stack([128 * d, -8 * d])
-        values = d[..., None] * ((16 * h + low).astype(np.int8) - np.int8(16)).astype(np.float32)
+    elif kind == "Q4_1":
+        m = _f16(blocks, 2)
+        q, scale, zero = _nibbles(blocks[..., 4:])[None], d[None], (m + 8 * d)[None]
     else:
-        nibbles = _nibbles(blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:])
-        qf = nibbles.astype(np.float32)
-        q = nibbles[None]
-        if kind == "Q4_1":
-            m = _f16(blocks, 2)
-            values, scale, zero = d[..., None] * qf + m[..., None], d[None], (m + 8 * d)[None]
-        else:
-            values, scale, zero = (qf - 8) * d[..., None], d[None], np.zeros_like(d)[None]
+        q, scale, zero = _nibbles(blocks[..., 2:])[None], d[None], np.zeros_like(d)[None]
     planes = len(q)
-    return Blocks(q.reshape(planes, rows, -1), scale.reshape(planes, rows, -1), zero.reshape(planes, rows, -1),
-                  values.reshape(rows, -1))
+    values = dequantize(data, GGMLQuantizationType[kind]).reshape(rows, -1)
+    return Blocks(q.reshape(planes, rows, -1), scale.reshape(planes, rows, -1), zero.reshape(planes, rows, -1), values)
 
 
 def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
@@ -112,7 +104,7 @@ def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
 
 def _nibbles(packed: np.ndarray) -> np.ndarray:
     """16 bytes -> 32 weights: byte j holds weight j in its low nibble and weight j + 16 in its high one."""
-    return np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int32)
+    return np.concatenate([packed & 15, packed >> 4], axis=-1)
 
 
 def _q4_k(blocks: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -126,12 +118,10 @@ def _q4_k(blocks: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
     mn = np.concatenate([b & 0x3F, (c >> 4) | ((b >> 2) & 0x30)], axis=-1).astype(np.float32)
     # 4 chunks of 32 bytes; chunk c's low nibbles are group 2c, its high nibbles group 2c + 1
     chunks = blocks[..., 16:].reshape(rows, supers, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
-    q = (chunks & 15).reshape(rows, supers, 8, 32).astype(np.int32)
+    q = (chunks & 15).reshape(1, rows, -1)
     group_scale = d[..., None] * sc  # [rows, supers, 8]
-    group_min = dmin[..., None] * mn
-    values = group_scale[..., None] * q.astype(np.float32) - group_min[..., None]
-    zero = 8 * group_scale - group_min
-    return q.reshape(1, rows, -1), group_scale.reshape(1, rows, -1), zero.reshape(1, rows, -1), values
+    zero = 8 * group_scale - dmin[..., None] * mn
+    return q, group_scale.reshape(1, rows, -1), zero.reshape(1, rows, -1)
 
 
 def match_rows(blocks: Blocks, weight: torch.Tensor, name: str) -> Blocks:
@@ -162,7 +152,7 @@ class Int4Linear:
         scale = np.concatenate([p.scale for p in parts], axis=1)
         zero = np.concatenate([p.zero for p in parts], axis=1)
         self.out_features, self.in_features = q.shape[1:]
-        self.packed = [torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(plane), 1) for plane in q]
+        self.packed = [pack(plane) for plane in q]
         # [groups, rows, 2] per plane: the kernel's layout of scales and zeros
         self.scales_zeros = [torch.from_numpy(np.stack([s, z], -1)).transpose(0, 1).contiguous().bfloat16()
                              for s, z in zip(scale, zero)]
@@ -188,13 +178,29 @@ class Int4Linear:
         return sum(p.numel() * p.element_size() + s.numel() * 2 for p, s in zip(self.packed, self.scales_zeros))
 
 
+def pack(q: np.ndarray) -> torch.Tensor:
+    """One plane, uint8 [rows, cols] in 0..15, in the kernel's packed layout. For rows in multiples
+    of 64 that layout is (read off ``_convert_weight_to_int4pack_for_cpu``): per block of 64 rows and
+    per column, 32 bytes, byte j holding row j in its low nibble and row 32 + j in its high one.
+    Written here with byte operations; other shapes go through torch's int32 converter, which takes
+    rows in multiples of 16 only."""
+    rows, cols = q.shape
+    if rows % 16:
+        raise ValueError(f"the int4 kernel takes matrices of rows in multiples of 16, this one has {rows}")
+    if rows % 64:
+        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
+    halves = q.reshape(rows // 64, 2, 32, cols)
+    packed = (halves[:, 0] | (halves[:, 1] << 4)).transpose(0, 2, 1)  # [row blocks, cols, 32]
+    return torch.from_numpy(np.ascontiguousarray(packed).reshape(rows, cols // 2))
+
+
 def _padded(blocks: Blocks, planes: int) -> Blocks:
     """``blocks`` with planes of zeros added (q = 8, scale and zero 0) up to ``planes``."""
     extra = planes - len(blocks.q)
     if extra == 0:
         return blocks
     pad = np.zeros((extra, *blocks.scale.shape[1:]), np.float32)
-    return Blocks(np.concatenate([blocks.q, np.full((extra, *blocks.q.shape[1:]), 8, np.int32)]),
+    return Blocks(np.concatenate([blocks.q, np.full((extra, *blocks.q.shape[1:]), 8, np.uint8)]),
                   np.concatenate([blocks.scale, pad]), np.concatenate([blocks.zero, pad]), blocks.values)
 
 

@@ -47,7 +47,6 @@ class LeanGemma:
         self.eps = float(cfg.rms_norm_eps)
         self.scaling = float(cfg.query_pre_attn_scalar) ** -0.5
         self.window = int(cfg.sliding_window)
-        self.softcap = cfg.final_logit_softcapping
         base = model.model
         self.embed = base.embed_tokens.weight
         self.dtype, self.device = self.embed.dtype, self.embed.device
@@ -64,11 +63,12 @@ class LeanGemma:
 
     @staticmethod
     def supports(model: Any) -> bool:
-        """Gemma 3 text: default RoPE on both layer types, no attention soft-capping, causal, no biases."""
+        """Gemma 3 text: default RoPE on both layer types, no soft-capping, causal, no biases."""
         cfg = model.config
         rope = getattr(cfg, "rope_parameters", None) or {}
         return (getattr(cfg, "model_type", "") == "gemma3_text" and cfg.hidden_activation == "gelu_pytorch_tanh"
-                and cfg.attn_logit_softcapping is None and not cfg.attention_bias
+                and cfg.attn_logit_softcapping is None and cfg.final_logit_softcapping is None
+                and not cfg.attention_bias
                 and not getattr(cfg, "use_bidirectional_attention", False)
                 and all((rope.get(kind) or {}).get("rope_type") == "default"
                         for kind in ("sliding_attention", "full_attention")))
@@ -88,10 +88,7 @@ class LeanGemma:
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * weight).to(x.dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = linear(self.rms_norm(hidden, self.norm), self.head)
-        if self.softcap:
-            out = torch.tanh(out / self.softcap) * self.softcap
-        return out
+        return linear(self.rms_norm(hidden, self.norm), self.head)
 
     def _rope(self, positions: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.to(self.device, torch.float32)[..., None] * self.inv_freq[kind]
@@ -120,11 +117,7 @@ class LeanGemma:
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         batch, n = ids.shape
-        start = cache.length
-        cache.reserve(batch, n)
-        end = start + n
-        if position_ids is None:
-            position_ids = torch.arange(start, end, device=self.device)[None]
+        start, end, position_ids = cache.begin(ids, position_ids)
         ropes = {sliding: self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
                  for sliding in (False, True)}
         masks = self._masks(n, start, attention_mask, position_ids)
@@ -154,10 +147,7 @@ class LeanGemma:
         cache.length = end
         if states is not None:
             states[-1] = self.rms_norm(x, self.norm)  # as transformers: the last entry is normed
-            out = linear(states[-1], self.head)
-            if self.softcap:
-                out = torch.tanh(out / self.softcap) * self.softcap
-            return out, tuple(states)
+            return linear(states[-1], self.head), tuple(states)
         return self.logits(x), None
 
 

@@ -71,6 +71,16 @@ class LeanCache:
         self.values[:, :, :, :n] = self.values.index_select(3, index)
         self.length = n
 
+    def begin(self, ids: torch.Tensor, position_ids: torch.Tensor | None) -> tuple[int, int, torch.Tensor]:
+        """Room for a pass over ``ids`` [batch, n]: (its first and end position, its position ids,
+        by default the next n positions)."""
+        batch, n = ids.shape
+        start = self.length
+        self.reserve(batch, n)
+        if position_ids is None:
+            position_ids = torch.arange(start, start + n, device=self.device)[None]
+        return start, start + n, position_ids
+
     def reserve(self, batch: int, new: int) -> None:
         """Room for ``new`` more positions of ``batch`` rows (a fresh cache takes the batch it is fed)."""
         if self.keys is None or (self.length == 0 and self.keys.shape[1] != batch):
@@ -180,11 +190,7 @@ class LeanLlama:
         """``attention_mask`` (additive, [batch, 1, n, cached + n]) with ``position_ids`` [batch, n]
         runs a draft tree in one pass, as transformers does with a 4D mask (``strategies.draft_tree``)."""
         batch, n = ids.shape
-        start = cache.length
-        cache.reserve(batch, n)
-        end = start + n
-        if position_ids is None:
-            position_ids = torch.arange(start, end, device=self.device)[None]
+        start, end, position_ids = cache.begin(ids, position_ids)
         cos, sin = self._rope(position_ids)
         # Query i sees keys up to start + i; one new token sees them all, so no mask is needed.
         mask = None

@@ -18,6 +18,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -74,9 +75,12 @@ def on_space() -> bool:
     return bool(os.environ.get("SPACE_ID"))
 
 
+LEAN_FORWARDS = (LeanLlama, LeanGemma)
+
+
 def lean_forward(model: Any) -> Any:
     """The lean forward over a transformers model's own weights (llama, Gemma 3), or None."""
-    for lean in (LeanLlama, LeanGemma):
+    for lean in LEAN_FORWARDS:
         if lean.supports(model):
             return lean(model)
     return None
@@ -154,7 +158,6 @@ class LM:
     int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.gguf_int4)
     _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
     _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    _variants_info: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def key(self) -> str:
@@ -196,7 +199,7 @@ class LM:
             progress(0.95, f"preparing {self.key}'s {name} weights (first use only)")
         if name != "int4":
             return self.with_dtype(getattr(torch, name))
-        refusal = self.int4_refusal()
+        refusal = self.int4_refusal
         if refusal:
             raise InvalidRequest(refusal)
         with self._variants_lock:
@@ -212,21 +215,18 @@ class LM:
                                             fast=base.fast.with_matrices(base.model, matrices, head), int4=True)
             return self._variants["int4"]
 
+    @cached_property
     def int4_refusal(self) -> str | None:
-        """Why this model cannot run on its GGUF file's blocks here, or None when it can (asked once)."""
+        """Why this model cannot run on its GGUF file's blocks here, or None when it can (asked once:
+        it reads the file)."""
         if self.int4:
             return None
-        if "int4_refusal" not in self._variants_info:
-            self._variants_info["int4_refusal"] = self._int4_refusal()
-        return self._variants_info["int4_refusal"]
-
-    def _int4_refusal(self) -> str | None:
         why = None
         if self.device.type != "cpu" or not gguf_int4.kernel_available():
             why = f"they run on the CPU through torch's int4 kernel; this model is on {self.device.type}"
         elif self.dtype != torch.float32 or not loads_from_gguf(self.spec):
             why = "they come from the model's GGUF file, and this model was not loaded from one"
-        elif not any(lean.supports(self.model) for lean in (LeanLlama, LeanGemma)):
+        elif not any(lean.supports(self.model) for lean in LEAN_FORWARDS):
             why = f"the lean forward takes llama and Gemma 3 models only; {self.key} is {self.model.config.model_type}"
         elif not gguf_int4.has_blocks(gguf_path(self.key)):
             why = f"its GGUF file stores no matrix in a block type the kernel takes ({', '.join(gguf_int4.BLOCK_BYTES)})"

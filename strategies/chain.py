@@ -152,11 +152,13 @@ def has_float64(device: torch.device) -> bool:
     return torch.device(device).type != "mps"
 
 
-def entropy(logits: torch.Tensor, logp: torch.Tensor | None = None, p: torch.Tensor | None = None) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) along the last axis; -inf logits count as 0. ``logp`` and
-    ``p``, when the caller has them, are ``logits.float().log_softmax(-1)`` and its ``exp()``."""
-    if logp is None or p is None:
-        logp = logits.float().log_softmax(dim=-1)
-        p = logp.exp()
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) along the last axis; -inf logits count as 0."""
+    logp = logits.float().log_softmax(dim=-1)
+    return entropy_of(logp, logp.exp())
+
+
+def entropy_of(logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The same from log-probabilities and their exp(), for a caller that has both already."""
     return -(p * logp.nan_to_num(neginf=0.0)).sum(-1)
 

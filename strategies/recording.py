@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
-from strategies.chain import entropy
+from strategies.chain import entropy_of
 
 
 def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: int, top_n: int) -> list[int]:
@@ -61,8 +61,7 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
             recorded.append(Stage(name, logits.float().softmax(-1)[idx].tolist(), alive[idx].tolist(),
                                   int(alive.sum()), decision_record(decision, ids, idx)))
     step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
-                entropy=float(entropy(final, final_logp, final_probs)),
-                raw_entropy=float(entropy(raw, raw_logp, raw_probs)))
+                entropy=float(entropy_of(final_logp, final_probs)), raw_entropy=float(entropy_of(raw_logp, raw_probs)))
     token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))
     return step, token
 

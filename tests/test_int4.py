@@ -55,13 +55,31 @@ def kernel_form(blocks: gguf_int4.Blocks) -> np.ndarray:
 def test_blocks_read_as_gguf_py_dequantises_them(tensors, name):
     tensor = tensors[name]
     blocks = gguf_int4.read_blocks(tensor)
-    reference = dequantize(np.asarray(tensor.data), GGMLQuantizationType[tensor.kind])
-    assert np.array_equal(blocks.values, reference)
+    reference = dequantize(np.asarray(tensor.data), GGMLQuantizationType[tensor.kind]).reshape(blocks.values.shape)
     assert blocks.q.min() >= 0 and blocks.q.max() <= 15
     assert len(blocks.q) == (2 if tensor.kind == "Q8_0" else 1)
     assert np.allclose(kernel_form(blocks), reference, rtol=1e-6, atol=1e-6)
     if tensor.kind == "Q8_0":  # the two planes are exact: d * q with d in float32 here
         assert np.array_equal(kernel_form(blocks), reference)
+
+
+def test_planes_are_packed_as_torchs_converter_packs_them():
+    rng = np.random.default_rng(0)
+    for rows, cols in ((64, 32), (192, 96), (48, 64)):  # 48: not a multiple of 64, torch's converter
+        q = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
+        expected = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
+        assert torch.equal(gguf_int4.pack(q), expected)
+    with pytest.raises(ValueError, match="rows in multiples of 16, this one has 40"):
+        gguf_int4.pack(np.zeros((40, 32), np.uint8))
+
+
+def test_a_stack_of_one_and_two_plane_matrices(tensors):
+    """Q4_1 rows stacked on Q8_0 rows (one plane and two): the one-plane part gets a zero plane."""
+    k = gguf_int4.read_blocks(tensors["blk.0.attn_k.weight"])  # Q4_1 [192, 576]
+    embed = gguf_int4.read_blocks(tensors["token_embd.weight"]).rows(list(range(64)))  # Q8_0 [64, 576]
+    weights = gguf_int4.Int4Linear([k, embed]).dequantised()
+    parts = [gguf_int4.Int4Linear([k]).dequantised(), gguf_int4.Int4Linear([embed]).dequantised()]
+    assert weights.shape == (256, 576) and torch.equal(weights, torch.cat(parts))
 
 
 def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors):
