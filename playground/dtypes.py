@@ -29,6 +29,9 @@ DTYPES = ("auto", "float32", "bfloat16", "int4")
 _BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # /proc/cpuinfo flags of CPUs that multiply bfloat16 natively.
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# torch CPU capabilities whose int4 kernel is vectorised and faster than float32 (README: the table);
+# the DEFAULT kernel is scalar, 20x slower than float32 per matrix product.
+INT4_FAST_CAPABILITIES = frozenset({"AVX2", "AVX512"})
 
 
 def check_dtype(name: Any) -> str:
@@ -53,30 +56,28 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return False
 
 
-def resolve_weights(name: str, device: torch.device, loaded: torch.dtype, toy: bool,
-                    has_int4: Callable[[], bool]) -> str:
-    """The weights ``name`` stands for (a dtype's name or ``int4``), for a model on ``device``
-    loaded in ``loaded``; ``has_int4()`` says whether its file's 4-bit blocks can run here."""
-    check_dtype(name)
-    if name == "int4":
-        return name
-    dtype = resolve_dtype(name, device, loaded, toy)
-    if name == "auto" and dtype == torch.bfloat16 and device.type == "cpu" and has_int4():
-        return "int4"
-    return dtype_name(dtype)
+def cpu_capability() -> str:
+    """The kernel family torch dispatches to in this process (``ATEN_CPU_CAPABILITY`` can lower it)."""
+    return torch.backends.cpu.get_cpu_capability()
 
 
-def resolve_dtype(name: str, device: torch.device, loaded: torch.dtype, toy: bool) -> torch.dtype:
-    """The torch dtype ``name`` (not ``int4``: see resolve_weights) stands for, for a model on
-    ``device`` loaded in ``loaded``."""
+def weights_order(name: str, device: torch.device, loaded: torch.dtype, toy: bool,
+                  has_int4: Callable[[], bool]) -> tuple[str, ...]:
+    """The weights to try for ``name`` (a dtype's name or ``int4``), best first, for a model on
+    ``device`` loaded in ``loaded``; ``has_int4()`` says whether its file's 4-bit blocks can run
+    here. A named one is tried alone. ``auto`` ends with the weights as loaded, the reference that
+    needs no check; the engine passes over any before it that fails its check on this CPU."""
     check_dtype(name)
     if name != "auto":
-        return _BY_NAME[name]
+        return (name,)
     if device.type != "cpu":
-        return loaded
-    if toy or not cpu_has_native_bf16():
-        return torch.float32
-    return torch.bfloat16
+        return (dtype_name(loaded),)
+    if toy:
+        return ("float32",)
+    order = ["int4"] if cpu_capability() in INT4_FAST_CAPABILITIES and has_int4() else []
+    if cpu_has_native_bf16():
+        order.append("bfloat16")
+    return (*order, "float32")
 
 
 def cast_model(model: Any, dtype: torch.dtype) -> Any:

@@ -12,8 +12,9 @@ from typing import Any, Iterator
 
 from playground.budget import FINISH_REASON as OUT_OF_TIME
 from playground.budget import Budget, Deadline
-from playground.dtypes import check_dtype, resolve_weights
-from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress
+from playground.dtypes import check_dtype, weights_order
+from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress, WeightsRefused
+from playground.weights_check import weights_record
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
@@ -72,16 +73,22 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     params = spec.params.from_dict(dict(req.params))
     (budget or Budget()).check_rows(req.strategy, params, req.max_new_tokens)
 
+    passed_over: list[str] = []
+
     def load(key: str) -> Any:
         lm = held.enter_context(store.use(key, progress)) if held is not None else store.get(key, progress)
-        return in_dtype(lm, req.dtype, progress)
+        lm, skipped = choose_weights(lm, req.dtype, progress)
+        if key == req.model:
+            passed_over.extend(skipped)
+        return lm
 
     lm = load(req.model)
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
     lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
     forced = resolve_forced(lm, req.forced, req.max_new_tokens, spec.family, spec.name)
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
-                        max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced)
+                        max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced,
+                        extra={"weights_check": weights_record(lm.check, lm.weights, passed_over)})
     return spec, params, ctx
 
 
@@ -94,16 +101,33 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
-        dtype = ctx.lm.weights
+        dtype, check = ctx.lm.weights, ctx.extra["weights_check"]
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
             trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
+            trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
+            if ctx.lm.check is not None:
+                trace.timing.extra["weights_check_seconds"] = round(ctx.lm.check.seconds, 3)
             yield trace
 
 
+def choose_weights(lm: LM, name: str, progress: Progress | None = None) -> tuple[LM, list[str]]:
+    """``lm`` in the first weights of ``name``'s order (playground.dtypes.weights_order) that pass
+    their check on this CPU, and the refusals of those passed over on the way (``auto`` only: a
+    named one that fails is refused to the caller)."""
+    order = weights_order(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
+                          has_int4=lambda: lm.int4_refusal is None)
+    passed_over = []
+    for weights in order[:-1]:
+        try:
+            return lm.with_weights(weights, progress), passed_over
+        except WeightsRefused as refused:
+            passed_over.append(refused.check.describe())
+    return lm.with_weights(order[-1], progress), passed_over
+
+
 def in_dtype(lm: LM, name: str, progress: Progress | None = None) -> LM:
-    """``lm`` with the weights ``name`` resolves to for it (playground.dtypes)."""
-    return lm.with_weights(resolve_weights(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
-                                           has_int4=lambda: lm.int4_refusal is None), progress)
+    """``lm`` with the weights ``name`` resolves to for it (``choose_weights``)."""
+    return choose_weights(lm, name, progress)[0]
 
 
 def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:

@@ -179,19 +179,15 @@ class Int4Linear:
 
 
 def pack(q: np.ndarray) -> torch.Tensor:
-    """One plane, uint8 [rows, cols] in 0..15, in the kernel's packed layout. For rows in multiples
-    of 64 that layout is (read off ``_convert_weight_to_int4pack_for_cpu``): per block of 64 rows and
-    per column, 32 bytes, byte j holding row j in its low nibble and row 32 + j in its high one.
-    Written here with byte operations; other shapes go through torch's int32 converter, which takes
-    rows in multiples of 16 only."""
+    """One plane, uint8 [rows, cols] in 0..15, in the packed layout of the kernel this process runs.
+
+    The layout is the dispatched kernel's own (AVX-512, AVX2 and the default kernel each pack the
+    same matrix to other bytes), so it comes from torch's converter, which dispatches the same way
+    the multiply does; no layout is written here. The converter takes rows in multiples of 16."""
     rows, cols = q.shape
     if rows % 16:
         raise ValueError(f"the int4 kernel takes matrices of rows in multiples of 16, this one has {rows}")
-    if rows % 64:
-        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
-    halves = q.reshape(rows // 64, 2, 32, cols)
-    packed = (halves[:, 0] | (halves[:, 1] << 4)).transpose(0, 2, 1)  # [row blocks, cols, 32]
-    return torch.from_numpy(np.ascontiguousarray(packed).reshape(rows, cols // 2))
+    return torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
 
 
 def _padded(blocks: Blocks, planes: int) -> Blocks:

@@ -26,7 +26,7 @@ import torch
 
 from playground import weights_cache
 from playground.errors import InvalidRequest
-from playground import gguf_int4
+from playground import gguf_int4, weights_check
 from playground.dtypes import cast_model, dtype_name
 from playground.hub_size import SizeCap, cap_from_env
 from playground.lean_gemma import LeanGemma
@@ -40,6 +40,14 @@ Progress = Callable[[float, str], None]
 # A server-side cap on what one request may feed and ask for (API calls bypass UI limits).
 MAX_PROMPT_TOKENS = 4096
 MAX_NEW_TOKENS = 512
+
+
+class WeightsRefused(InvalidRequest):
+    """A copy of a model's weights that failed its check against float32 on this CPU."""
+
+    def __init__(self, message: str, check: "weights_check.WeightsCheck"):
+        super().__init__(message)
+        self.check = check
 
 
 class ModelUnavailable(InvalidRequest):
@@ -157,6 +165,8 @@ class LM:
     fast: Any = None  # a lean forward over the same weights (playground.lean_llama), or None
     int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.gguf_int4)
     _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
+    _checks: dict[str, "weights_check.WeightsCheck | None"] = field(default_factory=dict, repr=False)
+    check: "weights_check.WeightsCheck | None" = None  # how this copy compared with float32 (None: the reference)
     _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -173,47 +183,63 @@ class LM:
         return "int4" if self.int4 else dtype_name(self.dtype)
 
     def with_dtype(self, dtype: torch.dtype) -> "LM":
-        """This model with its weights in ``dtype`` (made once, then kept beside this one).
-
-        The copy shares tokenizer and token texts; in bfloat16 a llama-family model also gets the
-        lean forward (``playground.lean_llama``), which shares the copy's weights.
-        """
-        if dtype == self.dtype and not self.int4:
-            return self
-        with self._variants_lock:
-            name = dtype_name(dtype)
-            if name not in self._variants:
-                model = cast_model(self.model, dtype)
-                fast = lean_forward(model) if dtype == torch.bfloat16 else None
-                spec = replace(self.spec, title=f"{self.spec.title} ({name})")
-                self._variants[name] = LM(spec, model, self.tokenizer, self.device, 0.0, self._piece_cache,
-                                          fast=fast)
-            return self._variants[name]
+        """This model with its weights in ``dtype``: ``with_weights`` by the dtype's name."""
+        return self.with_weights(dtype_name(dtype))
 
     def with_weights(self, name: str, progress: Progress | None = None) -> "LM":
         """This model with the weights ``name`` stands for: ``int4`` or a torch dtype's name. A copy
-        is made on first use (a few seconds, shown through ``progress``) and kept."""
+        is made on first use (a few seconds, shown through ``progress``) and kept.
+
+        A copy made from the float32 model proves itself first (``playground.weights_check``): one
+        whose distributions differ from float32's beyond the parity tests' tolerance on this CPU is
+        refused with ``WeightsRefused``, which names the check and its figure. Both the copy and the
+        check are made once per process."""
         if name == self.weights:
             return self
-        if name not in self._variants and progress is not None:
-            progress(0.95, f"preparing {self.key}'s {name} weights (first use only)")
-        if name != "int4":
-            return self.with_dtype(getattr(torch, name))
-        refusal = self.int4_refusal
-        if refusal:
-            raise InvalidRequest(refusal)
         with self._variants_lock:
-            if "int4" not in self._variants:
-                base = self.with_dtype(torch.bfloat16)  # norms, embedding and head stay in bfloat16
-                try:
-                    matrices = gguf_int4.layer_linears(self.model, gguf_path(self.key))
-                    head = gguf_int4.head_linear(self.model, gguf_path(self.key))
-                except ValueError as err:
-                    raise InvalidRequest(f"int4 weights are not available for {self.key}: {err}") from None
-                spec = replace(self.spec, title=f"{self.spec.title} (int4)")
-                self._variants["int4"] = LM(spec, base.model, self.tokenizer, self.device, 0.0, self._piece_cache,
-                                            fast=base.fast.with_matrices(base.model, matrices, head), int4=True)
-            return self._variants["int4"]
+            if name not in self._checks:
+                if progress is not None:
+                    progress(0.95, f"preparing and checking {self.key}'s {name} weights (first use only)")
+                variant = self._variant(name)
+                check = weights_check.check_weights(self._probe, variant) if self.dtype == torch.float32 else None
+                variant.check = check
+                self._checks[name] = check
+            check = self._checks[name]
+            if check is not None and not check.passed:
+                raise WeightsRefused(f"{check.describe()}; use float32", check)
+            return self._variants[name]
+
+    def _variant(self, name: str) -> "LM":
+        """The copy in ``name`` (made once, unchecked). In bfloat16 a llama or Gemma 3 model also
+        gets the lean forward, which shares the copy's weights; int4 is that lean forward over the
+        GGUF file's blocks, with the bfloat16 copy's norms and embedding."""
+        if name in self._variants:
+            return self._variants[name]
+        if name == "int4":
+            refusal = self.int4_refusal
+            if refusal:
+                raise InvalidRequest(refusal)
+            base = self._variant("bfloat16")
+            try:
+                matrices = gguf_int4.layer_linears(self.model, gguf_path(self.key))
+                head = gguf_int4.head_linear(self.model, gguf_path(self.key))
+            except ValueError as err:
+                raise InvalidRequest(f"int4 weights are not available for {self.key}: {err}") from None
+            variant = LM(replace(self.spec, title=f"{self.spec.title} (int4)"), base.model, self.tokenizer,
+                         self.device, 0.0, self._piece_cache, fast=base.fast.with_matrices(base.model, matrices, head),
+                         int4=True)
+        else:
+            dtype = getattr(torch, name)
+            model = cast_model(self.model, dtype)
+            variant = LM(replace(self.spec, title=f"{self.spec.title} ({name})"), model, self.tokenizer, self.device,
+                         0.0, self._piece_cache, fast=lean_forward(model) if dtype == torch.bfloat16 else None)
+        self._variants[name] = variant
+        return variant
+
+    @cached_property
+    def _probe(self) -> "weights_check.Probe":
+        """The float32 side of every weights check of this model (made once)."""
+        return weights_check.Probe.of(self)
 
     @cached_property
     def int4_refusal(self) -> str | None:
@@ -222,8 +248,10 @@ class LM:
         if self.int4:
             return None
         why = None
-        if self.device.type != "cpu" or not gguf_int4.kernel_available():
+        if self.device.type != "cpu":
             why = f"they run on the CPU through torch's int4 kernel; this model is on {self.device.type}"
+        elif not gguf_int4.kernel_available():
+            why = "they run on the CPU through torch's int4 kernel, which this build of torch does not have"
         elif self.dtype != torch.float32 or not loads_from_gguf(self.spec):
             why = "they come from the model's GGUF file, and this model was not loaded from one"
         elif not any(lean.supports(self.model) for lean in LEAN_FORWARDS):
@@ -400,7 +428,8 @@ class LM:
         spec = ModelSpec(f"{self.key}@{num_layers}", f"{self.spec.title}, first {num_layers} layers", "early_exit",
                          chat=self.spec.chat, numeric_prompt=self.spec.numeric_prompt)
         fast = self.fast.truncated(short, num_layers) if self.fast is not None else None
-        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache, fast=fast, int4=self.int4)
+        return LM(spec, short, self.tokenizer, self.device, 0.0, self._piece_cache, fast=fast, int4=self.int4,
+                  check=self.check)
 
 
 @dataclass

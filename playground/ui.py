@@ -42,6 +42,7 @@ from playground.branches import parse_path  # noqa: E402
 from playground.budget import FINISH_REASON as OUT_OF_TIME  # noqa: E402
 from playground.budget import Budget  # noqa: E402
 from playground.dtypes import DTYPES  # noqa: E402
+from playground.weights_check import describe_record  # noqa: E402
 from playground.engine import MAX_SEED, Request  # noqa: E402
 from playground.engine import stream as engine_stream  # noqa: E402
 from playground.model_keys import KeyPolicy  # noqa: E402
@@ -204,6 +205,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
     if not final and state != "generating…":
         state = "generating…"
     model = f"<b>{_esc(trace.get('model', ''))}</b>" + (f" ({_esc(trace['dtype'])})" if trace.get("dtype") else "")
+    if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
+        model = f'<span class="pg-weights" title="{_esc(describe_record(trace["weights_check"]))}">{model}</span>'
     parts = [model, _esc(trace.get("strategy", "")),
              f"chain: {_esc(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {_esc(note)}" if note else "")]

@@ -20,7 +20,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from playground.dtypes import NATIVE_BF16_FLAGS, cpu_has_native_bf16, resolve_dtype
+from playground.dtypes import NATIVE_BF16_FLAGS, cpu_has_native_bf16, weights_order
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.lean_llama import LeanCache
@@ -229,12 +229,13 @@ def test_dtype_is_validated_and_recorded(store):
 
 def test_auto_dtype_follows_the_cpu():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert resolve_dtype("float32", cpu, torch.float32, toy=False) == torch.float32
-    assert resolve_dtype("bfloat16", cpu, torch.float32, toy=True) == torch.bfloat16
-    assert resolve_dtype("auto", cuda, torch.float16, toy=False) == torch.float16  # as loaded on a GPU
-    assert resolve_dtype("auto", cpu, torch.float32, toy=True) == torch.float32
-    native = resolve_dtype("auto", cpu, torch.float32, toy=False)
-    assert native == (torch.bfloat16 if cpu_has_native_bf16() else torch.float32)
+    no_int4 = lambda: False  # noqa: E731
+    assert weights_order("float32", cpu, torch.float32, toy=False, has_int4=no_int4) == ("float32",)
+    assert weights_order("bfloat16", cpu, torch.float32, toy=True, has_int4=no_int4) == ("bfloat16",)
+    assert weights_order("auto", cuda, torch.float16, toy=False, has_int4=no_int4) == ("float16",)  # as loaded
+    assert weights_order("auto", cpu, torch.float32, toy=True, has_int4=no_int4) == ("float32",)
+    native = weights_order("auto", cpu, torch.float32, toy=False, has_int4=no_int4)
+    assert native == (("bfloat16", "float32") if cpu_has_native_bf16() else ("float32",))
 
 
 def test_native_bf16_is_read_from_cpu_flags(tmp_path):

@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType, dequantize
 
 from playground import gguf_int4, models
 from playground.gguf_tensors import tensor_table
-from playground.dtypes import cpu_has_native_bf16, resolve_weights
+from playground.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16, weights_order
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
 from playground.lean_llama import LeanCache
@@ -63,12 +63,19 @@ def test_blocks_read_as_gguf_py_dequantises_them(tensors, name):
         assert np.array_equal(kernel_form(blocks), reference)
 
 
-def test_planes_are_packed_as_torchs_converter_packs_them():
-    rng = np.random.default_rng(0)
-    for rows, cols in ((64, 32), (192, 96), (48, 64)):  # 48: not a multiple of 64, torch's converter
-        q = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
-        expected = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
-        assert torch.equal(gguf_int4.pack(q), expected)
+@pytest.mark.parametrize("rows, cols", [(64, 32), (192, 96), (48, 64), (16, 576)])
+def test_a_packed_plane_multiplies_as_its_dense_matrix(rows, cols):
+    """Packed for the kernel this process runs, a plane multiplies as the dense matrix it stands
+    for: any layout but the kernel's own would scramble the weights (the identity through the
+    kernel reads each weight back, in bfloat16)."""
+    rng = np.random.default_rng(rows)
+    q = rng.integers(0, 16, (1, rows, cols), dtype=np.uint8)
+    scale = rng.uniform(0.001, 0.02, (1, rows, cols // 32)).astype(np.float32)
+    zero = rng.normal(0, 0.01, (1, rows, cols // 32)).astype(np.float32)
+    scale, zero = (torch.from_numpy(x).bfloat16().float().numpy() for x in (scale, zero))
+    blocks = gguf_int4.Blocks(q, scale, zero, np.zeros((rows, cols), np.float32))
+    expected = torch.from_numpy(kernel_form(blocks)).bfloat16().float()
+    assert torch.equal(gguf_int4.Int4Linear([blocks]).dequantised(), expected)
     with pytest.raises(ValueError, match="rows in multiples of 16, this one has 40"):
         gguf_int4.pack(np.zeros((40, 32), np.uint8))
 
@@ -137,18 +144,20 @@ def test_the_int4_variant(smollm, int4, toy):
 def test_auto_picks_int4_where_it_runs(store, smollm):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     yes, no = (lambda: True), (lambda: False)
-    assert resolve_weights("int4", cpu, torch.float32, toy=False, has_int4=no) == "int4"
-    assert resolve_weights("bfloat16", cpu, torch.float32, toy=False, has_int4=yes) == "bfloat16"
-    assert resolve_weights("auto", cuda, torch.float16, toy=False, has_int4=yes) == "float16"
-    assert resolve_weights("auto", cpu, torch.float32, toy=True, has_int4=yes) == "float32"
-    native = resolve_weights("auto", cpu, torch.float32, toy=False, has_int4=yes)
-    assert native == ("int4" if cpu_has_native_bf16() else "float32")
-    assert resolve_weights("auto", cpu, torch.float32, toy=False, has_int4=no) == (
-        "bfloat16" if cpu_has_native_bf16() else "float32")
-    if cpu_has_native_bf16():
+    assert weights_order("int4", cpu, torch.float32, toy=False, has_int4=no) == ("int4",)
+    assert weights_order("bfloat16", cpu, torch.float32, toy=False, has_int4=yes) == ("bfloat16",)
+    assert weights_order("auto", cuda, torch.float16, toy=False, has_int4=yes) == ("float16",)
+    assert weights_order("auto", cpu, torch.float32, toy=True, has_int4=yes) == ("float32",)
+    fast_int4 = cpu_capability() in INT4_FAST_CAPABILITIES
+    bf16 = ("bfloat16",) if cpu_has_native_bf16() else ()
+    assert weights_order("auto", cpu, torch.float32, toy=False, has_int4=yes) == (
+        ("int4",) * fast_int4 + bf16 + ("float32",))
+    assert weights_order("auto", cpu, torch.float32, toy=False, has_int4=no) == (*bf16, "float32")
+    if fast_int4:
         assert in_dtype(smollm, "auto").weights == "int4"
         trace = run(store, Request("gemma3-270m", "greedy", "The sky is", max_new_tokens=2, dtype="auto"))
         assert trace.to_dict()["dtype"] == "int4"
+        assert trace.to_dict()["weights_check"]["passed"] and trace.to_dict()["weights_check"]["weights"] == "int4"
 
 
 def same_weights_in_float32(smollm, int4, tensors):
