@@ -5,21 +5,29 @@ llama.cpp, repeated) so a change of machine load hits both, and the medians are 
 tok/s of each and the ratio ours / llama.cpp for greedy and for sampling (goal: >= 0.5), then the
 cost of verifying 2, 4 and 8 tokens in one forward pass, in plain one-token steps.
 
-llama.cpp runs through llama-cpp-python in a bench-only virtual environment (``.bench-venv``,
-made on first use; the package builds llama.cpp from source, a few minutes), in a worker
-process fed over a pipe, so neither side shares threads or memory with the other. Both count
-the prompt's prefill with the generated tokens.
+llama.cpp runs through llama-cpp-python's bindings (its own sampler, so greedy and top-p sampling
+are both measured as generation, prompt prefill included) in a worker process fed over a pipe, so
+neither side shares threads or memory with the other. On first use the script makes a bench-only
+virtual environment (``.bench-venv``), fetches llama-cpp-python's sdist from PyPI and builds only
+the ``llama`` shared library from the llama.cpp sources it vendors: 190 s wall clock on two cores,
+about 4 minutes for the whole first run with the download (installing the package with pip, which
+builds more of llama.cpp, was about 50 minutes). The build is cached under ``.bench-venv`` by
+version, cmake flags and CPU (it is built for this CPU's instructions), so later runs start at once.
 
     .venv/bin/python bench/bench_llamacpp.py [--quick] [--dtype float32,auto] [--threads 2] [--tokens 64]
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +42,16 @@ from playground.engine import Request, in_dtype, run  # noqa: E402
 BENCH_VENV = ROOT / ".bench-venv"
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
 SAMPLING = {"temperature": 0.9, "top_p": 0.95}
+
+# llama.cpp as llama-cpp-python 0.3.36 vendors it. Only its `llama` shared library is built (with
+# cmake, straight from the sdist's vendor/llama.cpp), not what `pip install` builds (about 50
+# minutes on two cores). The bindings are pure Python and load the library that LLAMA_CPP_LIB_PATH
+# names, so they run from the unpacked sdist without being installed.
+LLAMA_CPP_PYTHON = "0.3.36"
+CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF",
+               "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+               "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
+               "-DLLAMA_BUILD_APP=OFF"]
 
 # The worker: one llama.cpp model, one JSON request per line in, one JSON answer per line out.
 WORKER = r"""
@@ -56,24 +74,54 @@ for line in sys.stdin:
 """
 
 
-def bench_python() -> Path:
-    """The bench venv's python, with llama-cpp-python installed on first use."""
+def _build_dir() -> Path:
+    """Where the build is cached: its key is the sources' version, the cmake flags and the CPU's
+    features (GGML_NATIVE compiles for them; another CPU may lack an instruction)."""
+    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    key = hashlib.sha256("\n".join([LLAMA_CPP_PYTHON, *CMAKE_FLAGS, cpu]).encode()).hexdigest()[:12]
+    return BENCH_VENV / f"build-{LLAMA_CPP_PYTHON}-{key}"
+
+
+def llama_cpp_worker() -> tuple[Path, dict[str, str]]:
+    """The python and environment that run the bindings on our build of llama.cpp (made on first use)."""
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    has = subprocess.run([str(python), "-c", "import llama_cpp"], capture_output=True).returncode == 0
-    if not has:
-        print("installing llama-cpp-python into .bench-venv (builds llama.cpp from source: a few minutes)",
-              flush=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "llama-cpp-python"], check=True)
-    return python
+    if subprocess.run([str(python), "-c", "import numpy, diskcache, jinja2, typing_extensions"],
+                      capture_output=True).returncode != 0:  # what the bindings import, as wheels
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "numpy", "diskcache", "jinja2", "typing-extensions"],
+                       check=True)
+    src = BENCH_VENV / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
+    if not src.is_dir():
+        print(f"fetching llama-cpp-python {LLAMA_CPP_PYTHON}'s sources into .bench-venv", flush=True)
+        with tempfile.TemporaryDirectory(dir=BENCH_VENV) as tmp:  # renamed when whole, so never half there
+            subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                            f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", tmp], check=True)
+            with tarfile.open(Path(tmp) / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tar:
+                tar.extractall(tmp, filter="data")
+            (Path(tmp) / src.name).rename(src)
+    build = _build_dir()
+    if not (build / "built").exists():
+        print("building llama.cpp's shared library into .bench-venv (about 3 minutes on two cores)", flush=True)
+        start = time.perf_counter()
+        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+        build.mkdir(parents=True, exist_ok=True)
+        with open(build / "build.log", "w") as log:  # the compiler's chatter, kept for a failed build
+            for step in (["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), *generator, *CMAKE_FLAGS],
+                         ["cmake", "--build", str(build), "--target", "llama", "-j", str(os.cpu_count())]):
+                if subprocess.run(step, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                    raise RuntimeError(f"building llama.cpp failed; see {log.name}")
+        (build / "built").write_text(f"{time.perf_counter() - start:.0f} s\n")
+        print(f"built llama.cpp in {time.perf_counter() - start:.0f} s", flush=True)
+    return python, {**os.environ, "PYTHONPATH": str(src), "LLAMA_CPP_LIB_PATH": str(build / "bin")}
 
 
 class LlamaCpp:
     """A llama.cpp worker process holding one GGUF model."""
 
     def __init__(self, path: Path, threads: int):
-        self.proc = subprocess.Popen([str(bench_python()), "-c", WORKER, str(path), str(threads)],
+        python, env = llama_cpp_worker()
+        self.proc = subprocess.Popen([str(python), "-c", WORKER, str(path), str(threads)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._read()
 
@@ -173,6 +221,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.tokens} new tokens, median of {args.repeats}, "
           f"dtype {args.dtype}; {os.cpu_count()} CPUs, {load()}", flush=True)
+    print(f"llama.cpp: the sources llama-cpp-python {LLAMA_CPP_PYTHON} vendors, built with {' '.join(CMAKE_FLAGS[:2])}",
+          flush=True)
     store = models.ModelStore("cpu")
     for key in args.models.split(","):
         side_by_side(store, key, args)
