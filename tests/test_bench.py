@@ -27,8 +27,9 @@ QUICK = {  # the short run of each; the load test's own --quick is a minute of l
 
 # Benches whose short run cannot be part of `make test`, and why; they are still compiled.
 COMPILE_ONLY = {
-    "bench_llamacpp.py": "its first run builds llama-cpp-python from source into .bench-venv (tens of minutes "
-                         "on two cores), and llama.cpp runs the real GGUF models, not toy",
+    "bench_llamacpp.py": "it needs llama.cpp (its first run fetches the sources and builds the library into "
+                         ".bench-venv: about 4 minutes on two cores; `make bench` runs it), and llama.cpp runs "
+                         "the real GGUF models, not toy",
 }
 
 
