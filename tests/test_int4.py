@@ -11,7 +11,12 @@ Tolerances, measured on SmolLM2 and stated here once:
   of 53 positions), and where the top-1 differs the reference's two best are a near tie, within
   0.05 of each other (measured 0.009 and 0.042);
 - int4 vs float32: per-position total variation at most 0.1 (measured 0.062, mean 0.019; bfloat16
-  gives 0.067 and 0.022), mean at most 0.03, top-1 agreement at least 95 % (measured 96 %).
+  gives 0.067 and 0.022), mean at most 0.03, top-1 agreement at least 95 % (measured 96 %);
+- int4 through the cache (steps, crops, reorders, a draft tree's pass) vs one pass over the same
+  text: logits within ``PASS_SHAPES`` and the same argmax. The kernel itself gives the same product
+  for one row as for many on every capability; the bfloat16 activations of attention and norms
+  round otherwise in passes of other shapes (measured 0.125 with AVX-512 kernels, 0.48 and 0.64
+  with AVX2's).
 """
 from __future__ import annotations
 
@@ -31,6 +36,8 @@ from playground.lean_llama import LeanCache
 from strategies.draft_tree import attention_mask, position_ids
 
 PROMPT = "Name three colours of the rainbow."
+PASS_SHAPES = 1.0  # eight bfloat16 steps at a logit of 16
+NEAR_TIE = 0.08  # top two probabilities a pass of another shape may swap (measured up to 0.050)
 pytestmark = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
 
 
@@ -212,7 +219,7 @@ def test_int4_logits_close_to_float32(smollm, int4):
 
 def test_cached_steps_crops_and_reorders_agree_with_one_pass(smollm, int4):
     """Through the cache (prefill, steps, a cropped verify pass, a beam reorder) int4 gives what one
-    pass over the same text gives, within two bfloat16 steps at a logit of 16, and the same argmax."""
+    pass over the same text gives, within ``PASS_SHAPES``, and the same argmax."""
     prompt = smollm.encode(PROMPT)
     cache = int4.new_cache()
     int4.forward(torch.tensor([prompt]), cache)
@@ -222,7 +229,7 @@ def test_cached_steps_crops_and_reorders_agree_with_one_pass(smollm, int4):
     stepped = int4.forward(torch.tensor([[12], [12]]), cache).logits[:, -1]
     whole = int4.forward(torch.tensor([prompt + [330, 1115, 12]])).logits[0, -1]
     for row in stepped:
-        assert (row - whole).abs().max().item() <= 0.125 and row.argmax() == whole.argmax()
+        assert (row - whole).abs().max().item() <= PASS_SHAPES and row.argmax() == whole.argmax()
 
 
 def test_a_draft_tree_pass_and_keep_on_the_lean_cache(smollm, int4):
@@ -236,10 +243,10 @@ def test_a_draft_tree_pass_and_keep_on_the_lean_cache(smollm, int4):
     tree = int4.forward(torch.tensor([[prompt[-1]] + tokens[1:]]), cache, attention_mask=attention_mask(parents, past),
                         position_ids=position_ids(parents, past)).logits[0]
     alone = int4.forward(torch.tensor([prompt + [1115, 7]])).logits[0]
-    assert (tree[3] - alone[-1]).abs().max().item() <= 0.125 and tree[3].argmax() == alone[-1].argmax()
-    assert (tree[1] - alone[-2]).abs().max().item() <= 0.125
+    assert (tree[3] - alone[-1]).abs().max().item() <= PASS_SHAPES and tree[3].argmax() == alone[-1].argmax()
+    assert (tree[1] - alone[-2]).abs().max().item() <= PASS_SHAPES
     sibling = int4.forward(torch.tensor([prompt + [42]])).logits[0, -1]
-    assert (tree[2] - sibling).abs().max().item() <= 0.125 and tree[2].argmax() == sibling.argmax()
+    assert (tree[2] - sibling).abs().max().item() <= PASS_SHAPES and tree[2].argmax() == sibling.argmax()
     keys, values = cache.keys.clone(), cache.values.clone()
     cache.keep(list(range(past)) + [past, past + 1, past + 3])  # the root, node 1, node 3
     assert cache.get_seq_length() == len(prompt) + 2
@@ -259,7 +266,8 @@ def test_greedy_eagle_is_greedy_on_the_lean_forward(store, dtype, prompt):
     distribution it recorded for that step, and its text is the same weights' greedy text up to a
     near tie: a pass over several tokens rounds bfloat16 activations otherwise than a one-token
     step (in transformers as here), which moves probabilities by up to a few hundredths (measured
-    on these prompts: top two 0.339 / 0.299 in int4 where the tree pass took the second)."""
+    on these prompts: top two 0.339 / 0.299 in int4 where the tree pass took the second; 0.228 /
+    0.178 in bfloat16 with oneDNN's AVX2 kernels, which emulate bfloat16)."""
     plain = run(store, Request("smollm2-135m", "greedy", prompt, max_new_tokens=24, dtype=dtype))
     eagle = run(store, Request("smollm2-135m", "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
                                                                        "measure_baseline": False},
@@ -271,7 +279,7 @@ def test_greedy_eagle_is_greedy_on_the_lean_forward(store, dtype, prompt):
     first = next((i for i, (a, b) in enumerate(zip(eagle.token_ids, plain.token_ids)) if a != b), None)
     if first is not None:
         best, second = sorted(plain.steps[first].candidates, key=lambda c: -c.raw_prob)[:2]
-        assert best.raw_prob - second.raw_prob <= 0.05 and eagle.token_ids[first] == second.id, (first, best, second)
+        assert best.raw_prob - second.raw_prob <= NEAR_TIE and eagle.token_ids[first] == second.id, (first, best, second)
 
 
 def test_greedy_and_sampling_run_and_record_int4(store, smollm, int4):
