@@ -36,10 +36,10 @@ bench: install
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 screenshots: install browser
-	$(BIN)/python -m playground.screenshots
+	$(BIN)/python -m playground.tools.screenshots
 
 toy: install
-	$(BIN)/python -m playground.toy
+	$(BIN)/python -m playground.tools.toy
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache

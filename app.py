@@ -9,8 +9,8 @@ PLAYGROUND_TIME_BUDGET, PLAYGROUND_MAX_ROW_TOKENS) are listed in the README's Sp
 """
 from __future__ import annotations
 
-# Before any worker thread exists: glibc's malloc arenas capped (playground.memory).
-from playground.memory import limit_arenas  # isort: skip
+# Before any worker thread exists: glibc's malloc arenas capped (playground.serving.memory).
+from playground.serving.memory import limit_arenas  # isort: skip
 limit_arenas()
 # playground.ui next: it imports `spaces` (ZeroGPU) before anything imports torch.
 from playground.ui import build_demo, launch_kwargs  # isort: skip  # noqa: E402

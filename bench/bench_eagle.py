@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playground.engine import Request, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
-from strategies.eagle_head import head_dir  # noqa: E402
+from strategies.speculative.eagle.head import head_dir  # noqa: E402
 
 CONFIGS = [  # (label, params)
     ("eagle chain depth 4", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 1}),

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from playground.weights_cache import CHECKSUMS, seal_problem  # noqa: E402
+from playground.models.weights_cache import CHECKSUMS, seal_problem  # noqa: E402
 
 SMOL = "smollm2-135m"
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playground.engine import Request, in_dtype, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
-from playground.sample_many import sample_many  # noqa: E402
+from playground.whatif.sample_many import sample_many  # noqa: E402
 
 PROMPT = "Write a haiku about the sea."
 GOAL_SECONDS = 20.0

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playground.engine import Request, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
-from strategies.speedup import break_even_alpha, expected_speedup  # noqa: E402
+from strategies.speculative.speedup import break_even_alpha, expected_speedup  # noqa: E402
 
 PARAGRAPH = (
     "The Great Barrier Reef is the world's largest coral reef system, composed of over 2,900 individual reefs "

@@ -10,11 +10,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from playground.budget import FINISH_REASON as OUT_OF_TIME
-from playground.budget import Budget, Deadline
-from playground.dtypes import check_dtype, weights_order
+from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
+from playground.serving.budget import Budget, Deadline
+from playground.models.dtypes import check_dtype, weights_order
 from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress, WeightsRefused
-from playground.weights_check import weights_record
+from playground.models.fast.check import weights_record
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
@@ -39,7 +39,7 @@ class Request:
     top_n: int = 20
     forced: dict[Any, int | str] = field(default_factory=dict)  # step -> token id or text (a branch)
     # "float32" keeps a programmatic request on the reference numbers; the CLI, the page and the API
-    # default to "auto" (see playground.dtypes).
+    # default to "auto" (see playground.models.dtypes).
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
@@ -111,7 +111,7 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
 
 
 def choose_weights(lm: LM, name: str, progress: Progress | None = None) -> tuple[LM, list[str]]:
-    """``lm`` in the first weights of ``name``'s order (playground.dtypes.weights_order) that pass
+    """``lm`` in the first weights of ``name``'s order (playground.models.dtypes.weights_order) that pass
     their check on this CPU, and the refusals of those passed over on the way (``auto`` only: a
     named one that fails is refused to the caller)."""
     order = weights_order(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",

@@ -1,10 +1,10 @@
-"""Decoding strategies and logit transforms.
+"""Decoding strategies and logit transforms, by family: sampling/, beam/, speculative/, contrastive/.
 
-Importing the package imports every module in it, so each ``@register``-ed
-strategy is in the registry; adding a strategy is adding a file.
+Importing the package imports every module of every family, so each ``@register``-ed strategy is
+in the registry; adding a strategy is adding a file to its family's folder.
 """
 import importlib
 import pkgutil
 
-for _mod in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_mod.name}")
+for _mod in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
+    importlib.import_module(_mod.name)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
-from strategies.chain import entropy_of
+from strategies.sampling.chain import entropy_of
 
 
 def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: int, top_n: int) -> list[int]:

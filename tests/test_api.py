@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from playground import ui
+from playground.ui import page as ui
 from playground.engine import Request, run
 from strategies.registry import all_strategies
 

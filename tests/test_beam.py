@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from beam_fakes import FakeLM, check_two_draws_without_replacement, final
-from playground.charts_beam import DENSE, tree_figure, views
+from playground.charts.beam import DENSE, tree_figure, views
 from playground.engine import Request, prepare
 from playground.errors import InvalidRequest
-from strategies.beam import BeamParams, beam
-from strategies.beam_prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules
-from strategies.sample_beam import SampleBeamParams, sample_beam
-from strategies.stochastic_beam import StochasticBeamParams, conditional_gumbel, stochastic_beam
+from strategies.beam.beam import BeamParams, beam
+from strategies.beam.prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules
+from strategies.beam.sample_beam import SampleBeamParams, sample_beam
+from strategies.beam.stochastic_beam import StochasticBeamParams, conditional_gumbel, stochastic_beam
 
 
 def hf_beam(lm, prompt_ids, max_new_tokens, num_beams, length_penalty, early_stopping):
@@ -377,7 +377,7 @@ def test_views_skip_traces_without_a_beam():
 
 
 def test_beam_charts_import_no_torch():
-    code = "import sys, playground.charts_beam; sys.exit('torch' in sys.modules)"
+    code = "import sys, playground.charts.beam; sys.exit('torch' in sys.modules)"
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
 

@@ -13,8 +13,8 @@ from torch.overrides import TorchFunctionMode
 
 from beam_fakes import FakeLM, final
 from playground.models import Forward
-from strategies.sample_beam import SampleBeamParams, sample_beam
-from strategies.stochastic_beam import StochasticBeamParams, stochastic_beam
+from strategies.beam.sample_beam import SampleBeamParams, sample_beam
+from strategies.beam.stochastic_beam import StochasticBeamParams, stochastic_beam
 
 DEVICE = torch.device("cpu", 1)
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from beam_fakes import FakeLM, final, table_lm
-from playground.charts_beam import finished_table
-from strategies.beam import BeamParams, beam
+from playground.charts.beam import finished_table
+from strategies.beam.beam import BeamParams, beam
 
 
 def notes_beam_search(lm, prompt_ids: list[int], k: int, max_length: int) -> list[tuple[tuple[int, ...], float]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from beam_fakes import final, table_lm
-from strategies.beam import BeamParams, beam
-from strategies.beam_prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules, prune
+from strategies.beam.beam import BeamParams, beam
+from strategies.beam.prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules, prune
 
 # The active list C, best first: (score, last-token log-prob, parent).
 C = [(-1.0, -0.5, 0), (-1.5, -1.0, 0), (-2.5, -0.2, 1), (-4.0, -2.0, 1)]

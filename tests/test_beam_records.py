@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from beam_fakes import final
-from playground.charts_beam import finished_table, tree_figure, views
-from playground.views import strategy_views
-from strategies.beam import BeamParams, beam
-from strategies.sample_beam import SampleBeamParams, sample_beam
-from strategies.stochastic_beam import StochasticBeamParams, stochastic_beam
+from playground.charts.beam import finished_table, tree_figure, views
+from playground.charts.views import strategy_views
+from strategies.beam.beam import BeamParams, beam
+from strategies.beam.sample_beam import SampleBeamParams, sample_beam
+from strategies.beam.stochastic_beam import StochasticBeamParams, stochastic_beam
 
 RUNS = [
     (beam, BeamParams(num_beams=4, relative_threshold=0.05, max_candidates_per_node=2), "beam"),

@@ -1,9 +1,9 @@
-"""The tree of branches (playground.branches) on hand-made traces, and on toy runs through the engine."""
+"""The tree of branches (playground.whatif.branches) on hand-made traces, and on toy runs through the engine."""
 from __future__ import annotations
 
 import pytest
 
-from playground import branches
+from playground.whatif import branches
 from playground.errors import InvalidRequest
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from playground import ui
+from playground.ui import page as ui
 from playground.engine import Request, run
-from playground.screenshots import chromium_path, launch_browser
+from playground.tools.screenshots import chromium_path, launch_browser
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]

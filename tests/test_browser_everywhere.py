@@ -9,8 +9,8 @@ import pytest
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
-from playground import share
-from playground.theme import THEMES
+from playground.ui import share
+from playground.charts.theme import THEMES
 from tests.test_browser import browser, page, url, wait_done  # noqa: F401  (fixtures)
 
 FAMILIES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),

@@ -9,7 +9,7 @@ import pytest
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
-from playground import ui
+from playground.ui import page as ui
 from playground.engine import Request, run
 from tests.test_browser import browser, page, tokens, url, wait_done  # noqa: F401  (fixtures)
 

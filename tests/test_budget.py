@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from playground import ui
-from playground.budget import Budget, Deadline
+from playground.ui import page as ui
+from playground.serving.budget import Budget, Deadline
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
 

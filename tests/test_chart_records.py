@@ -8,7 +8,7 @@ import torch
 
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
-from playground import charts
+from playground.charts import figures as charts
 from playground.engine import Request, run
 
 

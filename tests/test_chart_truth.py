@@ -30,11 +30,11 @@ import torch
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
 from word_lm import WordLM
-from playground import charts
+from playground.charts import figures as charts
 from playground.trace import Trace
-from strategies.chain import Multinomial, record_chain
+from strategies.sampling.chain import Multinomial, record_chain
 from strategies.recording import make_step
-from strategies.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
+from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
 
 TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
                "no_repeat_ngram", "word_bias")

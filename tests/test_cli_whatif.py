@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from playground.cli import main
+from playground.cli.run import main
 
 
 def _json(capsys, argv):

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from playground.charts_contrastive import views
+from playground.charts.contrastive import views
 from playground.engine import Request, run
 from playground.models import ModelStore
-from strategies.contrastive import ContrastiveParams
+from strategies.contrastive.contrastive import ContrastiveParams
 from strategies.pairing import check_shared_tokenizer
-from strategies.contrastive_scoring import contrastive_scores, pick_greedy, plausible_mask
+from strategies.contrastive.scoring import contrastive_scores, pick_greedy, plausible_mask
 from playground.errors import InvalidRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def test_views_show_the_step_and_the_disagreements(store: ModelStore) -> None:
 
 
 def test_chart_module_imports_no_torch() -> None:
-    code = "import sys, playground.charts_contrastive; sys.exit('torch' in sys.modules)"
+    code = "import sys, playground.charts.contrastive; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 

@@ -11,10 +11,10 @@ import torch
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
-from strategies.chain import ChainParams, build_chain
-from strategies.eagle import EagleDecoder, available_heads
-from strategies.eagle_head import head_dir
-from strategies.eagle_train import held_out_tau
+from strategies.sampling.chain import ChainParams, build_chain
+from strategies.speculative.eagle.decoder import EagleDecoder, available_heads
+from strategies.speculative.eagle.head import head_dir
+from playground.tools.train_eagle import held_out_tau
 from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
 
 N = 1000

@@ -6,9 +6,9 @@ import html
 
 import pytest
 
-from playground.charts_eagle import FATES, tau_figure, tree_figure, views
+from playground.charts.eagle import FATES, tau_figure, tree_figure, views
 from playground.engine import Request, run
-from playground.views import strategy_views
+from playground.charts.views import strategy_views
 
 
 @pytest.fixture(scope="module")

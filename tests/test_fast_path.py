@@ -20,11 +20,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from playground.dtypes import NATIVE_BF16_FLAGS, cpu_has_native_bf16, weights_order
+from playground.models.dtypes import NATIVE_BF16_FLAGS, cpu_has_native_bf16, weights_order
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
-from playground.lean_llama import LeanCache
-from strategies.chain import ChainParams, Multinomial, apply_chain, build_chain
+from playground.models.fast.llama import LeanCache
+from strategies.sampling.chain import ChainParams, Multinomial, apply_chain, build_chain
 
 PROMPT = "Name three colours of the rainbow."
 BF16_STEP = 0.125
@@ -93,7 +93,7 @@ def test_crop_and_verify_passes_match_transformers(smollm, fast):
 
 def tree_pass(lm, cache, prompt: list[int]) -> torch.Tensor:
     """A draft tree (root, two children, a grandchild) in one pass after the prompt: [4, vocab]."""
-    from strategies.draft_tree import attention_mask, position_ids
+    from strategies.speculative.eagle.tree import attention_mask, position_ids
     parents = [-1, 0, 0, 1]
     lm.forward(torch.tensor([prompt[:-1]]), cache)
     past = cache.get_seq_length()
@@ -247,7 +247,7 @@ def test_native_bf16_is_read_from_cpu_flags(tmp_path):
 
 
 def test_cli_takes_dtype(capsys):
-    from playground.cli import main
+    from playground.cli.run import main
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--dtype", "half"]) == 2
     assert "dtype must be one of auto, float32, bfloat16, int4, got 'half'" in capsys.readouterr().err
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--max-new-tokens", "2", "--dtype", "bfloat16",

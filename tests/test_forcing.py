@@ -3,7 +3,7 @@ import pytest
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
-from playground.toy import WORDS
+from playground.tools.toy import WORDS
 
 A, THE = WORDS.index("a"), WORDS.index("the")
 HOT = {"temperature": 2.0}  # toy's paths are near-certain after the branch; T = 2 makes every step random

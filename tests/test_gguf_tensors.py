@@ -1,4 +1,4 @@
-"""The GGUF tensor table (``playground.gguf_tensors``) against gguf-py's full reader: the same
+"""The GGUF tensor table (``playground.models.fast.gguf_tensors``) against gguf-py's full reader: the same
 tensors, types, shapes and bytes, and clear refusals of what is not a GGUF file."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from gguf import GGUFReader
 
 from playground import models
-from playground.gguf_tensors import tensor_table
+from playground.models.fast.gguf_tensors import tensor_table
 
 
 def test_the_table_is_gguf_pys():

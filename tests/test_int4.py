@@ -27,13 +27,15 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, dequantize
 
-from playground import gguf_int4, models
-from playground.gguf_tensors import tensor_table
-from playground.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16, weights_order
+from playground import models
+
+from playground.models.fast import int4 as gguf_int4
+from playground.models.fast.gguf_tensors import tensor_table
+from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16, weights_order
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
-from playground.lean_llama import LeanCache
-from strategies.draft_tree import attention_mask, position_ids
+from playground.models.fast.llama import LeanCache
+from strategies.speculative.eagle.tree import attention_mask, position_ids
 
 PROMPT = "Name three colours of the rainbow."
 PASS_SHAPES = 1.0  # eight bfloat16 steps at a logit of 16

@@ -1,4 +1,4 @@
-"""Gemma 3's lean forward (``playground.lean_gemma``) against transformers' Gemma 3 on the same
+"""Gemma 3's lean forward (``playground.models.fast.gemma``) against transformers' Gemma 3 on the same
 bfloat16 weights, and Gemma on its GGUF file's blocks (int4) against gguf-py and float32.
 
 Measured on Gemma 3 270M and stated here once:
@@ -16,11 +16,13 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, dequantize
 
-from playground import gguf_int4, models
-from playground.gguf_tensors import tensor_table
+from playground import models
+
+from playground.models.fast import int4 as gguf_int4
+from playground.models.fast.gguf_tensors import tensor_table
 from playground.engine import Request, run
-from playground.lean_gemma import LeanGemma
-from playground.lean_llama import LeanCache
+from playground.models.fast.gemma import LeanGemma
+from playground.models.fast.llama import LeanCache
 
 TEXT = "The quick brown fox jumps over the lazy dog because"
 
@@ -98,7 +100,7 @@ def test_a_draft_tree_pass_is_each_path_alone(gemma):
     logits are those of its own path fed alone, within 1e-3."""
     import copy
 
-    from strategies.draft_tree import attention_mask, position_ids
+    from strategies.speculative.eagle.tree import attention_mask, position_ids
     lean = LeanGemma(copy.deepcopy(gemma.model))
     prompt = gemma.encode(TEXT)
     parents, tokens = [-1, 0, 0, 1], [prompt[-1], 1115, 42, 7]  # a root, two children, a grandchild

@@ -1,11 +1,11 @@
-"""playground.memory on this machine's glibc: the arena cap takes effect and trimming is rate-limited."""
+"""playground.serving.memory on this machine's glibc: the arena cap takes effect and trimming is rate-limited."""
 from __future__ import annotations
 
 import platform
 
 import pytest
 
-from playground import memory
+from playground.serving import memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from playground import models, ui
+from playground.models import store as models
+
+from playground.ui import page as ui
 from playground.errors import InvalidRequest
-from playground.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
-from playground.model_keys import KeyPolicy, check_key
+from playground.serving.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
+from playground.serving.model_keys import KeyPolicy, check_key
 from playground.models import OFFLINE, ModelStore, ModelUnavailable
 
 HOSTILE = {

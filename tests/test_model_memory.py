@@ -8,7 +8,7 @@ import torch
 
 from playground.engine import Request, stream
 from playground.models import ModelStore, model_bytes
-from playground.residency import GB, MemoryBudget, OverBudget
+from playground.serving.residency import GB, MemoryBudget, OverBudget
 
 UNIT = 4096 * 4  # bytes of one fake model: 4096 float32 weights
 

@@ -11,9 +11,9 @@ import torch
 from scipy.stats import chisquare
 from torch.overrides import TorchFunctionMode
 
-import strategies.chain as chain_module
+import strategies.sampling.chain as chain_module
 from playground.engine import Request, run
-from strategies.chain import GumbelMax, has_float64
+from strategies.sampling.chain import GumbelMax, has_float64
 
 
 class RefuseFloat64(TorchFunctionMode):

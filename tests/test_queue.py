@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
-from playground import ui
+from playground.ui import page as ui
 from playground.engine import stream
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from beam_fakes import check_two_draws_without_replacement, final
-from playground.charts_beam import tree_figure
-from strategies.sample_beam import SampleBeamParams, sample_beam
+from playground.charts.beam import tree_figure
+from strategies.beam.sample_beam import SampleBeamParams, sample_beam
 
 
 def test_the_reported_case_draws_three_distinct_prefixes(toy):

@@ -6,9 +6,9 @@ import torch
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
-from playground.sample_many import enumerate_outcomes, goodness_of_fit, sample_many
-from strategies.chain import apply_chain
-from strategies.transforms import Temperature
+from playground.whatif.sample_many import enumerate_outcomes, goodness_of_fit, sample_many
+from strategies.sampling.chain import apply_chain
+from strategies.sampling.transforms import Temperature
 
 PATH_A = " a time there lived happily ever"  # toy's 70% path after "1 2" (8 tokens with <eos> cut at 8)
 
@@ -154,7 +154,7 @@ def test_contrastive_outcomes_carry_their_own_probability_without_a_test(store):
 def test_stages_without_a_closed_form_run_one_by_one_with_no_exact_reference(store):
     """XTC draws a coin and mirostat keeps a state: sample many runs them one seed at a time and
     claims no exact probability; the plain five stages keep their batched path and reference."""
-    from playground.sample_many import sample_many
+    from playground.whatif.sample_many import sample_many
     xtc = sample_many(store, Request("toy", "sampling", "1 2", {"xtc_probability": 1.0, "xtc_threshold": 0.1},
                                      seed=0, max_new_tokens=1), 20)
     assert xtc["batched"] is False and xtc["chi_square"] is None and xtc["reference"].startswith("none")

@@ -12,11 +12,11 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper)
 
 from playground.errors import InvalidRequest
-from strategies.adaptive import DynamicTemperature, Mirostat
-from strategies.chain import Multinomial, record_chain
-from strategies.repeats import DRY, NoRepeatNGram, WordBias
-from strategies.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain, feed_back
-from strategies.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
+from strategies.sampling.adaptive import DynamicTemperature, Mirostat
+from strategies.sampling.chain import Multinomial, record_chain
+from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
+from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain, feed_back
+from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
 from word_lm import WordLM
 
 NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)

@@ -3,8 +3,8 @@ the toy's 70/30 branch, each stage's record in the trace, the views drawn from t
 the CLI's flags for them."""
 import pytest
 
-from playground import charts_samplers
-from playground.cli import main
+from playground.charts import samplers as charts_samplers
+from playground.cli.run import main
 from playground.engine import Request, run
 
 
@@ -84,7 +84,7 @@ def test_cli_refuses_bad_values_with_exit_2(capsys, args, message):
 
 
 def test_dry_span_is_underlined_in_the_text(store):
-    from playground import charts
+    from playground.charts import figures as charts
     t = trace_of(store, {"temperature": 0.0, "dry_multiplier": 0.5, "dry_allowed_length": 1},
                  prompt="1 2 3 4 1 2 3", n=3)
     d = stage(t["steps"][0], "dry")["decision"]

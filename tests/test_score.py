@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from playground.errors import InvalidRequest
-from playground.score import score, summary
+from playground.whatif.score import score, summary
 
 
 def _forward_probs(lm, ids):

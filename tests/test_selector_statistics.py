@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from strategies.chain import ChainParams, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.sampling.chain import ChainParams, GumbelMax, Multinomial, apply_chain, build_chain
 
 DRAWS = 100_000
 VOCAB = 10

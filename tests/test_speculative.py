@@ -8,14 +8,14 @@ import math
 import pytest
 import torch
 
-import strategies.speculative as speculative_module
+import strategies.speculative.speculative as speculative_module
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelSpec, ModelStore
-from strategies.chain import apply_chain, build_chain
+from strategies.sampling.chain import apply_chain, build_chain
 from strategies.context import Stopwatch
-from strategies.drafts import ModelDraft, PromptLookupDraft, make_draft
-from strategies.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
+from strategies.speculative.drafts import ModelDraft, PromptLookupDraft, make_draft
+from strategies.speculative.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
 
 TOY_PROMPT = "1 2 3 4 5 6 7 8 0 1 2"  # a second pass of the path, so prompt lookup has something to copy
 SMOL_PROMPT = "Repeat this sentence twice: the quick brown fox jumps over the lazy dog."

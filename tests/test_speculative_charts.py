@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from playground.charts_speculative import default_round, round_figure, round_of_step, timeline_html, views
+from playground.charts.speculative import default_round, round_figure, round_of_step, timeline_html, views
 from playground.engine import Request, run
 from playground.models import ModelStore
-from strategies.speedup import break_even_alpha, expected_speedup
+from strategies.speculative.speedup import break_even_alpha, expected_speedup
 
 
 def speculative(prompt: str, n: int, seed: int, **params) -> dict:
@@ -130,7 +130,7 @@ def test_speed_view_without_a_baseline(trace):
 
 
 def test_charts_import_no_torch():
-    code = "import sys, playground.charts_speculative; sys.exit('torch' in sys.modules)"
+    code = "import sys, playground.charts.speculative; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
 
 
@@ -148,7 +148,7 @@ def test_speculative_steps_record_each_stage_decision(store):
 
 
 def test_a_slow_run_says_why_in_one_line():
-    from playground.charts_speculative import plural, slow_reason
+    from playground.charts.speculative import plural, slow_reason
     assert plural(1, "round") == "1 round" and plural(2, "round") == "2 rounds"
     base = {"speculative": {"draft": "early_exit", "draft_kind": "early_exit", "alpha": 0.07, "mean_gamma": 4},
             "timing": {"speculative": {"measured_speedup": 0.4, "c": 0.3, "verify_cost": {"5": 1.2}}}}

@@ -4,7 +4,7 @@ The "models" are fixed random tables over a 10-token vocabulary: the next-token
 logits depend on the last three tokens, so the exact distribution of every
 3-token continuation is a product of three table rows. 200,000 continuations
 are sampled with batched speculative decoding (the drafting loop below mirrors
-``ModelDraft.propose``; verification is ``strategies.verify``, the functions
+``ModelDraft.propose``; verification is ``strategies.speculative.verify``, the functions
 the ``speculative`` strategy calls) and compared with that exact distribution
 by a chi-square goodness-of-fit test and a total-variation bound.
 """
@@ -17,8 +17,8 @@ import pytest
 import torch
 from scipy import stats
 
-from strategies.chain import ChainParams, apply_chain, build_chain
-from strategies.verify import rejection, sample, topk
+from strategies.sampling.chain import ChainParams, apply_chain, build_chain
+from strategies.speculative.verify import rejection, sample, topk
 
 V = 10  # vocabulary
 LENGTH = 3  # tokens per sampled continuation

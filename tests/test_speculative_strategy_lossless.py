@@ -15,7 +15,7 @@ import torch
 from scipy import stats
 
 from playground.engine import Request, run
-from strategies.chain import ChainParams, apply_chain, build_chain
+from strategies.sampling.chain import ChainParams, apply_chain, build_chain
 
 PROMPT = "a once upon"  # " a" is in the text, so the penalty moves the 70/30 branch
 CHAIN = dict(temperature=2.0, top_p=0.9, repetition_penalty=2.0)

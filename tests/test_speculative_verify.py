@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strategies.drafts import lookup
-from strategies.verify import rejection, sample, topk
+from strategies.speculative.drafts import lookup
+from strategies.speculative.verify import rejection, sample, topk
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from playground.engine import Request, run
-from strategies.verify import rejection, sample, topk
+from strategies.speculative.verify import rejection, sample, topk
 
 
 class RefuseFloat64(TorchDispatchMode):

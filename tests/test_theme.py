@@ -1,14 +1,16 @@
-"""Every figure takes its colours from the page theme, in one place (playground.theme)."""
+"""Every figure takes its colours from the page theme, in one place (playground.charts.theme)."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from playground import charts, ui
+from playground.charts import figures as charts
+
+from playground.ui import page as ui
 from playground.engine import Request, run
-from playground.theme import THEMES, themed
-from playground.views import strategy_views
+from playground.charts.theme import THEMES, themed
+from playground.charts.views import strategy_views
 
 CASES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),
          ("speculative", {"draft": "toy-small"}), ("contrastive", {"amateur": "toy-small"})]
@@ -66,7 +68,7 @@ def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
 
 
 def test_titles_wrap_on_a_phone_without_splitting_tags():
-    from playground.charts import wrap
+    from playground.charts.figures import wrap
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 13) == ["Step 0: chose", "<b>·a</b> · p 0.700"]
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 12) == ["Step 0:", "chose <b>·a</b> · p", "0.700"]
     assert wrap("short", 40) == ["short"]

@@ -8,8 +8,8 @@ from transformers.generation.logits_process import (
     MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
     TopPLogitsWarper)
 
-from strategies.chain import ChainParams, apply_chain, build_chain, run_chain
-from strategies.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP
+from strategies.sampling.chain import ChainParams, apply_chain, build_chain, run_chain
+from strategies.sampling.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP
 
 PROBS = torch.tensor([[0.1, 0.2, 0.3, 0.4]])
 LOGITS = PROBS.log()

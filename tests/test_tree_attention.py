@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from playground.engine import Request, run
-from strategies.chain import ChainParams, build_chain
-from strategies.draft_tree import attention_mask, path_to, position_ids
-from strategies.drafts import rollback_cache
-from strategies.eagle import DraftTree, EagleDecoder
-from strategies.eagle_head import EagleHead
+from strategies.sampling.chain import ChainParams, build_chain
+from strategies.speculative.eagle.tree import attention_mask, path_to, position_ids
+from strategies.speculative.drafts import rollback_cache
+from strategies.speculative.eagle.decoder import DraftTree, EagleDecoder
+from strategies.speculative.eagle.head import EagleHead
 
 SEVEN = [-1, 0, 0, 1, 1, 3, 2]
 

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from strategies.draft_tree import children, static_tree
-from strategies.tree_verify import draw_children, greedy, sampling
+from strategies.speculative.eagle.tree import children, static_tree
+from strategies.speculative.eagle.tree_verify import draw_children, greedy, sampling
 
 V = 5
 N = 12000

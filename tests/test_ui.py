@@ -10,13 +10,17 @@ from dataclasses import dataclass
 
 import pytest
 
-from playground import charts, share, ui
+from playground.charts import figures as charts
+
+from playground.ui import share
+
+from playground.ui import page as ui
 from playground.engine import Request, run
 from playground.models import ModelUnavailable
 from playground.errors import InvalidRequest
 from strategies.params import Params, describe, param
 from strategies.registry import REGISTRY, all_strategies, register
-from strategies.samplers import PRESETS
+from strategies.sampling.samplers import PRESETS
 
 CHAIN = {"temperature": 1.5, "top_k": 5, "top_p": 0.9, "min_p": 0.05}
 

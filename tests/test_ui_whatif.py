@@ -2,9 +2,9 @@
 import pytest
 
 from playground.errors import InvalidRequest
-from playground.branches import branch_forced, branch_settings
-from playground.ui_branches import branch_html
-from playground.ui_whatif import sample_many_view, score_view, select_score_step
+from playground.whatif.branches import branch_forced, branch_settings
+from playground.ui.branches import branch_html
+from playground.ui.whatif import sample_many_view, score_view, select_score_step
 
 
 def test_sample_many_view_draws_both_sets_of_bars(store):
@@ -47,7 +47,7 @@ def test_branch_input_errors(args, message):
 
 
 def test_the_page_has_the_what_if_tab_and_the_branches_panel(store):
-    from playground.ui import build_demo
+    from playground.ui.page import build_demo
 
     demo = build_demo(store)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}

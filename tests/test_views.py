@@ -1,6 +1,6 @@
 """Strategy views plug in by what the trace carries, and per-step views follow the selected step."""
 from playground.engine import Request, run
-from playground.views import strategy_views
+from playground.charts.views import strategy_views
 
 
 def test_sampling_trace_has_no_family_views(store):
@@ -24,7 +24,7 @@ def test_views_without_a_step_argument_still_come_back(store):
 
 def test_the_final_frame_shows_the_strategy_views_of_the_step_it_selects(store):
     """After a run the page selects one step (the most uncertain); the per-step view shows that one too."""
-    from playground.ui import generate
+    from playground.ui.page import generate
     frames = list(generate(store, "toy", "contrastive", "1 2", {"amateur": "toy-small"}, seed=0, max_new_tokens=6,
                            refresh_seconds=0.0))
     final = frames[-1]

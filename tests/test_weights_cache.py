@@ -8,8 +8,10 @@ import sys
 import pytest
 import torch
 
-from playground import models, weights_cache
-from playground.weights_cache import CHECKSUMS, CacheError, load_or_build, seal_problem
+from playground.models import store as models
+
+from playground.models import weights_cache
+from playground.models.weights_cache import CHECKSUMS, CacheError, load_or_build, seal_problem
 
 PROMPT = torch.tensor([[1, 2]])
 

@@ -1,4 +1,4 @@
-"""A fast path checks itself against float32 where it runs (``playground.weights_check``): the
+"""A fast path checks itself against float32 where it runs (``playground.models.fast.check``): the
 check passes here and is recorded in the trace and the page's status; a deliberately wrong int4
 packing, a kernel that raises and a kernel that is missing are each refused by name, and ``auto``
 falls back to the next weights. Injected faults use a store of their own, since a model's checked
@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from playground import gguf_int4, weights_check
-from playground.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16
+from playground.models.fast import int4 as gguf_int4
+
+from playground.models.fast import check as weights_check
+from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, WeightsRefused
-from playground.ui import status_html
+from playground.ui.page import status_html
 
 needs_kernel = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
 

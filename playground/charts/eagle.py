@@ -1,0 +1,116 @@
+"""Views of an EAGLE trace: each round's draft tree and tau over rounds.
+
+Reads only the trace's JSON form: each round's ``tree`` (nodes with token, parent, depth, draft and
+target probabilities and the fate the verifier recorded), its ``path`` and ``next`` token, and the
+``speculative`` totals; wall-clock figures from ``timing.speculative``. Pure: no torch, no gradio.
+The tree runs left to right (depth on x); the accepted path is drawn bold green, rejected drafts
+red and faded, drafts below a rejection (never tested) grey and faded, the target's token blue.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+
+from playground.charts.speculative import BELOW, BLUE, GREEN, GREY, RED
+from playground.charts.common import View
+
+FATES = {"root": ("#334155", 1.0), "accepted": (GREEN, 1.0), "rejected": (RED, 0.35), "unreached": (GREY, 0.3)}
+
+
+def is_eagle(trace: dict[str, Any]) -> bool:
+    return (trace.get("speculative") or {}).get("draft_kind") == "eagle"
+
+
+def _rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
+    """A y for each node: leaves in depth-first order one apart, a parent at the mean of its children."""
+    kids: dict[int, list[int]] = {n["node"]: [] for n in nodes}
+    for n in nodes[1:]:
+        kids[n["parent"]].append(n["node"])
+    y: dict[int, float] = {}
+    leaf = [0]
+
+    def place(i: int) -> float:
+        if not kids[i]:
+            y[i] = float(leaf[0])
+            leaf[0] += 1
+        else:
+            y[i] = sum(place(c) for c in kids[i]) / len(kids[i])
+        return y[i]
+
+    place(0)
+    return y
+
+
+def _hover(n: dict[str, Any]) -> str:
+    if n["fate"] == "root":
+        return f"root {n['text']!r}: the last committed token"
+    test = f", accept prob {n['accept_prob']:.3g}" if n.get("accept_prob") is not None else ""
+    u = f", u {n['u']:.3g}" if n.get("u") is not None else ""
+    return html.escape(f"{n['text']!r}: draft {n['q_draft']:.3g}, target {n['p_target']:.3g}, "
+                       f"cumulative draft {n['score']:.3g}{test}{u} -> {n['fate']}")
+
+
+def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
+    r = trace["rounds"][round_index]
+    nodes = r["tree"]
+    y = _rows(nodes)
+    fig = go.Figure()
+    for n in nodes[1:]:
+        colour, opacity = FATES[n["fate"]]
+        p = nodes[n["parent"]]
+        fig.add_scatter(x=[p["depth"], n["depth"]], y=[y[p["node"]], y[n["node"]]], mode="lines", opacity=opacity,
+                        line=dict(color=colour, width=4 if n["fate"] == "accepted" else 1.5), hoverinfo="skip",
+                        showlegend=False)
+    for fate, (colour, opacity) in FATES.items():
+        group = [n for n in nodes if n["fate"] == fate]
+        if group:
+            fig.add_scatter(x=[n["depth"] for n in group], y=[y[n["node"]] for n in group], mode="markers+text",
+                            text=[html.escape(n["text"]) for n in group], textposition="top center",
+                            marker=dict(size=12, color=colour, opacity=opacity), name=fate,
+                            hovertext=[_hover(n) for n in group], hoverinfo="text")
+    nxt = r["next"]
+    last = nodes[nxt["after_node"]]
+    fig.add_scatter(x=[last["depth"], last["depth"] + 1], y=[y[last["node"]]] * 2, mode="lines+markers+text",
+                    line=dict(color=BLUE, width=3, dash="dot"), marker=dict(size=[0, 14], color=BLUE),
+                    text=["", html.escape(nxt["text"])], textposition="top center",
+                    name=f"target's token ({nxt['kind']}, from {nxt['drawn_from']})",
+                    hovertext=["", html.escape(f"{nxt['text']!r}: drawn with p {nxt['drawn_prob']:.3g}")],
+                    hoverinfo="text")
+    fig.update_layout(title=f"round {r['round']}: {r['drafted']} drafts, {r['accepted']} accepted, tau {r['tau']}",
+                      xaxis=dict(title="depth (tokens after the last committed one)", dtick=1),
+                      yaxis=dict(visible=False), legend=BELOW)
+    return fig
+
+
+def tau_figure(trace: dict[str, Any]) -> go.Figure:
+    s = trace["speculative"]
+    taus = s["taus"]
+    fig = go.Figure()
+    fig.add_bar(x=list(range(len(taus))), y=taus, marker_color=GREEN, name="tokens this round")
+    fig.add_hline(y=s["tau"] or 0, line=dict(color=BLUE, dash="dash"))
+    speed = ((trace.get("timing") or {}).get("speculative") or {}).get("measured_speedup")
+    extra = f" · measured {speed:.3g}x vs plain decoding" if speed is not None else ""
+    fig.update_layout(title=f"tau per round (mean {s['tau']}){extra}", xaxis_title="round",
+                      yaxis_title="tokens per target pass", xaxis=dict(dtick=1))
+    return fig
+
+
+def round_of_step(trace: dict[str, Any], step: int | None) -> int:
+    """The round that produced ``step``'s token as the step records it; else the last round with a
+    rejected draft, else the last round."""
+    steps = trace.get("steps") or []
+    if step is not None and 0 <= step < len(steps) and "speculative" in steps[step]:
+        return steps[step]["speculative"]["round"]
+    rounds = trace["rounds"]
+    rejected = [r["round"] for r in rounds if any(n["fate"] == "rejected" for n in r["tree"])]
+    return rejected[-1] if rejected else rounds[-1]["round"]
+
+
+def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    """The selected step's round as a tree, and tau over rounds; [] for any other trace."""
+    if not trace.get("rounds") or not is_eagle(trace):
+        return []
+    return [View("EAGLE draft tree", figure=tree_figure(trace, round_of_step(trace, step))),
+            View("tau per round", figure=tau_figure(trace))]

@@ -1,0 +1,88 @@
+"""Views of the sampler stages that change from step to step: mirostat's mu, the dynamic
+temperature, XTC's coin. Drawn from each step's recorded decisions. Pure: no torch, no gradio."""
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from playground.charts.figures import CHOSEN, INK, MIROSTAT, TEMPLATE, XTC, show_token
+from playground.charts.common import View
+
+
+def stage_series(trace: dict[str, Any], name: str) -> list[tuple[int, dict[str, Any]]]:
+    """(step index, decision) of every step whose chain ran stage ``name``."""
+    out = []
+    for i, s in enumerate(trace.get("steps") or []):
+        for st in s.get("stages") or []:
+            if st["name"] == name and st.get("decision"):
+                out.append((i, st["decision"]))
+    return out
+
+
+def _labels(trace: dict[str, Any], steps: list[int]) -> list[str]:
+    tokens = trace.get("tokens") or []
+    return [show_token(tokens[i]["text"]) if i < len(tokens) else "" for i in steps]
+
+
+def _frame(fig: go.Figure, title: str, y_title: str, selected: int | None) -> go.Figure:
+    if selected is not None:
+        fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
+    fig.update_layout(template=TEMPLATE, title=dict(text=title), height=300, hovermode="x unified",
+                      xaxis=dict(title_text="step"), yaxis=dict(title_text=y_title), margin=dict(t=80, b=50))
+    return fig
+
+
+def mirostat_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
+    """Mirostat's mu before each step (the cap it truncated at), the surprise of the token chosen, and
+    the target tau: mu settles where the surprise averages tau (Basu et al. 2021)."""
+    series = stage_series(trace, "mirostat")
+    if not series:
+        return None
+    steps = [i for i, _ in series]
+    labels = _labels(trace, steps)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps, y=[d.get("mu") for _, d in series], mode="lines+markers", name="μ (cap)",
+                             line=dict(color=MIROSTAT, width=2.5), customdata=labels,
+                             hovertemplate="μ %{y:.3f} bits<extra>%{customdata}</extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=[d.get("surprise") for _, d in series], mode="markers",
+                             name="surprise of the chosen token", marker=dict(color=INK, size=6, symbol="x"),
+                             hovertemplate="surprise %{y:.3f} bits<extra></extra>"))
+    tau = series[0][1].get("tau")
+    if tau is not None:
+        fig.add_hline(y=tau, name="mirostat tau", line=dict(color=MIROSTAT, dash="dot", width=2),
+                      annotation=dict(text=f"target τ {tau:g}", font=dict(color=MIROSTAT)),
+                      annotation_position="top left")
+    return _frame(fig, "Mirostat: μ per step (bits)", "bits", selected)
+
+
+def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
+    """The dynamic temperature used at each step, and XTC's coin with whether it acted."""
+    temps, coins = stage_series(trace, "dynamic_temperature"), stage_series(trace, "xtc")
+    if not temps and not coins:
+        return None
+    fig = go.Figure()
+    if temps:
+        fig.add_trace(go.Scatter(x=[i for i, _ in temps], y=[d.get("t") for _, d in temps], mode="lines+markers",
+                                 name="dynamic T", line=dict(color=MIROSTAT, width=2.5),
+                                 customdata=[d.get("normalized") for _, d in temps],
+                                 hovertemplate="T %{y:.3f} · H/log N %{customdata:.2f}<extra></extra>"))
+    if coins:
+        acted = [bool(d.get("acted")) for _, d in coins]
+        fig.add_trace(go.Scatter(x=[i for i, _ in coins], y=[d.get("coin") for _, d in coins], mode="markers",
+                                 name="XTC coin (filled: acted)", marker=dict(
+                                     color=XTC, size=9, symbol=["circle" if a else "circle-open" for a in acted]),
+                                 hovertemplate="coin %{y:.3f}<extra></extra>"))
+        fig.add_hline(y=coins[0][1].get("probability"), name="xtc probability",
+                      line=dict(color=XTC, dash="dot", width=1.5))
+    title = " and ".join(filter(None, ("dynamic temperature" if temps else "", "XTC's coin" if coins else "")))
+    return _frame(fig, title[0].upper() + title[1:] + " per step", "value", selected)
+
+
+def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    out = []
+    for title, make in (("Mirostat μ", mirostat_figure), ("Adaptive stages", adaptive_figure)):
+        fig = make(trace, step)
+        if fig is not None:
+            out.append(View(title, fig))
+    return out

@@ -1,0 +1,137 @@
+"""The one place that decides a figure's colours for the page theme (light or dark).
+
+Chart modules build figures with the playground template and colours that read on both
+backgrounds; the page passes the theme it shows, and every figure goes through ``themed``
+on its way out (to the browser or to a PNG). So the plot area, axes, ticks, titles, legends
+and annotations of every figure, subplots included, follow the page: no figure keeps a light
+background in dark mode, and an exported PNG looks like the page it came from.
+Pure: plotly only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from playground.charts import figures as charts
+from playground.charts.figures import wrap
+
+
+@dataclass(frozen=True)
+class Theme:
+    name: str
+    ink: str  # text: ticks, titles, legends, annotations
+    grid: str  # grid, zero and axis lines
+    page: str  # the page background, painted behind an exported figure (the live page shows through)
+
+
+THEMES = {
+    "light": Theme("light", ink=charts.INK, grid="rgba(148, 163, 184, 0.30)", page="#ffffff"),
+    "dark": Theme("dark", ink="#e2e8f0", grid="rgba(148, 163, 184, 0.25)", page="#0b0f19"),
+    # before the page has said which theme it shows: a grey that reads on either
+    "neutral": Theme("neutral", ink="#94a3b8", grid="rgba(148, 163, 184, 0.28)", page="#ffffff"),
+}
+LIGHT_INKS = {charts.INK.lower(), "#444", "#444444", "black", "#000", "#000000", "#2a3f5f"}
+
+
+NARROW = 700  # px: below this the page is a phone's, and figures get smaller type and wrapped titles
+
+
+def theme_named(view: str | None) -> Theme:
+    """The theme of a page ``view`` ("light", "dark", or with the page width: "dark:390");
+    anything else is the neutral theme."""
+    return THEMES.get((view or "").split(":")[0].strip().lower(), THEMES["neutral"])
+
+
+def view_width(view: str | None) -> int | None:
+    """The page width in a ``view`` ("light:390" -> 390), None when it does not say."""
+    _, _, width = (view or "").partition(":")
+    return int(width) if width.strip().isdigit() else None
+
+
+def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
+    """A copy of ``fig`` for the page ``view`` (its theme, and its width on a phone); ``export``
+    paints the page colour behind it."""
+    t = theme_named(view)
+    out = go.Figure(fig)
+    background = t.page if export else "rgba(0,0,0,0)"
+    out.update_layout(template=pio.templates[charts.TEMPLATE], font_color=t.ink, title_font_color=t.ink,
+                      legend_font_color=t.ink, paper_bgcolor=background, plot_bgcolor=background)
+    axis = dict(tickfont_color=t.ink, title_font_color=t.ink, gridcolor=t.grid, zerolinecolor=t.grid,
+                linecolor=t.grid)
+    out.update_xaxes(**axis)
+    out.update_yaxes(**axis)
+    for ann in out.layout.annotations or ():
+        if ann.font.color is None or str(ann.font.color).lower() in LIGHT_INKS:
+            ann.font.color = t.ink
+    for trace in out.data:
+        font = getattr(trace, "textfont", None)
+        if font is not None and font.color is not None and str(font.color).lower() in LIGHT_INKS:
+            font.color = t.ink
+    for menu in out.layout.updatemenus or ():
+        menu.font.color = t.ink
+    width = view_width(view)
+    if width is not None and width < NARROW and not export:
+        _fit_narrow(out, width)
+    elif width is not None:
+        lines = _wrap_panel_titles(out, int(width * 0.7), 14)  # the main column: about 70% of a desktop page
+        if lines > 1:  # room above the panels for their extra lines
+            top = out.layout.margin.t if out.layout.margin.t is not None else 86
+            out.update_layout(margin_t=top + 17 * (lines - 1))
+    return out
+
+
+def _wrap_panel_titles(fig: go.Figure, plot_width: int, size: int) -> int:
+    """Subplot titles wrapped to their panel's width; returns the most lines one of them got."""
+    panel_chars = max(12, int(plot_width / max(1, _columns(fig)) / (0.6 * size)))
+    most = 0
+    for ann in fig.layout.annotations or ():
+        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":  # a subplot's title
+            lines = wrap(ann.text, panel_chars)
+            ann.text = "<br>".join(lines)
+            most = max(most, len(lines))
+    return most
+
+
+def _fit_narrow(fig: go.Figure, page_width: int) -> None:
+    """Smaller type and titles wrapped to the width a phone gives a figure, with room above the plot
+    for the extra lines (plotly neither wraps nor shrinks a title: it runs off the figure)."""
+    size = 14
+    plot_width = page_width - 40  # the page's padding around a figure
+    per_line = max(16, int((plot_width - 16) / (0.6 * size)))
+    title = fig.layout.title.text
+    extra = 0
+    if title:
+        lines = wrap(title, per_line)
+        extra = len(lines) - 1
+        fig.layout.title.text = "<br>".join(lines)
+    # the legend goes under the plot: above it, it would sit on the wrapped title
+    fig.update_layout(title_font_size=size, font_size=12,
+                      legend=dict(orientation="h", y=-0.3, yanchor="top", x=0, xanchor="left", font_size=11))
+    charts.legend_below_buttons(fig)
+    fig.update_xaxes(title_font_size=12, tickfont_size=11)
+    fig.update_yaxes(title_font_size=12, tickfont_size=11)
+    _wrap_panel_titles(fig, plot_width, 12)
+    for ann in fig.layout.annotations or ():
+        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":
+            ann.font.size = 12
+    # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
+    panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()
+                       if a.yref == "paper" and (a.yanchor or "") == "bottom"), default=0)
+    fig.update_layout(margin_t=34 + 19 * (extra + 1) + 16 * panel_lines, margin_l=40, margin_r=40)
+    for ax in fig.select_xaxes():
+        if ax.dtick is not None and ax.type != "category":  # a tick every step would overlap
+            ax.dtick, ax.nticks = None, 7
+    most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
+    for trace in fig.data:
+        mode = getattr(trace, "mode", None) or ""
+        if "text" in mode and trace.x is not None and len(trace.x) > most:
+            trace.mode = mode.replace("+text", "").replace("text+", "") or "markers"
+
+
+def _columns(fig: go.Figure) -> int:
+    """How many subplot columns share the figure's width."""
+    lefts = {round(ax.domain[0], 3) for name in fig.layout if name.startswith("xaxis")
+             for ax in [fig.layout[name]] if ax.domain is not None}
+    return max(1, len(lefts))

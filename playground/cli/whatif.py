@@ -1,0 +1,113 @@
+"""``python -m playground sample`` and ``python -m playground score``: the "what if" questions.
+
+    sample --model M --strategy S --prompt P --n N --tokens K [--json] [--one-by-one] [strategy flags]
+    score  --model M --text T [--prompt P] [--raw] [--json]
+
+Bad input exits with status 2 and one line naming the value and the allowed range (``main`` in
+``playground.cli.run`` turns InvalidRequest into that line).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
+from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, check_size
+
+
+def _common(prog: str, description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"python -m playground {prog}", description=description)
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"offline: {', '.join(OFFLINE)}; or a hub id")
+    p.add_argument("--prompt", default="", help="prompt text; for toy also token numbers like '1 2'")
+    p.add_argument("--system", default="", help="system prompt (chat models)")
+    p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def sample_parser() -> argparse.ArgumentParser:
+    p = _common("sample", "Draw N samples (seeds s, s+1, ...) and compare their frequencies with the exact "
+                          "probabilities.")
+    p.add_argument("--strategy", default="sampling", help="see `python -m playground list`")
+    p.add_argument("--seed", type=int, default=0, help="the first seed")
+    p.add_argument("--n", type=int, default=500, help=f"samples, 1 to {MAX_SAMPLES}")
+    p.add_argument("--tokens", type=int, default=8, help=f"tokens per sample (the outcome), 1 to {MAX_TOKENS}")
+    p.add_argument("--one-by-one", action="store_true", help="one run per seed instead of one batched pass")
+    return p
+
+
+def cmd_sample(argv: Sequence[str]) -> int:
+    from playground.cli.run import strategy_params, strategy_parser
+    from playground.engine import Request
+    from playground.whatif.sample_many import sample_many
+    from strategies.registry import get_strategy
+
+    known, _ = sample_parser().parse_known_args(argv)
+    get_strategy(known.strategy)
+    args = strategy_parser(known.strategy, sample_parser()).parse_args(argv)
+    check_size(args.n, args.tokens, args.seed)
+    req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=strategy_params(args),
+                  seed=args.seed, max_new_tokens=args.tokens, system=args.system,
+                  chat=False if args.raw else None)
+    result = sample_many(ModelStore(args.device), req, args.n, batched=not args.one_by_one, progress=_progress)
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else sample_table(result))
+    return 0
+
+
+def sample_table(result: dict) -> str:
+    """The outcomes as text: count, frequency, exact probability, text; then the test."""
+    lines = [f"{result['n']} samples of {result['tokens']} tokens, {result['strategy']} on {result['model']}, "
+             f"seeds {result['seed']}..{result['seed'] + result['n'] - 1} "
+             f"({'batched' if result['batched'] else 'one run per seed'}, {result['timing']['seconds']} s)",
+             f"{'count':>6} {'freq':>7} {'exact':>9}  text"]
+    for o in result["outcomes"][:30]:
+        exact = "-" if o["probability"] is None else f"{o['probability']:.4g}"
+        lines.append(f"{o['count']:>6} {o['frequency']:>7.3f} {exact:>9}  {o['text']!r}")
+    if len(result["outcomes"]) > 30:
+        lines.append(f"... {len(result['outcomes']) - 30} more outcomes (--json lists them all)")
+    test = result["chi_square"]
+    lines.append(f"reference: {result['reference']}")
+    if test:
+        lines.append(f"chi-square {test['statistic']:.3f}, df {test['df']}, p = {test['p_value']:.4g}; "
+                     f"total variation {result['tv_distance']:.4f}")
+    return "\n".join(lines)
+
+
+def score_parser() -> argparse.ArgumentParser:
+    p = _common("score", "Teacher-force a text through the model: each token's probability, rank, "
+                         "surprisal; the perplexity.")
+    p.add_argument("--text", required=True, help="the text to score (with a chat model: the answer to --prompt)")
+    return p
+
+
+def cmd_score(argv: Sequence[str]) -> int:
+    from playground.whatif.score import score, summary
+
+    args = score_parser().parse_args(argv)
+    trace = score(ModelStore(args.device), args.model, args.text, args.prompt, args.system,
+                  False if args.raw else None, progress=_progress)
+    result = summary(trace)
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else score_table(result))
+    return 0
+
+
+def score_table(result: dict) -> str:
+    lines = [f"{'prob':>9} {'rank':>6} {'bits':>7}  token  (greedy)"]
+    for t in result["tokens"]:
+        if t["prob"] is None:
+            lines.append(f"{'-':>9} {'-':>6} {'-':>7}  {t['text']!r}  (context)")
+        else:
+            lines.append(f"{t['prob']:>9.4g} {t['rank']:>6} {t['surprisal']:>7.3f}  {t['text']!r}  ({t['greedy']!r})")
+    lines.append(f"perplexity {result['perplexity']:.4g}, total log-probability {result['total_logprob']:.4g} "
+                 f"({result['mode']})")
+    return "\n".join(lines)
+
+
+def _progress(fraction: float, message: str) -> None:
+    print(f"[{fraction:4.0%}] {message}", file=sys.stderr)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"sample": cmd_sample, "score": cmd_score}

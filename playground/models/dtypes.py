@@ -1,0 +1,92 @@
+"""The weights a request runs on: ``auto``, ``float32``, ``bfloat16`` or ``int4``.
+
+``float32`` is the reference: the transformers model exactly as loaded. ``bfloat16`` halves the
+bytes read per token; on a CPU with native bfloat16 instructions (AVX512-BF16, AMX) that is the
+fast path, and llama and Gemma 3 models then also run through a lean forward
+(``playground.models.fast.llama``, ``playground.models.fast.gemma``). ``int4`` is that lean forward multiplying
+by the GGUF file's own blocks (``playground.gguf_int4``): the weights llama.cpp reads from the same
+file, 5 bits a weight for a 4-bit type (9 for one split into two planes) against bfloat16's 16;
+norms and the embedding lookup stay bfloat16. Whatever the weights, logits reach the transform
+chain in float32.
+
+``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU with native
+bfloat16, ``int4`` for a model loaded from a GGUF file with blocks the kernel takes and a lean
+forward, bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32
+(their known branch probabilities are what they teach, and they are too small to gain anything).
+"""
+from __future__ import annotations
+
+import copy
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from playground.errors import InvalidRequest
+
+DTYPES = ("auto", "float32", "bfloat16", "int4")
+_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# /proc/cpuinfo flags of CPUs that multiply bfloat16 natively.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# torch CPU capabilities whose int4 kernel is vectorised and faster than float32 (README: the table);
+# the DEFAULT kernel is scalar, 20x slower than float32 per matrix product.
+INT4_FAST_CAPABILITIES = frozenset({"AVX2", "AVX512"})
+
+
+def check_dtype(name: Any) -> str:
+    if name not in DTYPES:
+        raise InvalidRequest(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return name
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+@lru_cache(maxsize=1)
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return bool(NATIVE_BF16_FLAGS & set(line.split(":", 1)[-1].split()))
+    return False
+
+
+def cpu_capability() -> str:
+    """The kernel family torch dispatches to in this process (``ATEN_CPU_CAPABILITY`` can lower it)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def weights_order(name: str, device: torch.device, loaded: torch.dtype, toy: bool,
+                  has_int4: Callable[[], bool]) -> tuple[str, ...]:
+    """The weights to try for ``name`` (a dtype's name or ``int4``), best first, for a model on
+    ``device`` loaded in ``loaded``; ``has_int4()`` says whether its file's 4-bit blocks can run
+    here. A named one is tried alone. ``auto`` ends with the weights as loaded, the reference that
+    needs no check; the engine passes over any before it that fails its check on this CPU."""
+    check_dtype(name)
+    if name != "auto":
+        return (name,)
+    if device.type != "cpu":
+        return (dtype_name(loaded),)
+    if toy:
+        return ("float32",)
+    order = ["int4"] if cpu_capability() in INT4_FAST_CAPABILITIES and has_int4() else []
+    if cpu_has_native_bf16():
+        order.append("bfloat16")
+    return (*order, "float32")
+
+
+def cast_model(model: Any, dtype: torch.dtype) -> Any:
+    """A copy of a transformers model in ``dtype``. The RoPE inverse frequencies stay float32, as
+    ``from_pretrained(dtype=...)`` leaves them: ``.to(bfloat16)`` would round them (relative error up to
+    2**-9), and the rotary angle at position t would drift by that fraction of t radians."""
+    cast = copy.deepcopy(model).to(dtype)
+    originals = dict(model.named_buffers())
+    for name, buffer in cast.named_buffers():
+        if name.endswith("inv_freq"):
+            buffer.data = originals[name].data.clone()
+    return cast

@@ -1,0 +1,248 @@
+"""A lean forward for the llama family (SmolLM2): the same arithmetic as transformers' ``LlamaModel``
+in a few fused operations per layer, over a preallocated KV cache.
+
+On a CPU a small model's decode step is dominated by per-operation overhead, not arithmetic: 30
+layers of a dozen small modules each. Here a layer is one RMSNorm, one matmul for Q, K and V
+(their weights stacked), RoPE on Q and K at once, a copy into the cache, one
+``scaled_dot_product_attention`` (grouped-query heads shared natively), the output matmul, a second
+RMSNorm, one matmul for gate and up (stacked), SiLU-times-up and the down matmul; the style of
+gpt-fast. The weights are the transformers model's own: its Q/K/V and gate/up parameters are
+rebound to views of the stacked tensors, so the two paths share memory and numbers. A layer's four
+matrices may instead be the GGUF file's 4-bit blocks (``with_matrices``, ``playground.gguf_int4``).
+
+A 4D additive mask with position ids runs a tree of drafts in one pass (EAGLE), and the cache's
+``keep`` then keeps the accepted path, so every speculative draft runs on this forward.
+
+The arithmetic follows transformers step by step (Touvron et al. 2023, LLaMA; Su et al. 2021,
+RoFormer, for RoPE in the rotate-half layout that transformers uses): RMSNorm in float32, cast
+back, then times the weight; cos/sin computed in float32 and cast to the model dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Union
+
+import torch
+import torch.nn.functional as F
+
+CACHE_BLOCK = 256  # the cache grows in whole blocks, so a decode step never reallocates
+
+
+class LeanCache:
+    """A KV cache of preallocated tensors [layers, batch, kv_heads, capacity, head_dim].
+
+    The methods strategies call on a transformers cache, with the same meaning:
+    ``get_seq_length()``, ``crop(-n)`` (drops the last n positions; ``crop(0)`` does nothing),
+    ``reorder_cache(rows)`` (gathers batch rows; may change the batch size, as beams grow from
+    one prompt row). Cropping only moves the length: the positions beyond it are overwritten next.
+    """
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+        self.shape = (layers, kv_heads, head_dim)
+        self.dtype, self.device = dtype, device
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes minus the number of positions to drop, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reorder_cache(self, rows: torch.Tensor) -> None:
+        if self.keys is None:
+            return
+        n = self.length
+        keys, values = self._empty(len(rows), self.keys.shape[3])
+        keys[:, :, :, :n] = self.keys[:, rows.to(self.keys.device), :, :n]
+        values[:, :, :, :n] = self.values[:, rows.to(self.values.device), :, :n]
+        self.keys, self.values = keys, values
+
+    @torch.inference_mode()
+    def keep(self, positions: list[int]) -> None:
+        """Keep only the cached positions ``positions`` (ascending), moved to the front: after a
+        draft tree's pass, the accepted path's entries."""
+        index = torch.tensor(positions, device=self.device)
+        n = len(positions)
+        self.keys[:, :, :, :n] = self.keys.index_select(3, index)
+        self.values[:, :, :, :n] = self.values.index_select(3, index)
+        self.length = n
+
+    def begin(self, ids: torch.Tensor, position_ids: torch.Tensor | None) -> tuple[int, int, torch.Tensor]:
+        """Room for a pass over ``ids`` [batch, n]: (its first and end position, its position ids,
+        by default the next n positions)."""
+        batch, n = ids.shape
+        start = self.length
+        self.reserve(batch, n)
+        if position_ids is None:
+            position_ids = torch.arange(start, start + n, device=self.device)[None]
+        return start, start + n, position_ids
+
+    def reserve(self, batch: int, new: int) -> None:
+        """Room for ``new`` more positions of ``batch`` rows (a fresh cache takes the batch it is fed)."""
+        if self.keys is None or (self.length == 0 and self.keys.shape[1] != batch):
+            self.keys, self.values = self._empty(batch, _blocks(new))
+            return
+        if self.keys.shape[1] != batch:
+            raise ValueError(f"the cache holds {self.keys.shape[1]} rows, got a batch of {batch}")
+        capacity = self.keys.shape[3]
+        if self.length + new > capacity:
+            keys, values = self._empty(batch, _blocks(max(2 * capacity, self.length + new)))
+            keys[:, :, :, : self.length] = self.keys[:, :, :, : self.length]
+            values[:, :, :, : self.length] = self.values[:, :, :, : self.length]
+            self.keys, self.values = keys, values
+
+    def _empty(self, batch: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        layers, heads, dim = self.shape
+        shape = (layers, batch, heads, capacity, dim)
+        return (torch.empty(shape, dtype=self.dtype, device=self.device),
+                torch.empty(shape, dtype=self.dtype, device=self.device))
+
+
+def _blocks(n: int) -> int:
+    return -(-n // CACHE_BLOCK) * CACHE_BLOCK
+
+
+# A layer's matrix: a dense weight [out, in] for F.linear, or a callable x -> x @ W.T over another
+# storage (playground.gguf_int4.Int4Linear: the GGUF file's 4-bit blocks).
+Weight = Union[torch.Tensor, Any]
+
+
+def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    return F.linear(x, weight) if isinstance(weight, torch.Tensor) else weight(x)
+
+
+@dataclass
+class LeanLayer:
+    input_norm: torch.Tensor  # [d]
+    qkv: Weight  # [(heads + 2 kv_heads) * head_dim, d]
+    out: Weight  # [d, heads * head_dim]
+    post_norm: torch.Tensor  # [d]
+    gate_up: Weight  # [2 * intermediate, d]
+    down: Weight  # [d, intermediate]
+
+
+class LeanLlama:
+    """The decoder stack of a transformers ``LlamaForCausalLM`` as plain tensors.
+
+    ``forward(ids [batch, n], cache) -> (logits [batch, n, vocab], hidden states)``; the logits are in
+    the model dtype, or float32 from a head of two 4-bit planes (``playground.gguf_int4``).
+    """
+
+    def __init__(self, model: Any, layers: list[LeanLayer] | None = None, head: Weight | None = None):
+        cfg = model.config
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.eps = float(cfg.rms_norm_eps)
+        base = model.model
+        self.embed = base.embed_tokens.weight
+        self.norm = base.norm.weight
+        self.head = model.lm_head.weight if head is None else head
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.inv_freq = base.rotary_emb.inv_freq.float()
+        self.rope_scale = float(getattr(base.rotary_emb, "attention_scaling", 1.0))
+        self.layers = layers if layers is not None else [_stack(layer) for layer in base.layers]
+
+    @staticmethod
+    def supports(model: Any) -> bool:
+        """Plain llama: RoPE without scaling, no biases, SiLU, no sliding window."""
+        cfg = model.config
+        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        return (getattr(cfg, "model_type", "") == "llama" and cfg.hidden_act == "silu"
+                and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False)
+                and rope.get("rope_type", "default") == "default" and getattr(cfg, "pretraining_tp", 1) == 1)
+
+    def truncated(self, model: Any, num_layers: int) -> "LeanLlama":
+        """The first ``num_layers`` layers (shared tensors) with ``model``'s norm and head."""
+        return LeanLlama(model, self.layers[:num_layers], self.head)
+
+    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None) -> "LeanLlama":
+        """The same norms and embedding with each layer's matrices replaced (``qkv``, ``out``,
+        ``gate_up``, ``down``: e.g. the GGUF file's 4-bit blocks), and the head if given."""
+        return LeanLlama(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)],
+                         head)
+
+    def new_cache(self) -> LeanCache:
+        return LeanCache(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """transformers' LlamaRMSNorm: normalise in float32, cast back, then scale."""
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head: [..., d] -> [..., vocab] in the model dtype."""
+        return linear(self.rms_norm(hidden, self.norm), self.head)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [batch or 1, n, 1, head_dim] for positions [batch or 1, n]."""
+        freqs = positions.to(self.device, torch.float32)[..., None] * self.inv_freq
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = angles.cos() * self.rope_scale, angles.sin() * self.rope_scale
+        return cos.to(self.dtype)[:, :, None], sin.to(self.dtype)[:, :, None]
+
+    def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """``attention_mask`` (additive, [batch, 1, n, cached + n]) with ``position_ids`` [batch, n]
+        runs a draft tree in one pass, as transformers does with a 4D mask (``strategies.speculative.eagle.tree``)."""
+        batch, n = ids.shape
+        start, end, position_ids = cache.begin(ids, position_ids)
+        cos, sin = self._rope(position_ids)
+        # Query i sees keys up to start + i; one new token sees them all, so no mask is needed.
+        mask = None
+        if attention_mask is not None:
+            mask = attention_mask.to(self.device, self.dtype)
+        elif n > 1:
+            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
+        x = F.embedding(ids, self.embed)
+        states = [x] if hidden else None
+        q_width = self.heads * self.head_dim
+        for i, layer in enumerate(self.layers):
+            h = self.rms_norm(x, layer.input_norm)
+            qkv = linear(h, layer.qkv).view(batch, n, self.heads + 2 * self.kv_heads, self.head_dim)
+            qk = qkv[:, :, : self.heads + self.kv_heads]
+            qk = qk * cos + _rotate_half(qk) * sin
+            q = qk[:, :, : self.heads].transpose(1, 2)
+            cache.keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
+            cache.values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
+                                                  attn_mask=mask, enable_gqa=True)
+            x = x + linear(attn.transpose(1, 2).reshape(batch, n, q_width), layer.out)
+            h = self.rms_norm(x, layer.post_norm)
+            gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)
+            x = x + linear(F.silu(gate) * up, layer.down)
+            if states is not None:
+                states.append(x)
+        cache.length = end
+        if states is not None:
+            states[-1] = self.rms_norm(x, self.norm)  # as transformers: the last entry is normed
+            return linear(states[-1], self.head), tuple(states)
+        return self.logits(x), None
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _stack(layer: Any) -> LeanLayer:
+    """Stack Q/K/V and gate/up, and rebind the module's parameters to views of the stacks."""
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
+    gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
+    _rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
+    _rebind([mlp.gate_proj, mlp.up_proj], gate_up)
+    return LeanLayer(layer.input_layernorm.weight.detach(), qkv, attn.o_proj.weight.detach(),
+                     layer.post_attention_layernorm.weight.detach(), gate_up, mlp.down_proj.weight.detach())
+
+
+def _rebind(linears: list[Any], stacked: torch.Tensor) -> None:
+    row = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = torch.nn.Parameter(stacked[row: row + rows], requires_grad=False)
+        row += rows

@@ -1,0 +1,1 @@
+"""Scripts that rebuild what assets/ holds: the toy models, the EAGLE heads, the screenshots."""

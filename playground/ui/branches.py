@@ -1,0 +1,148 @@
+"""The Explore tab's branches: click a bar of the distribution to continue the run with that token.
+
+A branch is the parent's run again (model, strategy, parameters, seed, dtype) with one more forced
+step: the chosen token at the chosen step, plus the forced steps the parent already had before it.
+The steps before it replay the parent's choices exactly (same seed, same draws); from the forced
+step on, the seed-stream rule of ``strategies.forcing`` applies (a forced step draws nothing from
+the generator). The forced path is short (one entry per branching), and a share link carries it.
+
+A branch streams into the Explore views like Generate does (Stop ends it), then joins the tree of
+branches (playground.whatif.branches), which the panel lists: pick one to go back to it (drawn from its
+stored trace, no new run), undo the current one, and read it beside its parent. The forced-tokens
+box holds the current branch's path; Generate takes it and a share link carries it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import gradio as gr
+
+from playground.whatif import branches
+
+from playground.charts import figures as charts
+from playground.errors import InvalidRequest
+
+HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
+        "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
+BRANCH_JS = "window.addEventListener('pg-branch', (e) => trigger('click', {token: e.detail}));"
+ROOT_NOTE = ('<p class="pg-summary">This is the run itself. Click a bar of the distribution to branch it; '
+             "a branch is shown here beside its parent.</p>")
+
+
+@dataclass
+class BranchPanel:
+    tree: gr.Radio
+    undo: gr.Button
+    forced: gr.Textbox
+    token: gr.Textbox
+    run: gr.Button
+    view: gr.HTML
+    hook: gr.HTML
+    state: gr.State
+
+
+def layout() -> BranchPanel:
+    """The panel's components; call inside the Explore tab, under the distribution chart."""
+    with gr.Accordion("Branches: what if it had picked another token?", open=True, elem_id="pg-branches"):
+        gr.Markdown(HINT, elem_classes=["pg-summary"])
+        tree = gr.Radio([], label="Branches of this run", elem_id="pg-branch-tree", type="value")
+        with gr.Row(equal_height=True):
+            token = gr.Textbox("", label="Token at the step shown (id, or text that is one token)", scale=2,
+                               elem_id="pg-branch-token")
+            run = gr.Button("Continue with this token", scale=1, elem_id="pg-branch-run")
+            undo = gr.Button("Undo this branch", scale=1, elem_id="pg-branch-undo")
+        forced = gr.Textbox("", label="Forced tokens (step:token id, comma separated)", elem_id="pg-forced",
+                            info="Generate takes these steps as written; a share link carries them.")
+        view = gr.HTML(ROOT_NOTE, elem_id="pg-branch-view")
+    hook = gr.HTML("", js_on_load=BRANCH_JS, elem_id="pg-branch-hook")
+    return BranchPanel(tree, undo, forced, token, run, view, hook, gr.State(None))
+
+
+def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
+    """Parent and branch one above the other, the branch's forced ``step`` selected in both."""
+    steps = child.get("steps") or []
+    st = steps[step] if 0 <= step < len(steps) else {}
+    if st.get("forced"):
+        note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would "
+                f"have taken {charts.show_token(st.get('strategy_choice_text', ''))} there.</p>")
+    else:
+        note = f"<p>The two runs part at step {step}.</p>"
+    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent, step)}"
+            f"<p><b>branch</b></p>{charts.token_html(child, step)}")
+
+
+def tree_updates(tree: branches.Tree) -> list[Any]:
+    """[tree radio, beside-the-parent view, tree state, forced-tokens box] for ``tree``."""
+    pair = branches.parent_of(tree)
+    view = branch_html(*pair) if pair else ROOT_NOTE
+    current = tree["nodes"][tree["current"]]["trace"]
+    return [gr.update(choices=branches.labels(tree), value=tree["current"]), view, tree,
+            branches.path_text(branches.forced_path(current))]
+
+
+def on_run(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any]:
+    """After a finished run (Generate or a branch): it joins the tree of branches."""
+    if not trace or trace.get("finish_reason") in ("", "running", "stopped"):
+        return [gr.skip()] * 4
+    return tree_updates(branches.record(tree, trace))
+
+
+def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
+         stream_frames: Callable[..., Iterator[list[Any]]], outputs: list[Any],
+         show_trace: Callable[..., list[Any]], show_outputs: list[Any]) -> list[Any]:
+    """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into ``outputs``
+    (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` redraws a stored trace into
+    ``show_outputs``. Returns the events Stop cancels."""
+    from playground.ui.page import MODEL_EVENT, QUIET, _chat_flag, _gr_errors, _progress_adapter, generate, refusal
+
+    tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
+
+    def run_branch(trace: dict[str, Any] | None, step: Any, token: Any, max_new: Any, system: str, chat: Any,
+                   theme: str, progress: Any = None) -> Iterator[list[Any]]:
+        if not trace:
+            raise InvalidRequest("generate a run first: a branch continues it")
+        settings = branches.branch_settings(trace, step, token)
+        frames = generate(store, **settings, max_new_tokens=max_new, system=system,
+                          chat=_chat_flag(trace["model"], chat), progress=_progress_adapter(progress),
+                          final_step=max(settings["forced"]), decoder=decode)
+        yield from stream_frames(frames, theme)
+
+    def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
+               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
+        token = (getattr(evt, "_data", None) or {}).get("token")
+        if token is None:
+            return  # a click that names no token (the hook itself) changes nothing
+        try:
+            yield from run_branch(trace, step, int(token), max_new, system, chat, theme, progress)
+        except InvalidRequest as err:
+            raise refusal(err) from None
+
+    def showing(change: Callable[..., branches.Tree]) -> Callable[..., list[Any]]:
+        """A handler that changes the tree with ``change`` and redraws its current branch."""
+        def handler(tree: branches.Tree | None, *args: Any) -> list[Any]:
+            *picked, model, chat, theme = args
+            try:
+                tree = change(tree, *picked)
+            except InvalidRequest as err:
+                raise refusal(err) from None
+            node = tree["nodes"][tree["current"]]
+            pair = branches.parent_of(tree)
+            step = pair[2] if pair else charts.most_uncertain_step(node["trace"])
+            return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
+        return handler
+
+    inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
+    bar = panel.hook.click(on_bar, inputs, outputs, show_progress="full", show_progress_on=[page.main.text],
+                           api_visibility="private", **MODEL_EVENT)
+    typed = panel.run.click(_gr_errors(run_branch, len(inputs) + 1, True),
+                            [page.trace, page.step, panel.token, *inputs[2:]], outputs, api_name="branch",
+                            api_visibility="undocumented", show_progress="full", show_progress_on=[page.main.text],
+                            **MODEL_EVENT)
+    for event in (bar, typed):
+        event.success(on_run, [page.trace, panel.state], tree_outputs, **QUIET)
+    view_inputs = [page.model, page.chat, page.theme]
+    panel.tree.input(showing(branches.pick), [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs],
+                     **QUIET)
+    panel.undo.click(showing(branches.undo), [panel.state, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
+    return [bar, typed]

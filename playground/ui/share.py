@@ -1,0 +1,139 @@
+"""The page's whole configuration <-> a URL query string, for "copy link" and its restore.
+
+A link names the model, the strategy and every one of its parameters, the prompt, the
+seed and the budget, the forced tokens of a branch (``force=0:9,3:12``, step:token id), plus the
+Compare tab's second strategy. Parameters of the first
+strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
+``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
+same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
+is dropped with a warning, so an old link still opens. Pure: no gradio, no torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import parse_qsl, urlencode
+
+from playground.whatif.branches import parse_path
+from playground.errors import InvalidRequest
+from strategies.params import check_value, field_kind
+from strategies.registry import get_strategy
+
+RUN_MODES = ("", "generate", "compare")
+DEFAULT_STRATEGY = "sampling"
+DEFAULT_COMPARE = "greedy"
+DEFAULT_MAX_NEW_TOKENS = 48
+MAX_LINK_PROMPT = 4000  # characters of prompt a link carries (browsers cap URLs near 64 kB)
+
+
+@dataclass
+class Config:
+    """Everything a person sets on the page."""
+
+    model: str = "smollm2-135m"
+    strategy: str = DEFAULT_STRATEGY
+    prompt: str = ""
+    system: str = ""
+    chat: bool = True
+    seed: int = 0
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    params: dict[str, Any] = field(default_factory=dict)
+    compare_strategy: str = DEFAULT_COMPARE
+    compare_params: dict[str, Any] = field(default_factory=dict)
+    run: str = ""
+    forced: str = ""  # a branch's forced tokens, "step:id,step:id" (playground.whatif.branches)
+
+
+def strategy_defaults(strategy: str) -> dict[str, Any]:
+    """Every parameter of ``strategy`` at its declared default."""
+    return {f.name: f.default for f in dataclasses.fields(get_strategy(strategy).params)}
+
+
+def encode(config: Config) -> str:
+    """``config`` as a query string, starting with '?'. Parameters are written in full."""
+    items: list[tuple[str, str]] = [
+        ("model", config.model), ("strategy", config.strategy), ("prompt", config.prompt[:MAX_LINK_PROMPT]),
+        ("seed", str(int(config.seed))), ("max_new_tokens", str(int(config.max_new_tokens))),
+        ("chat", "1" if config.chat else "0"),
+    ]
+    if config.system:
+        items.append(("system", config.system[:MAX_LINK_PROMPT]))
+    items += [(f"p.{k}", _text(v)) for k, v in config.params.items()]
+    if config.forced:
+        items.append(("force", config.forced))
+    items.append(("b", config.compare_strategy))
+    items += [(f"b.{k}", _text(v)) for k, v in config.compare_params.items()]
+    if config.run:
+        items.append(("run", config.run))
+    return "?" + urlencode(items)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)) if abs(value) < 1e15 else repr(value)
+    return str(value)
+
+
+def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[Config, list[str]]:
+    """A query (string or mapping) -> (Config, warnings). Starts from ``base`` (defaults if None)."""
+    pairs = dict(parse_qsl(query.lstrip("?"), keep_blank_values=True)) if isinstance(query, str) else dict(query)
+    cfg = dataclasses.replace(base) if base else Config()
+    cfg.params, cfg.compare_params = dict(cfg.params), dict(cfg.compare_params)
+    warnings: list[str] = []
+    for key in ("model", "prompt", "system"):
+        if key in pairs:
+            setattr(cfg, key, pairs[key])
+    for key in ("seed", "max_new_tokens"):
+        if key in pairs:
+            try:
+                setattr(cfg, key, int(float(pairs[key])))
+            except ValueError:
+                warnings.append(f"{key} must be an integer, got {pairs[key]!r}")
+    if "chat" in pairs:
+        cfg.chat = pairs["chat"].lower() in ("1", "true", "yes", "on")
+    if "force" in pairs:
+        try:
+            parse_path(pairs["force"])
+            cfg.forced = pairs["force"].strip()
+        except InvalidRequest as err:
+            warnings.append(f"ignored force: {err}")
+    if pairs.get("run", "") in RUN_MODES:
+        cfg.run = pairs.get("run", "")
+    else:
+        warnings.append(f"run must be one of generate, compare, got {pairs['run']!r}")
+    cfg.strategy, cfg.params = _strategy_part(pairs, "strategy", "p.", cfg.strategy, cfg.params, warnings)
+    cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
+                                                              cfg.compare_params, warnings)
+    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force"}
+    for key in pairs:
+        if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
+            warnings.append(f"ignored unknown link key {key!r}")
+    return cfg, warnings
+
+
+def _strategy_part(pairs: dict[str, str], key: str, prefix: str, strategy: str, params: dict[str, Any],
+                   warnings: list[str]) -> tuple[str, dict[str, Any]]:
+    """The strategy named by ``key`` and its ``prefix``-ed parameters, each checked like the API does."""
+    if key in pairs:
+        try:
+            get_strategy(pairs[key])
+            strategy, params = pairs[key], {}
+        except InvalidRequest as err:
+            warnings.append(str(err))
+    fields = {f.name: f for f in dataclasses.fields(get_strategy(strategy).params)}
+    out = {k: v for k, v in params.items() if k in fields}
+    for raw_key, raw in pairs.items():
+        if not raw_key.startswith(prefix):
+            continue
+        name = raw_key[len(prefix):]
+        if name not in fields:
+            warnings.append(f"ignored {raw_key}: {strategy} has no parameter {name!r}")
+            continue
+        try:
+            out[name] = check_value(name, raw, fields[name].metadata, field_kind(fields[name]))
+        except InvalidRequest as err:
+            warnings.append(f"ignored {raw_key}: {err}")
+    return strategy, out

@@ -1,0 +1,144 @@
+"""The "What if" tab: Sample many and Score a text (branching lives on the Explore tab:
+playground.ui.branches).
+
+Handlers are plain functions (primitives and dicts in, figures and HTML out), tested without a
+browser; ``layout`` builds the tab's components inside the page's Tabs and ``wire`` connects them
+to the sidebar's controls (model, strategy and its parameters, prompt, seed, chat).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from playground.charts import figures as charts
+from playground.engine import Request
+from playground.errors import InvalidRequest
+from playground.models import ModelStore, Progress
+from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
+from playground.whatif.score import score, summary
+from playground.charts.whatif import sample_figure, sample_table_html, score_html
+
+
+# --- handlers --------------------------------------------------------------------------------------
+
+
+def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any],
+                     seed: Any, n: Any, tokens: Any, system: str = "", chat: bool | None = None,
+                     batched: bool = True, progress: Progress | None = None
+                     ) -> tuple[go.Figure, str, dict[str, Any]]:
+    """(frequency vs exact bars, outcome table HTML, the sample-many result)."""
+    req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
+                  max_new_tokens=_int("tokens", tokens, 1, MAX_TOKENS), system=system or "", chat=chat)
+    result = sample_many(store, req, n, batched, progress)
+    return sample_figure(result), sample_table_html(result), result
+
+
+def score_view(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
+               chat: bool | None = None, progress: Progress | None = None
+               ) -> tuple[str, str, dict[str, Any], int, tuple[go.Figure, go.Figure, go.Figure]]:
+    """(coloured text, summary table, trace dict, the selected step, that step's three charts).
+    The selected step is the most surprising token."""
+    trace = score(store, model, text, prompt, system or "", chat, progress=progress)
+    d = trace.to_dict()
+    step = max(range(len(trace.steps)), key=lambda i: trace.steps[i].extra["surprisal"] or 0.0)
+    return charts.token_html(d, step), score_html(summary(trace)), d, step, charts.step_figures(d, step)
+
+
+def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
+    """The score view with another token selected (a click on the text)."""
+    k = charts.clamp_step(trace, step)
+    if trace is None or k is None:
+        return None
+    return (charts.token_html(trace, k), *charts.step_figures(trace, k))
+
+
+def _int(name: str, value: Any, low: int, high: int) -> int:
+    try:
+        ok = float(value).is_integer() and low <= int(value) <= high
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidRequest(f"{name} must be an integer in [{low}, {high}], got {value}")
+    return int(value)
+
+
+# --- the tab ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class WhatIf:
+    n: gr.Slider
+    tokens: gr.Slider
+    batched: gr.Checkbox
+    sample_run: gr.Button
+    sample_plot: gr.Plot
+    sample_table: gr.HTML
+    score_text: gr.Textbox
+    score_run: gr.Button
+    score_tokens: gr.HTML
+    score_summary: gr.HTML
+    score_plots: list[gr.Plot]
+    score_trace: gr.State
+
+
+def layout() -> WhatIf:
+    """The tab's components; call inside ``gr.Tab("What if")``."""
+    from playground.ui.page import plot_component, text_js
+
+    with gr.Accordion("Sample many: is the 30% really 30%?", open=True):
+        gr.Markdown("Draw N samples with the sidebar's settings (seeds s, s+1, ...) and set each outcome's "
+                    "frequency beside its exact probability.", elem_classes=["pg-summary"])
+        with gr.Row():
+            n = gr.Slider(10, MAX_SAMPLES, value=500, step=10, label="Samples (N)", elem_id="pg-whatif-n")
+            tokens = gr.Slider(1, MAX_TOKENS, value=4, step=1, label="Tokens per outcome", elem_id="pg-whatif-k")
+            batched = gr.Checkbox(True, label="Batched rows", elem_id="pg-whatif-batched")
+        sample_run = gr.Button("Sample many", variant="primary", elem_id="pg-whatif-sample")
+        sample_plot = plot_component(charts.empty_figure("Sample many to see the bars"), show_label=False,
+                                     elem_id="pg-whatif-bars")
+        sample_table = gr.HTML(elem_id="pg-whatif-table")
+    with gr.Accordion("Score a text: how surprised is the model?", open=True):
+        score_text = gr.Textbox("", label="Text to score (with a chat model: the answer to the prompt)", lines=3,
+                                elem_id="pg-whatif-text")
+        score_run = gr.Button("Score", variant="primary", elem_id="pg-whatif-score")
+        score_tokens = gr.HTML(charts.token_html({}), js_on_load=text_js("score"), elem_id="pg-whatif-tokens")
+        score_summary = gr.HTML(elem_id="pg-whatif-summary")
+        score_plots = [plot_component(charts.empty_figure("Score a text to see its steps"), show_label=False,
+                                      elem_id=f"pg-whatif-score-{i}") for i in range(3)]
+    return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, score_text, score_run, score_tokens,
+                  score_summary, score_plots, gr.State(None))
+
+
+def wire(page: Any, w: WhatIf, store: ModelStore) -> None:
+    """Connect the tab to the sidebar (``page``: playground.ui.page.Page) and the explore tab's trace."""
+    from playground.ui.page import MODEL_EVENT, QUIET, _chat_flag, _gr_errors, _progress_adapter, plot_value
+
+    config = page.config_inputs
+
+    def on_sample(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
+        cfg = page.split_config(values[:len(config)])
+        n, tokens, batched = values[len(config):]
+        fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
+                                         cfg["seed"], n, tokens, cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
+                                         bool(batched), _progress_adapter(progress))
+        yield [plot_value(fig), table]
+
+    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, progress: Any = None
+                 ) -> Iterator[list[Any]]:
+        tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, _chat_flag(model, chat),
+                                                   _progress_adapter(progress))
+        yield [tokens, table, trace, *map(plot_value, figs)]
+
+    def on_score_click(trace: dict[str, Any] | None, evt: gr.EventData) -> list[Any]:
+        picked = select_score_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
+        return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
+
+    w.sample_run.click(_gr_errors(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
+                       [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
+                       show_progress="full", **MODEL_EVENT)
+    w.score_run.click(_gr_errors(on_score, 5, True), [page.model, page.prompt, page.system, page.chat, w.score_text],
+                      [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
+                      api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+    w.score_tokens.click(on_score_click, w.score_trace, [w.score_tokens, *w.score_plots], **QUIET)

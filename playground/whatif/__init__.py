@@ -1,0 +1,1 @@
+"""Questions asked of runs: branches, sample many, score (no gradio, no plotly)."""

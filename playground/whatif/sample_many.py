@@ -1,0 +1,332 @@
+"""Sample many: N draws with one run's settings (seeds s, s + 1, ...), their frequencies next to the
+exact probabilities under the strategy's distribution, a chi-square test and the total variation.
+
+An outcome is the first ``max_new_tokens`` tokens of a run, or fewer when it ends at an EOS (with a
+budget as long as the run's, that is the whole text).
+
+How the samples are drawn:
+
+- greedy, sampling, gumbel: batched, ``ROWS_PER_PASS`` samples at a time. The prompt is run once;
+  then each forward pass takes one row per distinct text so far (samples that drew the same
+  tokens share a row and its KV cache). Sample r has its own ``torch.Generator`` seeded s + r and
+  its own selector object, called on its row's [1, vocab] logits exactly as the single run with
+  seed s + r calls it, so it draws what that run draws whenever the batched logits equal the
+  single run's bit for bit. They can differ in the last bits (a matrix
+  product over N rows may sum in another order than over one), which can flip a draw only when
+  the uniform lands within that rounding of a boundary of the cumulative distribution;
+  ``replay_mismatches`` counts how often that happens.
+- every other strategy: one run per seed, through the engine (speculative without its
+  wall-clock baseline run, which changes no token).
+
+The exact reference ("where defined"):
+
+- sampling family: the chained distribution the selector draws from (greedy: the one-hot argmax);
+- speculative: the *target's* chained distribution, which rejection sampling reproduces exactly
+  (Leviathan et al. 2022, Chen et al. 2023) and top-K verification does not;
+- stochastic beam search: each sample is a set of k sequences; an outcome's count is how many of
+  the N sets include it (inclusion frequency) and its probability is the sequence's own. With k = 1
+  the set is one exact sample (Kool et al. 2019), so the test applies; with k > 1 the inclusion
+  probability has no closed form and no test is made;
+- contrastive, sample_beam: the sampled outcomes carry their probability under the distribution
+  each token was drawn from (the trace's log-probabilities), but no enumeration, so no test.
+
+Every outcome whose exact probability is at least ``tau = 5 / N`` (an expected count of 5, the
+usual floor for the chi-square approximation) is found by enumeration: a prefix is at least as
+probable as any of its continuations, so expanding only prefixes at or above tau misses none, and
+at most 1 / tau prefixes are expanded per step. The chi-square bins are those outcomes plus one bin
+for everything else; the total variation distance is taken over the same bins.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from playground.engine import MAX_SEED, Request, prepare, run
+from playground.errors import InvalidRequest
+from playground.models import ModelStore, Progress
+from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.sampling.samplers import extra_stages_on
+from strategies.sampling.transforms import Temperature
+
+MAX_SAMPLES = 1000
+MAX_TOKENS = 64
+ROWS_PER_PASS = 256  # bounds the KV cache of one pass (about 0.5 GB for SmolLM2 and a short prompt)
+MIN_EXPECTED = 5.0
+BATCHED = {"greedy": lambda g: Greedy(), "sampling": Multinomial, "gumbel": GumbelMax}
+
+Outcome = tuple[int, ...]
+
+
+@dataclass
+class Sample:
+    """One seed's draw: the outcomes it holds (one; k for stochastic beam) and their log-probabilities
+    under the reference distribution (None where it has none)."""
+
+    seed: int
+    outcomes: list[Outcome]
+    logprobs: list[float | None]
+
+
+@dataclass
+class Tally:
+    counts: dict[Outcome, int] = field(default_factory=dict)
+    seeds: dict[Outcome, list[int]] = field(default_factory=dict)
+    logprobs: dict[Outcome, float | None] = field(default_factory=dict)
+
+    def add(self, sample: Sample) -> None:
+        for outcome, logprob in zip(sample.outcomes, sample.logprobs):
+            self.counts[outcome] = self.counts.get(outcome, 0) + 1
+            self.seeds.setdefault(outcome, []).append(sample.seed)
+            self.logprobs.setdefault(outcome, logprob)
+
+
+def check_size(n: Any, max_new_tokens: int, seed: int) -> int:
+    try:
+        ok = float(n).is_integer() and 1 <= int(n) <= MAX_SAMPLES
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidRequest(f"n must be an integer in [1, {MAX_SAMPLES}], got {n}")
+    if max_new_tokens > MAX_TOKENS:
+        raise InvalidRequest(f"tokens must be an integer in [1, {MAX_TOKENS}] for sample many, got {max_new_tokens}")
+    if seed + int(n) - 1 > MAX_SEED:
+        raise InvalidRequest(f"seed must be in [0, {MAX_SEED - int(n) + 1}] for {int(n)} samples, got {seed}")
+    return int(n)
+
+
+def plain_order(params: Any) -> str:
+    """The order of the five plain stages as ``params`` puts them."""
+    names = [n for n in params.order.split(",") if n in STAGE_NAMES]
+    return ",".join(names + [n for n in STAGE_NAMES if n not in names])
+
+
+def reference_chain(strategy: str, params: Any) -> list | None:
+    """The transforms whose chained distribution is the exact reference, or None when there is none."""
+    if strategy == "greedy":
+        return [Temperature(0.0)]
+    if strategy == "speculative":
+        return build_chain(params)
+    if strategy in ("sampling", "gumbel"):
+        if extra_stages_on(params):
+            return None  # the batched path and its exact reference cover the plain five stages only
+        return build_chain(ChainParams(**{f.name: getattr(params, f.name) for f in dataclasses.fields(ChainParams)
+                                          if f.name != "order"}, order=plain_order(params)))
+    if strategy == "stochastic_beam" and params.num_beams == 1:
+        return [] if params.temperature == 1.0 else [Temperature(params.temperature)]
+    return None
+
+
+# --- drawing ---------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], Any], prompt_ids: list[int],
+              seeds: list[int], max_new_tokens: int) -> list[Sample]:
+    """One batched decode: sample r is the run with seed ``seeds[r]`` (see the module docstring).
+
+    The rows of each forward pass are the distinct texts so far, not the samples: samples that
+    drew the same tokens share a row (and its KV cache row), so the first steps, where most samples
+    agree, cost a few rows instead of N. Finished samples leave the batch.
+    """
+    selectors = [make_selector(_generator(lm, s)) for s in seeds]
+    out = lm.forward(torch.tensor([prompt_ids], device=lm.device))
+    logits, cache = out.logits[:, -1], out.cache  # one row: every sample starts from the prompt
+    context = torch.tensor([prompt_ids], device=lm.device)
+    row_of = [0] * len(seeds)  # sample -> its row in the current batch
+    drawn: list[list[int]] = [[] for _ in seeds]
+    logprobs = [0.0] * len(seeds)
+    alive = list(range(len(seeds)))
+    for i in range(max_new_tokens):
+        final = apply_chain(chain, logits, context)
+        final_logp = final.log_softmax(-1)
+        for r in alive:
+            token = int(selectors[r].select(final[row_of[r]:row_of[r] + 1])[0][0])
+            drawn[r].append(token)
+            logprobs[r] += float(final_logp[row_of[r], token])
+        alive = [r for r in alive if drawn[r][-1] not in lm.eos_ids]
+        if not alive or i + 1 == max_new_tokens:
+            break
+        rows: dict[tuple[int, int], int] = {}  # (parent row, token) -> new row
+        for r in alive:
+            row_of[r] = rows.setdefault((row_of[r], drawn[r][-1]), len(rows))
+        parents = torch.tensor([p for p, _ in rows], device=lm.device)
+        new = torch.tensor([[t] for _, t in rows], device=lm.device)
+        cache.reorder_cache(parents)
+        context = torch.cat([context[parents], new], dim=1)
+        logits = lm.forward(new, cache).logits[:, -1]
+    return [Sample(s, [tuple(d)], [lp]) for s, d, lp in zip(seeds, drawn, logprobs)]
+
+
+def _generator(lm: Any, seed: int) -> torch.Generator:
+    """The generator the single run with ``seed`` draws from (DecodeContext.generator, offset 0)."""
+    g = torch.Generator(device=lm.device)
+    g.manual_seed(seed)
+    return g
+
+
+def draw_batched(lm: Any, chain: list, strategy: str, prompt_ids: list[int], seeds: list[int],
+                 max_new_tokens: int, progress: Progress) -> list[Sample]:
+    samples: list[Sample] = []
+    for start in range(0, len(seeds), ROWS_PER_PASS):
+        progress(start / len(seeds), f"sampling rows {start} to {min(len(seeds), start + ROWS_PER_PASS) - 1}")
+        samples += draw_rows(lm, chain, BATCHED[strategy], prompt_ids, seeds[start:start + ROWS_PER_PASS],
+                             max_new_tokens)
+    return samples
+
+
+def draw_one_by_one(store: ModelStore, req: Request, seeds: list[int], progress: Progress) -> list[Sample]:
+    params = dict(req.params)
+    if req.strategy == "speculative":
+        params["measure_baseline"] = False
+    samples = []
+    for i, seed in enumerate(seeds):
+        if i % 50 == 0:
+            progress(i / len(seeds), f"run {i + 1} of {len(seeds)}")
+        trace = run(store, dataclasses.replace(req, seed=seed, params=params))
+        samples.append(_sample_of(trace, seed))
+    return samples
+
+
+def _sample_of(trace: Any, seed: int) -> Sample:
+    if trace.strategy == "stochastic_beam":
+        finished = trace.beam["finished"]
+        return Sample(seed, [tuple(h["token_ids"]) for h in finished], [h["score"] for h in finished])
+    logprob = sum(t.logprob for t in trace.tokens)
+    return Sample(seed, [tuple(trace.token_ids)], [logprob if math.isfinite(logprob) else None])
+
+
+# --- the exact reference --------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def enumerate_outcomes(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau: float
+                       ) -> dict[Outcome, float]:
+    """Every outcome with chained probability >= ``tau``, with its log-probability (float64 sums).
+
+    One batched forward per step over the surviving prefixes: each prefix keeps a row of the KV
+    cache (reordered from its parent's row), so a step runs one new token per prefix.
+    """
+    prompt = torch.tensor([prompt_ids], device=lm.device)
+    out = lm.forward(prompt)
+    cache, logits = out.cache, out.logits[:, -1]
+    frontier: list[tuple[Outcome, float]] = [((), 0.0)]
+    done: dict[Outcome, float] = {}
+    for depth in range(max_new_tokens):
+        context = torch.cat([prompt.expand(len(frontier), -1),
+                             torch.tensor([list(p) for p, _ in frontier], dtype=torch.long,
+                                          device=lm.device).view(len(frontier), depth)], dim=1)
+        step_logp = apply_chain(chain, logits, context).log_softmax(-1).double()
+        total = step_logp + torch.tensor([lp for _, lp in frontier], dtype=torch.float64,
+                                         device=step_logp.device)[:, None]
+        rows, cols = (total >= math.log(tau)).nonzero(as_tuple=True)
+        nxt, parents = [], []
+        for r, c, lp in zip(rows.tolist(), cols.tolist(), total[rows, cols].tolist()):
+            ids = frontier[r][0] + (c,)
+            if c in lm.eos_ids or depth + 1 == max_new_tokens:
+                done[ids] = lp
+            else:
+                nxt.append((ids, lp))
+                parents.append(r)
+        if not nxt:
+            break
+        frontier = nxt
+        cache.reorder_cache(torch.tensor(parents, device=lm.device))
+        last = torch.tensor([[ids[-1]] for ids, _ in frontier], device=lm.device)
+        logits = lm.forward(last, cache).logits[:, -1]
+    return done
+
+
+def goodness_of_fit(counts: dict[Outcome, int], exact: dict[Outcome, float], n: int) -> tuple[dict | None, float]:
+    """Chi-square over the enumerated outcomes plus "everything else", and the total variation
+    distance over the same bins. ``exact`` holds probabilities. A bin of "else" expecting fewer than
+    MIN_EXPECTED is merged into the smallest enumerated bin for the test (not for the distance)."""
+    from scipy.stats import chi2
+
+    keys = sorted(exact, key=lambda k: -exact[k])
+    observed = [float(counts.get(k, 0)) for k in keys]
+    expected = [n * exact[k] for k in keys]
+    other_observed, other_expected = n - sum(observed), max(0.0, n - sum(expected))
+    tv = 0.5 * (sum(abs(o - e) for o, e in zip(observed, expected)) + abs(other_observed - other_expected)) / n
+    if other_expected >= MIN_EXPECTED or not keys:
+        observed, expected = observed + [other_observed], expected + [other_expected]
+    else:
+        observed[-1] += other_observed
+        expected[-1] += other_expected
+    if len(observed) < 2:
+        return None, tv
+    statistic = sum((o - e) ** 2 / e for o, e in zip(observed, expected))
+    df = len(observed) - 1
+    return {"statistic": statistic, "df": df, "p_value": float(chi2.sf(statistic, df)), "bins": len(observed)}, tv
+
+
+# --- the whole thing ------------------------------------------------------------------------------
+
+
+def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
+                progress: Progress | None = None) -> dict[str, Any]:
+    """Draw ``n`` samples with ``req``'s settings (seeds req.seed .. req.seed + n - 1) and compare
+    them with the exact distribution. Returns a JSON-ready dict (``outcomes``: text, ids, count,
+    frequency, probability, seeds; ``chi_square``; ``tv_distance``; ``timing``)."""
+    progress = progress or (lambda f, m: None)
+    n = check_size(n, req.max_new_tokens, req.seed)
+    spec, params, ctx = prepare(store, req, progress)
+    if spec.name == "beam":
+        raise InvalidRequest("beam search is deterministic: every seed writes the same text; sample many with "
+                             "stochastic_beam or sample_beam instead")
+    if req.forced:
+        raise InvalidRequest("sample many takes no forced tokens; put the prefix in the prompt instead")
+    lm, seeds = ctx.lm, list(range(req.seed, req.seed + n))
+    started = time.perf_counter()
+    chain = reference_chain(spec.name, params)
+    # the batched path draws through the five stages of the plain chain; other stages run one by one
+    use_batch = batched and spec.name in BATCHED and (spec.name == "greedy" or chain is not None)
+    if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
+        samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress)
+    else:
+        samples = draw_one_by_one(store, req, seeds, progress)
+    sampled = time.perf_counter()
+    tally = Tally()
+    for s in samples:
+        tally.add(s)
+    exact = {} if chain is None else enumerate_outcomes(lm, ctx.prompt_ids, chain, ctx.max_new_tokens,
+                                                        MIN_EXPECTED / n)
+    test, tv = goodness_of_fit(tally.counts, {k: math.exp(v) for k, v in exact.items()}, n) \
+        if chain is not None else (None, None)
+    seconds = time.perf_counter() - started
+    return {"model": lm.key, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
+            "prompt_ids": list(ctx.prompt_ids), "seed": req.seed, "n": n, "tokens": ctx.max_new_tokens,
+            "batched": use_batch, "reference": _reference_name(spec.name, chain),
+            "outcomes": _outcomes(lm, tally, exact, n),
+            "chi_square": test, "tv_distance": tv, "tau": MIN_EXPECTED / n,
+            "timing": {"seconds": round(seconds, 3), "sampling_seconds": round(sampled - started, 3),
+                       "samples_per_second": round(n / (sampled - started), 2) if sampled > started else None}}
+
+
+def _reference_name(strategy: str, chain: list | None) -> str:
+    if chain is None:
+        return "none (no exact enumeration for this strategy)"
+    if strategy == "speculative":
+        return "the target's chained distribution"
+    if strategy == "stochastic_beam":
+        return "the model's sequence distribution (k = 1: one exact sample)"
+    return "the chained distribution the selector draws from"
+
+
+def _outcomes(lm: Any, tally: Tally, exact: dict[Outcome, float], n: int) -> list[dict[str, Any]]:
+    """Sampled and enumerated outcomes, most frequent first. ``probability``: the enumerated one, else
+    the sampled outcome's own (the sum of its tokens' log-probabilities), else None."""
+    rows = []
+    for ids in set(tally.counts) | set(exact):
+        logprob = exact.get(ids, tally.logprobs.get(ids))
+        count = tally.counts.get(ids, 0)
+        rows.append({"text": lm.decode(list(ids)), "pieces": [lm.piece(i) for i in ids], "ids": list(ids),
+                     "count": count, "frequency": count / n,
+                     "probability": None if logprob is None else math.exp(logprob),
+                     "seeds": tally.seeds.get(ids, [])})
+    rows.sort(key=lambda r: (-r["count"], -(r["probability"] or 0.0), r["ids"]))
+    return rows

@@ -1,0 +1,1 @@
+"""The beam family: beam search, its tree and pruning, stochastic beam, sample-then-beam."""

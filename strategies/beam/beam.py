@@ -1,0 +1,551 @@
+"""Beam search: k hypotheses as one batch over a KV cache reordered by beam index.
+
+Each step:
+
+1. The running hypotheses are one batch ``[b, 1]`` fed after a shared KV
+   cache; ``log_softmax`` of their logits plus each one's cumulative score
+   gives ``b x vocab`` continuations, of which the best
+   ``max(2, 1 + #eos) * k`` form the step's pool (so that k continuations
+   survive even if the best ones all end).
+2. The pool fills the beam by one of two finishing rules (``finishing``):
+
+   - ``transformers`` (default), the rule of transformers'
+     ``generate(num_beams=k)``, which this search matches token for token:
+     a continuation that ends (EOS, or the length limit) and ranks among the
+     pool's first k leaves the beam for a separate finished set, which keeps
+     the k best by ``score / length ** length_penalty`` (length = generated
+     tokens, EOS included); the best k continuations that do not end are the
+     beam, so k hypotheses keep running. ``early_stopping`` decides when to
+     stop: True when k hypotheses are finished; False when the best running
+     score, divided by its current length ** length_penalty, cannot beat the
+     worst finished one; "never" makes that test with the longest reachable
+     length when length_penalty > 0.
+   - ``keep_slot``, the textbook rule of the course notes: a finished
+     hypothesis stays in the beam (its only continuation is EOS at
+     log-probability 0, so its score no longer changes) and competes for the
+     k slots with the running ones by raw summed log-probability; the search
+     runs to the length limit and returns the finished hypotheses of the
+     final beam, best first. It stops earlier only when every slot holds a
+     finished hypothesis, after which nothing could change. length_penalty
+     and early_stopping do not apply. As hypotheses finish, fewer slots run,
+     so the two rules can return different best hypotheses.
+
+3. The continuations that won a slot and do not end are the active list that
+   the Freitag & Al-Onaizan (2017) rules prune (strategies/beam_prune.py).
+   The survivors are fed to the model at the next step; the cache rows are
+   gathered by parent index (skipped when the order is unchanged).
+
+Every pool candidate becomes a node of the beam tree (strategies/beam_tree.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from playground.trace import Candidate, Stage, Step, Trace
+from strategies.beam.prune import PruneRules, prune
+from strategies.beam.tree import BeamTree, hypothesis_record
+from strategies.sampling.chain import entropy
+from strategies.context import DecodeContext
+from strategies.params import Params, param
+from strategies.recording import finish
+from strategies.registry import register
+
+EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
+FINISHING = ("transformers", "keep_slot")
+MAX_BEAMS = 16
+
+
+@dataclass(frozen=True)
+class BeamParams(Params):
+    """Beam width, the finishing rule, and the pruning knobs."""
+
+    num_beams: int = param(4, "Hypotheses kept per step (k). 1 = greedy.", low=1, high=MAX_BEAMS, noop=1, step=1)
+    finishing: str = param(
+        "transformers", "What a hypothesis that ends (EOS or the length limit) does. transformers: it leaves the "
+        "beam for a set of the k best finished ones, ranked by score / length ** length_penalty, and k "
+        "hypotheses keep running; early_stopping decides when to stop; the results match "
+        "generate(num_beams=k). keep_slot (the textbook rule of the course notes): it keeps its beam slot and "
+        "competes with the running ones by raw summed log-probability, the search runs to the length limit, "
+        "and fewer slots run as hypotheses finish, so the best result can differ; length_penalty and "
+        "early_stopping do not apply.", choices=FINISHING, noop="transformers")
+    length_penalty: float = param(
+        1.0, "Finished hypotheses rank by score / length ** length_penalty (length = generated tokens, EOS "
+        "included), as in transformers. 0 = off (raw log-probability); > 0 favours longer, < 0 shorter. "
+        "Not used by finishing = keep_slot.",
+        low=-10.0, high=10.0, noop=0.0, step=0.1, ui_max=3.0)
+    early_stopping: str = param(
+        "false", "When to stop, as in transformers: true = once num_beams hypotheses are finished; false = once "
+        "the best running score at its current length cannot beat the worst finished one; never = that test "
+        "at the longest reachable length (canonical beam search, no early stop). Not used by finishing = "
+        "keep_slot.", choices=tuple(EARLY_STOPPING), noop="never")
+    relative_threshold: float = param(
+        0.0, "Relative threshold r_p on probabilities (Freitag & Al-Onaizan 2017): of the continuations that "
+        "won a beam slot, prune c when P(c) <= r_p x P(best of them), i.e. score(c) <= log(r_p) + best "
+        "score; its slot stays empty. 0 = off.",
+        low=0.0, high=1.0, high_open=True, noop=0.0, step=0.01)
+    absolute_threshold: float = param(
+        0.0, "Absolute threshold a_p in nats: of the continuations that won a beam slot, prune c when "
+        "score(c) <= best score - a_p. 0 = off.", low=0.0, high=100.0, noop=0.0, step=0.1, ui_max=10.0)
+    local_threshold: float = param(
+        0.0, "Relative local threshold r_pl: of the continuations that won a beam slot, prune c when "
+        "p(last token of c) <= r_pl x the best last-token probability among them. 0 = off.", low=0.0, high=1.0,
+        high_open=True, noop=0.0, step=0.01)
+    max_candidates_per_node: int = param(
+        0, "Of the continuations that won a beam slot, prune c when this many better ones share its parent; "
+        "its slot stays empty. 0 = off.", low=0, high=MAX_BEAMS, noop=0, step=1)
+
+    def __post_init__(self) -> None:
+        # Accept the transformers spellings True / False / "never" as well as the strings.
+        value = self.early_stopping
+        object.__setattr__(self, "early_stopping", str(value).lower() if isinstance(value, (bool, str)) else value)
+        super().__post_init__()
+
+    @property
+    def early(self) -> bool | str:
+        return EARLY_STOPPING[self.early_stopping]
+
+    @property
+    def keep_slot(self) -> bool:
+        return self.finishing == "keep_slot"
+
+    @property
+    def rules(self) -> PruneRules:
+        return PruneRules(self.relative_threshold, self.absolute_threshold, self.local_threshold,
+                          self.max_candidates_per_node)
+
+
+BEAM_FIELDS = tuple(f for f in BeamParams.__dataclass_fields__)
+
+
+# --- the finished set ---------------------------------------------------------------------------
+
+
+@dataclass
+class Finished:
+    """The ``capacity`` best finished hypotheses, best first: (penalised score, raw score, node)."""
+
+    capacity: int
+    items: list[tuple[float, float, int]] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.capacity
+
+    def worst(self) -> float:
+        return self.items[-1][0]
+
+    def offer(self, new: list[tuple[float, float, int]]) -> tuple[list[int], list[int]]:
+        """Merge ``new`` (pool order) and keep the best; return (old nodes pushed out, new nodes refused).
+
+        The sort is stable with the older hypotheses first, so ties keep what was there.
+        """
+        merged = sorted(self.items + new, key=lambda h: -h[0])
+        self.items, out = merged[:self.capacity], merged[self.capacity:]
+        new_ids = {h[2] for h in new}
+        return [h[2] for h in out if h[2] not in new_ids], [h[2] for h in out if h[2] in new_ids]
+
+
+# --- one search from one starting point -----------------------------------------------------------
+
+
+@dataclass
+class BeamStart:
+    """Where a search begins."""
+
+    ids: list[int]  # prompt, plus any sampled prefix
+    score: float = 0.0  # log-probability of that prefix
+    parent: int | None = None  # the prefix's last node in the tree
+    offset: int = 0  # tokens generated before the search
+    tree: int = 0
+
+
+@dataclass
+class StepRecord:
+    """What the best path's trace steps need from one step: each row's candidates and what entered the beam."""
+
+    parents: list[int | None]  # node expanded in each row
+    scores: list[float]  # each row's cumulative score
+    ids: list[list[int]]  # [row] top-n by the search's own log-probabilities, then by the model's
+    logprobs: list[list[float]]  # the search's own (tempered, for stochastic beams)
+    raw: list[list[float]]  # the model's
+    entropy: list[float]
+    raw_entropy: list[float]
+    with_mass: list[int]  # [row] tokens of the vocabulary with a finite log-probability
+    tempered: bool  # the search's log-probabilities differ from the model's
+    entered: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    # (row, token) that won a beam slot and was kept or finished -> (own, raw) log-probabilities
+
+    def enter(self, row: int, token: int, logprob: float, raw_logprob: float) -> None:
+        self.entered[(row, token)] = (logprob, raw_logprob)
+
+
+def record_step(parents: list[int | None], scores: torch.Tensor, logprobs: torch.Tensor,
+                raw_logprobs: torch.Tensor, top_n: int) -> StepRecord:
+    """Each row's top ``top_n`` candidates by the search's and by the model's log-probabilities;
+    logprobs and raw_logprobs are [b, vocab]."""
+    n = min(top_n, logprobs.shape[-1])
+    same = raw_logprobs is logprobs
+    idx = logprobs.topk(n, dim=-1).indices
+    if not same:
+        idx = torch.cat([idx, raw_logprobs.topk(n, dim=-1).indices], dim=-1)
+    own, raw = logprobs.gather(1, idx).tolist(), raw_logprobs.gather(1, idx).tolist()
+    ids, lps, raws = [], [], []
+    for row_ids, row_own, row_raw in zip(idx.tolist(), own, raw):
+        first = {t: j for j, t in reversed(list(enumerate(row_ids)))}  # first occurrence of each id
+        keep = sorted(first.values())
+        ids.append([row_ids[j] for j in keep])
+        lps.append([row_own[j] for j in keep])
+        raws.append([row_raw[j] for j in keep])
+    ent = entropy(logprobs).tolist()
+    return StepRecord(list(parents), scores.tolist(), ids, lps, raws, ent,
+                      ent if same else entropy(raw_logprobs).tolist(),
+                      torch.isfinite(logprobs).sum(-1).tolist(), not same)
+
+
+@dataclass
+class Counters:
+    """Work done, summed over every search of a run."""
+
+    expanded: int = 0  # hypotheses fed to the model (rows of logits used)
+    expanded_without_pruning: int = 0  # the same, had no rule pruned anything at each step
+    forward_passes: int = 0
+    cache_reorders: int = 0
+    cache_reorders_skipped: int = 0
+
+    def to_dict(self, tree: BeamTree) -> dict[str, Any]:
+        pruned: dict[str, int] = {}
+        for n in tree.nodes:
+            if n["status"] == "pruned":
+                pruned[n["reason"]] = pruned.get(n["reason"], 0) + 1
+        considered = [n for n in tree.nodes if n["status"] != "sampled"]
+        return {"candidates": len(considered), "kept": tree.count("kept"), "finished": tree.count("finished"),
+                "pruned": sum(pruned.values()), "pruned_by_rule": dict(sorted(pruned.items())),
+                "fell_off": tree.count("fell_off"), "expanded": self.expanded,
+                "expanded_without_pruning": self.expanded_without_pruning,
+                "forward_passes": self.forward_passes, "cache_reorders": self.cache_reorders,
+                "cache_reorders_skipped": self.cache_reorders_skipped}
+
+
+class BeamSearch:
+    """Runs beam searches that share a model, parameters, a tree and counters."""
+
+    def __init__(self, lm: Any, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20):
+        self.lm, self.params, self.tree = lm, params, tree
+        self.max_total = max_total  # generated tokens allowed, prefix included
+        self.top_n = top_n
+        self.eos = frozenset(int(e) for e in lm.eos_ids)
+        self.pool_size = max(2, 1 + len(self.eos)) * params.num_beams
+        self.counters = Counters()
+
+    def run(self, start: BeamStart) -> "BeamRun":
+        return BeamRun(self, start)
+
+
+@dataclass
+class Pool:
+    """A step's candidates, best first: flat lists, one entry per candidate."""
+
+    scores: torch.Tensor  # [n] float32 cumulative scores, as transformers keeps them
+    rows: list[int]
+    tokens: list[int]
+    logprobs: list[float]  # of the last token
+    stops: list[bool]  # ends the hypothesis (EOS, or the length limit)
+    score_list: list[float] = field(init=False)  # scores as floats
+
+    def __post_init__(self) -> None:
+        self.score_list = self.scores.tolist()
+
+
+class BeamRun:
+    """One search; iterate it to advance step by step (yields the current best node)."""
+
+    def __init__(self, search: BeamSearch, start: BeamStart):
+        self.search, self.start = search, start
+        self.finished = Finished(search.params.num_beams)  # transformers: the finished set
+        self.in_beam: list[tuple[float, int]] = []  # keep_slot: finished hypotheses holding a slot (score, node)
+        self.records: list[StepRecord] = []
+        self.stopped_by = ""
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def __iter__(self) -> Iterator[int | None]:
+        s, start, p = self.search, self.start, self.search.params
+        lm, c = s.lm, s.counters
+        out = lm.forward(torch.tensor([start.ids], device=lm.device))
+        c.forward_passes += 1
+        c.expanded += 1
+        c.expanded_without_pruning += 1
+        logits, cache = out.logits[:, -1], out.cache
+        parents: list[int | None] = [start.parent]
+        scores = torch.tensor([start.score], dtype=torch.float32, device=logits.device)
+        for t in range(s.max_total - start.offset):
+            logprobs = logits.log_softmax(-1)  # [b, vocab]
+            kept, width = self._step(start.offset + t, logprobs, scores, parents)
+            yield self._leader(kept)
+            if not kept:  # nothing runs on: the length limit, EOS everywhere, or every slot finished
+                self.stopped_by = "length" if start.offset + t + 1 >= s.max_total else "all_ended"
+                return
+            gen_len = start.offset + t + 1
+            if not p.keep_slot and p.early is True and self.finished.full:
+                self.stopped_by = "early_stopping"
+                return
+            scores = torch.stack([sc for _, _, _, sc in kept])  # [b'] float32, as transformers keeps them
+            if not p.keep_slot and not self._can_improve(scores[:1], gen_len):
+                self.stopped_by = "no_improvement"
+                return
+            cache = self._reorder(cache, [row for _, row, _, _ in kept], len(parents))
+            parents = [node for node, _, _, _ in kept]
+            tokens = torch.tensor([[tok] for _, _, tok, _ in kept], device=lm.device)
+            logits = lm.forward(tokens, cache).logits[:, -1]
+            c.forward_passes += 1
+            c.expanded += len(kept)
+            c.expanded_without_pruning += width
+        self.stopped_by = "length"
+
+    def _pool(self, step: int, logprobs: torch.Tensor, scores: torch.Tensor) -> Pool:
+        s = self.search
+        vocab = logprobs.shape[-1]
+        total = logprobs + scores[:, None]  # [b, vocab] cumulative scores of every continuation
+        pool_scores, flat = total.view(-1).topk(min(s.pool_size, total.numel()))
+        toks = (flat % vocab).tolist()
+        last = step + 1 >= s.max_total
+        return Pool(pool_scores, (flat // vocab).tolist(), toks, logprobs.view(-1)[flat].tolist(),
+                    [last or tok in s.eos for tok in toks])
+
+    def _step(self, step: int, logprobs: torch.Tensor, scores: torch.Tensor, parents: list[int | None],
+              ) -> tuple[list[tuple[int, int, int, torch.Tensor]], int]:
+        """Rank the pool, fill the beam by the finishing rule, prune, record the nodes.
+
+        Returns the new running beam as (node, parent row, token, score) in rank order, and how
+        wide it would have been without pruning.
+        """
+        p = self.search.params
+        self.records.append(record_step(parents, scores, logprobs, logprobs, self.search.top_n))
+        pool = self._pool(step, logprobs, scores)
+        slots = self._keep_slot_fill(pool, step) if p.keep_slot else self._transformers_fill(pool)
+        active = [j for j, slot in enumerate(slots) if slot == "active"]
+        decisions = dict(zip(active, prune([pool.score_list[j] for j in active],
+                                           [pool.logprobs[j] for j in active],
+                                           [pool.rows[j] for j in active], p.rules)))
+        kept = self._add_nodes(step, pool, slots, decisions, parents)
+        return kept, len(active)
+
+    def _transformers_fill(self, pool: Pool) -> list[str]:
+        """transformers' rule: the first k that do not end run on; endings among the pool's first k
+        are offered to the finished set. One label per pool candidate."""
+        k, out, running = self.search.params.num_beams, [], 0
+        for j, stop in enumerate(pool.stops):
+            if stop:
+                out.append("finish" if j < k else "below_pool")
+            else:
+                out.append("active" if running < k else "below_beam")
+                running += 1
+        return out
+
+    def _keep_slot_fill(self, pool: Pool, step: int) -> list[str]:
+        """keep_slot: the k best of the finished hypotheses holding a slot and the new continuations,
+        by raw score; the older ones first on ties. One label per pool candidate."""
+        k = self.search.params.num_beams
+        entries = [(score, "held", i) for i, (score, _) in enumerate(self.in_beam)]
+        entries += [(score, "new", j) for j, score in enumerate(pool.score_list)]
+        chosen = {(kind, i) for _, kind, i in sorted(entries, key=lambda e: -e[0])[:k]}
+        for i, (_, node) in enumerate(self.in_beam):
+            if ("held", i) not in chosen:
+                self.search.tree.set_status(node, "fell_off", f"finished, pushed out of the {k} beams at step {step}")
+        self.in_beam = [h for i, h in enumerate(self.in_beam) if ("held", i) in chosen]
+        return [("finish" if stop else "active") if ("new", j) in chosen else "below_beam"
+                for j, stop in enumerate(pool.stops)]
+
+    def _add_nodes(self, step: int, pool: Pool, slots: list[str], decisions: dict[int, Any],
+                   parents: list[int | None]) -> list[tuple[int, int, int, torch.Tensor]]:
+        """One tree node per pool candidate, with its fate; settles the finished hypotheses."""
+        p, tree, record = self.search.params, self.search.tree, self.records[-1]
+        k, where = p.num_beams, self.start.tree
+        penalised = None if p.keep_slot else (pool.scores / ((step + 1) ** p.length_penalty)).tolist()
+        kept: list[tuple[int, int, int, torch.Tensor]] = []
+        offers: list[tuple[float, float, int]] = []
+        offered: dict[int, tuple[int, int, float]] = {}  # node -> (row, token, logprob)
+        for j, (row, tok, lp, sc, slot) in enumerate(zip(pool.rows, pool.tokens, pool.logprobs, pool.score_list,
+                                                         slots)):
+            args = (parents[row], step, tok, lp, sc)
+            if slot == "active":
+                dec = decisions[j]
+                node = tree.add(*args, dec.status, dec.reason, dec.threshold, j, where)
+                if dec.status == "kept":
+                    kept.append((node, row, tok, pool.scores[j]))
+                    record.enter(row, tok, lp, lp)
+            elif slot == "finish":
+                extra = {} if penalised is None else {"penalised": penalised[j]}
+                node = tree.add(*args, "finished", self._why(tok), None, j, where, **extra)
+                if p.keep_slot:
+                    self.in_beam.append((sc, node))
+                    record.enter(row, tok, lp, lp)
+                else:
+                    offers.append((penalised[j], sc, node))
+                    offered[node] = (row, tok, lp)
+            elif slot == "below_pool":  # transformers only finishes endings among the pool's first k
+                tree.add(*args, "fell_off", f"{self._why(tok)}, ranked below the pool's first {k}", None, j, where)
+            else:
+                reason = f"{self._why(tok)}, ranked below the {k} beams" if pool.stops[j] else \
+                    f"ranked below the {k} beams"
+                tree.add(*args, "fell_off", reason, None, j, where)
+        refused = self._settle(offers, step)
+        for node, (row, tok, lp) in offered.items():
+            if node not in refused:
+                record.enter(row, tok, lp, lp)
+        if p.keep_slot:
+            self.in_beam.sort(key=lambda h: -h[0])
+        return kept
+
+    def _leader(self, kept: list[tuple[int, int, int, torch.Tensor]]) -> int | None:
+        """The node to show as the current best: the best running hypothesis (keep_slot: the best
+        hypothesis in the beam, running or finished)."""
+        if self.search.params.keep_slot:
+            best = [(float(sc), node) for node, _, _, sc in kept[:1]] + self.in_beam[:1]
+            return max(best, key=lambda h: h[0])[1] if best else None
+        return kept[0][0] if kept else (self.finished.items[0][2] if self.finished.items else None)
+
+    def _why(self, token_id: int) -> str:
+        return "eos" if token_id in self.search.eos else "max_length"
+
+    def _settle(self, offers: list[tuple[float, float, int]], step: int) -> set[int]:
+        """Offer the new endings to the finished set; return the nodes it refused."""
+        if not offers:
+            return set()
+        k = self.search.params.num_beams
+        pushed, refused = self.finished.offer(offers)
+        for node in pushed:
+            self.search.tree.set_status(node, "fell_off", f"finished, pushed out of the {k} best at step {step}")
+        for node in refused:
+            self.search.tree.set_status(node, "fell_off", f"finished below the {k} best finished")
+        return set(refused)
+
+    def _can_improve(self, best_running: torch.Tensor, gen_len: int) -> bool:
+        """transformers' early-stop heuristic: can the best running hypothesis still beat the worst finished?"""
+        p = self.search.params
+        if not self.finished.full:
+            return True
+        length = self.search.max_total if (p.early == "never" and p.length_penalty > 0) else gen_len
+        best_possible = float(best_running / (length ** p.length_penalty))
+        return best_possible > self.finished.worst()
+
+    def _reorder(self, cache: Any, rows: list[int], width: int) -> Any:
+        """Gather the cache rows of the new beam's parents; skip the copy when nothing moves."""
+        c = self.search.counters
+        if rows == list(range(width)):
+            c.cache_reorders_skipped += 1
+            return cache
+        cache.reorder_cache(torch.tensor(rows, device=self.search.lm.device))
+        c.cache_reorders += 1
+        return cache
+
+    # -- results -------------------------------------------------------------------------------
+
+    def results(self) -> list[tuple[float | None, float, int]]:
+        """The finished hypotheses, best first: (penalised score or None, raw score, node)."""
+        if self.search.params.keep_slot:
+            return [(None, score, node) for score, node in self.in_beam]
+        return list(self.finished.items)
+
+    def best(self) -> int | None:
+        results = self.results()
+        return results[0][2] if results else None
+
+
+# --- trace assembly -----------------------------------------------------------------------------
+
+
+def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[StepRecord]]],
+                    best: int | None, prompt_len: int, selector: str) -> list[Step]:
+    """trace.steps for the searched part of the best path: at each step, the candidates of the row the
+    winning hypothesis grew from. ``records`` maps a tree index to (offset, its records);
+    ``selector`` names the search's selection stage ("beam", "gumbel-top-k").
+
+    A candidate is ``kept`` when it won a beam slot and ran on or finished; every such continuation
+    of the row is listed, so the count is the decoder's. ``prob`` is under the search's own
+    distribution, ``raw_prob`` under the model's. The stages are the model's distribution, the
+    tempered one where the search tempers, and the selection, in which only the continuations that
+    entered the beam keep their probability.
+    """
+    steps: list[Step] = []
+    for node_id in tree.path(best):
+        node = tree.nodes[node_id]
+        if node["status"] == "sampled" or node["tree"] not in records:
+            continue
+        offset, recs = records[node["tree"]]
+        rec = recs[node["step"] - offset]
+        row = rec.parents.index(node["parent"])
+        ids, lps, raws = list(rec.ids[row]), list(rec.logprobs[row]), list(rec.raw[row])
+        entered = {tok: v for (r, tok), v in rec.entered.items() if r == row}
+        listed = dict(entered)  # every continuation that entered the beam, and the chosen token
+        if node["token_id"] not in entered:
+            _, drawn, raw = tree.logprobs(node_id)
+            listed[node["token_id"]] = (drawn, raw)
+        for tok, (lp, raw) in sorted(listed.items(), key=lambda kv: -kv[1][0]):
+            if tok not in ids:
+                ids.append(tok)
+                lps.append(lp)
+                raws.append(raw)
+        cands = [Candidate(i, lm.piece(i), math.exp(raw), math.exp(lp), i in entered,
+                           {"score": rec.scores[row] + lp}) for i, lp, raw in zip(ids, lps, raws)]
+        alive = [True] * len(ids)  # before the selection every listed continuation has a finite logit
+        stages = [Stage("raw", [math.exp(r) for r in raws], alive, rec.with_mass[row])]
+        if rec.tempered:
+            stages.append(Stage("temperature", [math.exp(lp) for lp in lps], alive, rec.with_mass[row]))
+        stages.append(Stage(selector, [math.exp(lp) if i in entered else 0.0 for i, lp in zip(ids, lps)],
+                            [i in entered for i in ids], len(entered)))
+        steps.append(Step(prompt_len + node["step"], node["token_id"], cands, stages, entropy=rec.entropy[row],
+                          raw_entropy=rec.raw_entropy[row], extra={"beam_node": node_id}))
+    return steps
+
+
+def finished_records(lm: Any, tree: BeamTree, items: list[tuple[float | None, float, int]]) -> list[dict[str, Any]]:
+    eos = lm.eos_ids
+    return [hypothesis_record(tree, node, score, pen, lm.decode,
+                              eos=tree.nodes[node]["token_id"] in eos) for pen, score, node in items]
+
+
+def publish(trace: Trace, lm: Any, tree: BeamTree, best: int | None, finished: list[dict[str, Any]],
+            counters: dict[str, Any], **extra: Any) -> None:
+    """Point the trace at the current best hypothesis and the tree so far."""
+    trace.tokens = tree.tokens(best)
+    trace.beam = tree.to_dict(best, finished, counters, **extra)
+
+
+def beam_section_extra(params: BeamParams) -> dict[str, Any]:
+    """The settings the beam views label results with; keep_slot uses neither length rule."""
+    if params.keep_slot:
+        return {"num_beams": params.num_beams, "finishing": params.finishing, "length_penalty": None,
+                "early_stopping": None}
+    return {"num_beams": params.num_beams, "finishing": params.finishing, "length_penalty": params.length_penalty,
+            "early_stopping": params.early_stopping}
+
+
+@register("beam", BeamParams,
+          "Beam search: k hypotheses in one batch over a reordered KV cache, transformers' finishing rules "
+          "or the textbook's, optional Freitag & Al-Onaizan pruning; the whole search tree is traced.",
+          family="beam")
+def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
+    lm = ctx.lm
+    started = ctx.clock.now()
+    trace = ctx.new_trace("beam", params.to_dict(), ["beam"])
+    tree = BeamTree(lm.piece, "beam")
+    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n)
+    run = search.run(BeamStart(list(ctx.prompt_ids)))
+    extra = beam_section_extra(params)
+    for current in run:
+        publish(trace, lm, tree, current, [], search.counters.to_dict(tree), **extra)
+        finish(trace, ctx, started, "running", search.counters.forward_passes)
+        yield trace
+    best = run.best()
+    publish(trace, lm, tree, best, finished_records(lm, tree, run.results()),
+            search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
+    trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids), "beam")
+    reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
+    finish(trace, ctx, started, reason, search.counters.forward_passes)
+    yield trace

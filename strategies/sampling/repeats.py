@@ -1,0 +1,141 @@
+"""Stages that read the text so far: DRY, no-repeat n-gram and bias by word.
+
+Shapes and contract as in strategies/transforms.py. Decisions (per row unless a plain number):
+- dry: ``multiplier``, ``base``, ``allowed_length``; ``penalty`` [batch, vocab] (what was subtracted
+  from each logit, 0 where nothing); ``ids`` [batch, vocab] (the tokens penalised that an earlier stage
+  had not cut); ``match_length``
+  (the longest repeat found); ``span_start``, ``span_end``: the context positions [start, end) of the
+  earlier occurrence of that repeat, and ``repeat_start``: where its copy at the end of the context
+  begins (-1 when there is none);
+- no_repeat_ngram: ``n``; ``ids`` [batch, vocab] (the tokens banned); ``banned`` (how many);
+- word_bias: ``bias`` [batch, vocab] (what was added to each logit); ``ids`` [batch, vocab] (the tokens
+  biased); ``banned`` (how many got -inf).
+
+A stage that would remove every token keeps the most probable one it received.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from strategies.sampling.transforms import NEG_INF, Decision, _Transform
+
+
+def _spare_one(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """``out`` with, in every row left without a finite logit, the argmax of ``logits`` restored."""
+    empty = ~torch.isfinite(out).any(dim=-1)
+    if not bool(empty.any()):
+        return out
+    top = logits.argmax(dim=-1, keepdim=True)
+    restored = out.scatter(-1, top, logits.gather(-1, top))
+    return torch.where(empty[..., None], restored, out)
+
+
+@dataclass
+class DRY(_Transform):
+    """DRY, "don't repeat yourself" (p-e-w's sampler, as text-generation-webui and llama.cpp document
+    it): a token that would extend a repeat of length n >= ``allowed_length`` (the end of the context
+    already appeared earlier, followed by that token) has ``multiplier x base^(n - allowed_length)``
+    subtracted from its logit. A repeat never reaches across a sequence breaker: a token whose text
+    contains one of ``breakers`` (newline, colon, quote, asterisk by default) ends the match.
+
+    ``piece(id)`` gives a token's text; whether it breaks is cached per id.
+    """
+
+    multiplier: float
+    base: float
+    allowed_length: int
+    breakers: tuple[str, ...]
+    piece: Callable[[int], str]
+    _breaks: dict[int, bool] = field(default_factory=dict, repr=False)
+    name = "dry"
+
+    def _is_breaker(self, token_id: int) -> bool:
+        hit = self._breaks.get(token_id)
+        if hit is None:
+            text = self.piece(token_id)
+            hit = self._breaks[token_id] = any(b in text for b in self.breakers)
+        return hit
+
+    def _row(self, ids: list[int]) -> tuple[dict[int, int], tuple[int, int, int, int]]:
+        """token -> the longest repeat it would extend; and (length, span start, span end, repeat
+        start) of the longest repeat overall."""
+        end = len(ids)
+        tail = 0  # the suffix that can repeat stops at the last breaker
+        while tail < end and not self._is_breaker(ids[end - 1 - tail]):
+            tail += 1
+        lengths: dict[int, int] = {}
+        best = (0, -1, -1, -1)
+        for j in range(1, end):  # ids[j] followed an earlier copy ending at j - 1
+            n = 0
+            while n < min(j, tail) and ids[j - 1 - n] == ids[end - 1 - n]:
+                n += 1
+            if n and n > lengths.get(ids[j], 0):
+                lengths[ids[j]] = n
+            if n > best[0]:
+                best = (n, j - n, j, end - n)
+        return lengths, best
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        penalty = torch.zeros_like(logits)
+        spans = []
+        for r, row in enumerate(context.tolist()):
+            lengths, best = self._row(row)
+            for token, n in lengths.items():
+                if n >= self.allowed_length:
+                    penalty[r, token] = self.multiplier * self.base ** (n - self.allowed_length)
+            spans.append(best)
+        span = torch.tensor(spans, dtype=torch.long, device=logits.device).view(-1, 4)
+        decision = {"multiplier": self.multiplier, "base": self.base, "allowed_length": self.allowed_length,
+                    "penalty": penalty, "ids": (penalty > 0) & torch.isfinite(logits), "match_length": span[:, 0],
+                    "span_start": span[:, 1], "span_end": span[:, 2], "repeat_start": span[:, 3]}
+        return logits - penalty, decision
+
+
+@dataclass(frozen=True)
+class NoRepeatNGram(_Transform):
+    """Ban every token that would complete an n-gram already in the context (prompt included): the
+    last n - 1 tokens are looked up among the context's earlier windows of n - 1, and each token that
+    followed one is banned (Paulus et al. 2017 block repeated trigrams this way)."""
+
+    n: int
+    name = "no_repeat_ngram"
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        banned = torch.zeros_like(logits, dtype=torch.bool)
+        for r, ids in enumerate(context.tolist()):
+            if len(ids) < self.n:
+                continue
+            prefix = ids[len(ids) - self.n + 1:]
+            for i in range(len(ids) - self.n + 1):
+                if ids[i:i + self.n - 1] == prefix:
+                    banned[r, ids[i + self.n - 1]] = True
+        out = _spare_one(logits.masked_fill(banned, NEG_INF), logits)
+        banned = ~torch.isfinite(out) & torch.isfinite(logits)
+        return out, {"n": self.n, "ids": banned, "banned": banned.sum(-1)}
+
+
+@dataclass(frozen=True)
+class WordBias(_Transform):
+    """Add a bias to the logit of the token that would complete a word. ``sequences`` pairs the
+    token ids of a word (one way of writing it) with its bias; the bias goes to the last id when the
+    context ends with the ids before it (a one-token word: always). Bias -inf bans the word.
+    Biases of several entries on one token add up."""
+
+    sequences: tuple[tuple[tuple[int, ...], float], ...]
+    name = "word_bias"
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        bias = torch.zeros_like(logits)
+        touched = torch.zeros_like(logits, dtype=torch.bool)
+        for r, ids in enumerate(context.tolist()):
+            for seq, value in self.sequences:
+                head = list(seq[:-1])
+                if len(head) <= len(ids) and (not head or ids[len(ids) - len(head):] == head):
+                    bias[r, seq[-1]] += value
+                    touched[r, seq[-1]] = True
+        out = _spare_one(logits + bias, logits)
+        banned = ~torch.isfinite(out) & torch.isfinite(logits)
+        return out, {"bias": bias, "ids": touched, "banned": banned.sum(-1)}

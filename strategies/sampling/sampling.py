@@ -1,0 +1,93 @@
+"""Greedy, sampling through the transform chain, and the Gumbel-max selector.
+
+One KV-cached loop serves all three: the model runs once on the prompt, then
+once per new token; after every token the trace is yielded so the caller can
+stream it and stop between steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from playground.trace import Trace
+from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, record_chain
+from strategies.context import DecodeContext
+from strategies.forcing import annotate, choose
+from strategies.params import Params
+from strategies.recording import finish, make_step
+from strategies.registry import register
+from strategies.sampling.samplers import SamplerParams, build_sampler_chain, feed_back
+
+
+def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
+               ) -> Iterator[Trace]:
+    """The per-step loop: chain the last logits, select (or take a forced token), record, feed it back.
+
+    ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
+    """
+    lm = ctx.lm
+    started = ctx.clock.now()
+    context = torch.tensor([ctx.prompt_ids], device=lm.device)
+    out = lm.forward(context)
+    trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
+    passes, reason = 1, "length"
+    names = [t.name for t in chain]
+    for i in range(ctx.max_new_tokens):
+        record = record_chain(chain, out.logits[:, -1], context)
+        token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
+                                         getattr(selector, "generator", None))
+        # stateful stages (mirostat) learn the token the text got (forced or drawn) before it is recorded
+        feed_back(chain, record, torch.tensor([token_id], device=record.logits[-1].device))
+        stages, decisions = record.row(0)
+        step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
+                                None if noise is None else noise[0], decisions)
+        annotate(step, forced, lm)
+        trace.steps.append(step)
+        trace.tokens.append(token)
+        if stop_at_eos and token_id in lm.eos_ids:
+            reason = "eos"
+            finish(trace, ctx, started, reason, passes)
+            yield trace
+            return
+        finish(trace, ctx, started, "running", passes)
+        yield trace
+        if i + 1 == ctx.max_new_tokens:
+            break
+        new = torch.tensor([[token_id]], device=lm.device)
+        context = torch.cat([context, new], dim=1)
+        out = lm.forward(new, out.cache)
+        passes += 1
+    finish(trace, ctx, started, reason, passes)
+    yield trace
+
+
+@dataclass(frozen=True)
+class GreedyParams(Params):
+    """Greedy has no knobs: it always takes the argmax."""
+
+
+@register("greedy", GreedyParams, "Take the most probable token at every step.")
+def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
+    trace = ctx.new_trace("greedy", params.to_dict(), ["greedy"])
+    yield from chain_loop(ctx, trace, [], Greedy())
+
+
+@register("sampling", SamplerParams,
+          "The sampler chain (penalties, DRY, temperature, top-k, top-p, min-p, typical, epsilon, eta, top-nσ, "
+          "XTC, mirostat...) in a chosen order, then a multinomial draw.")
+def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
+    generator = ctx.generator()
+    chain = build_sampler_chain(params, generator, ctx.lm)
+    trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
+    yield from chain_loop(ctx, trace, chain, Multinomial(generator))
+
+
+@register("gumbel", SamplerParams,
+          "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.")
+def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
+    generator = ctx.generator()
+    chain = build_sampler_chain(params, generator, ctx.lm)
+    trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
+    yield from chain_loop(ctx, trace, chain, GumbelMax(generator))

@@ -1,0 +1,1 @@
+"""The speculative family: draft, verify, accept; drafts from models, early exit, prompt lookup, EAGLE."""

@@ -1,0 +1,1 @@
+"""EAGLE: a feature-level draft head, draft trees and their lossless verification."""

@@ -1,0 +1,132 @@
+"""The ``speculative`` strategy with ``draft='eagle'``: tree rounds, their records and totals.
+
+Each round records its whole draft tree (``tree``: per node its token, parent, depth, the draft's
+probability q_draft and the target's p_target of it under the parent's rows, the cumulative draft
+score, whether it was tested, its acceptance probability and uniform, and its fate: ``accepted``
+on the path, ``rejected`` when tested and refused, ``unreached`` below a rejected node), the
+accepted path, the token the target added and where it was drawn from, and the round's tau (tokens
+it committed). Wall-clock figures live under ``timing``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+import torch
+
+from playground.trace import Trace, rnd
+from strategies.context import DecodeContext
+from strategies.speculative.eagle.tree import depths
+from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
+from strategies.recording import finish, make_step
+
+
+def _fate(v: Any, i: int) -> str:
+    if i in v.path:
+        return "accepted"
+    return "rejected" if v.evaluated[i] else "unreached"
+
+
+def tree_record(lm: Any, index: int, start: int, r: TreeRound, committed: int) -> dict[str, Any]:
+    """The JSON-ready record of one tree round; ``committed`` is how many of its tokens entered the text."""
+    t, v = r.tree, r.verdict
+    dep = depths(t.parents)
+    nodes = [{"node": i, "parent": t.parents[i], "depth": dep[i], "id": t.tokens[i], "text": lm.piece(t.tokens[i]),
+              "q_draft": rnd(v.q_draft[i]) if i else None, "p_target": rnd(v.p_target[i]) if i else None,
+              "score": rnd(t.scores[i]), "evaluated": v.evaluated[i],
+              "accept_prob": None if v.accept_prob[i] is None else rnd(v.accept_prob[i]),
+              "u": None if v.u[i] is None else rnd(v.u[i]), "fate": "root" if i == 0 else _fate(v, i)}
+             for i in range(len(t.parents))]
+    last = v.path[-1] if v.path else 0
+    nxt = v.next_id
+    return {"round": index, "start": start, "tree": nodes, "path": [0] + v.path, "accepted": len(v.path),
+            "drafted": len(t.parents) - 1, "committed": committed, "ended": committed < len(r.committed),
+            "tau": committed, "head_passes": t.head_passes,
+            "next": {"id": nxt, "text": lm.piece(nxt), "after_node": last, "drawn_prob": rnd(float(v.next_probs[nxt])),
+                     "p_target": rnd(float(r.target_probs[last, nxt])),
+                     "drawn_from": "residual" if v.from_residual else "target",
+                     "kind": "bonus" if not any(c for c in _children_of(t.parents, last)) else "resampled"}}
+
+
+def _children_of(parents: list[int], node: int) -> list[int]:
+    return [i for i, p in enumerate(parents) if p == node and i]
+
+
+def _commit(ctx: DecodeContext, trace: Trace, r: TreeRound, names: list[str]) -> tuple[int, bool]:
+    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS)."""
+    lm, v = ctx.lm, r.verdict
+    nodes = [0] + v.path  # committed token i is decided at node nodes[i]
+    room = ctx.max_new_tokens - len(trace.tokens)
+    for i, token in enumerate(r.committed[:room]):
+        node = nodes[i]
+        stages, decisions = r.target_chain[node].row(0)
+        step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), stages, names, token, ctx.top_n,
+                              decisions=decisions)
+        if i < len(v.path):
+            source, drawn = "draft", v.q_draft[v.path[i]]
+        else:
+            source, drawn = ("residual" if v.from_residual else "target"), float(v.next_probs[token])
+        step.extra["speculative"] = {"round": len(trace.rounds), "source": source, "node": node,
+                                     "drawn_prob": rnd(drawn), "p_target": rnd(float(r.target_probs[node, token]))}
+        tok.logprob = math.log(drawn) if drawn > 0 else float("-inf")
+        trace.steps.append(step)
+        trace.tokens.append(tok)
+        if token in lm.eos_ids:
+            return i + 1, True
+    return min(room, len(r.committed)), False
+
+
+def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, names: list[str],
+                 baseline: Any) -> Iterator[Trace]:
+    """Run the tree rounds into ``trace`` (set up by the strategy), yielding after each.
+
+    ``baseline`` is ``speculative.plain_decode``: the wall-clock reference run after the text.
+    """
+    greedy = params.temperature == 0
+    check_eagle(ctx.lm, greedy, params.eagle_tree)
+    decoder = EagleDecoder(ctx.lm, chain, greedy, params.eagle_tree, params.eagle_depth, params.eagle_branching,
+                           params.eagle_total_tokens, ctx.generator(1), ctx.generator(0), list(ctx.prompt_ids),
+                           ctx.clock.now)
+    started = ctx.clock.now()
+    with torch.inference_mode():
+        decoder.prefill()
+    reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
+    taus: list[int] = []
+    while len(trace.tokens) < ctx.max_new_tokens:
+        with torch.inference_mode():
+            r = decoder.step()
+        start = len(trace.tokens)
+        committed, eos = _commit(ctx, trace, r, names)
+        trace.rounds.append(tree_record(ctx.lm, len(trace.rounds), start, r, committed))
+        trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
+        rounds, produced, accepted = rounds + 1, produced + committed, accepted + min(len(r.verdict.path), committed)
+        draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
+        taus.append(committed)
+        finish(trace, ctx, started, "running", decoder.target_passes)
+        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None)
+        if eos:
+            reason = "eos"
+            break
+        yield trace
+    finish(trace, ctx, started, reason, decoder.target_passes)
+    reference = baseline(ctx, len(trace.tokens), chain) if params.measure_baseline else None
+    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference)
+    yield trace
+
+
+def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produced: int, accepted: int,
+            taus: list[int], draft_s: float, verify_s: float, reference: dict[str, Any] | None) -> None:
+    trace.extra["speculative"] = {
+        "draft": "eagle", "draft_kind": "eagle", "verify": "greedy" if decoder.greedy else "tree_rejection",
+        "tree": params.eagle_tree, "depth": params.eagle_depth, "branching": params.eagle_branching,
+        "total_tokens": params.eagle_total_tokens if params.eagle_tree == "dynamic" else None,
+        "target_forward_passes": decoder.target_passes, "draft_forward_passes": decoder.head_passes,
+        "verify_passes": rounds, "rounds": rounds, "accepted": accepted,
+        "tau": rnd(produced / rounds) if rounds else None, "taus": list(taus)}
+    seconds = trace.timing.seconds
+    speed: dict[str, Any] = {"seconds": rnd(seconds), "draft_seconds": rnd(draft_s), "verify_seconds": rnd(verify_s),
+                             "baseline": reference, "measured_speedup": None}
+    if reference and reference.get("seconds") and seconds:
+        speed["measured_speedup"] = rnd(reference["seconds"] / seconds)
+    trace.timing.extra["draft_forward_passes"] = decoder.head_passes
+    trace.timing.extra["speculative"] = speed

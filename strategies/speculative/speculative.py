@@ -1,0 +1,453 @@
+"""Speculative decoding you can watch: a draft proposes, the target verifies in one pass.
+
+One round (Leviathan et al. 2022; Chen et al. 2023):
+
+1. the draft proposes G tokens autoregressively (G = gamma, fixed or adaptive);
+2. the target runs once on [last committed token, x_1 .. x_G] and gives its
+   distribution at all G + 1 positions (causal attention makes that one pass);
+3. both distributions go through the same transform chain, then
+   ``strategies.speculative.verify`` keeps a prefix of the draft and adds one target token
+   (resampled after a rejection, bonus when all passed);
+4. the KV caches of target and draft are cropped back to the accepted text.
+
+Invariant between rounds: the target's cache holds every committed token but
+the last, which is fed at the head of the next verification pass. The trace is
+yielded after every round; with ``measure_baseline`` plain target decoding of
+the same length then runs in the same request, as the wall-clock reference.
+
+What the trace says about each token: ``rounds`` hold the decisions (each
+draft's probabilities, acceptance and fate; the token the target added, the
+distribution it was drawn from and the target's own probability of it); each
+step's ``speculative`` field names its round and where the token came from
+(``draft``, ``residual`` or ``target``), and the token's ``logprob`` is under
+the distribution it was drawn from. A draft never runs past an end-of-text
+token, and a token the verifier drew after the text ended is marked discarded,
+never kept. Wall-clock figures (per-round seconds, the plain-decoding
+reference, the draft cost c, the speedups) live under ``timing`` only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from playground.trace import Trace, rnd
+from strategies.sampling.chain import ChainParams, ChainRecord, Multinomial, build_chain, record_chain
+from strategies.context import DecodeContext
+from playground.errors import InvalidRequest
+from strategies.speculative.eagle.rounds import eagle_rounds
+from strategies.speculative.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
+from strategies.params import param
+from strategies.recording import finish, make_step
+from strategies.registry import register
+from strategies.sampling.sampling import chain_loop
+from strategies.speculative.speedup import expected_curve
+from strategies.speculative.verify import Verdict, rejection, topk
+
+MAX_GAMMA = 16
+TOP_PER_TOKEN = 8  # alternatives recorded per drafted token, by target and by draft
+TOP_RESIDUAL = 10  # entries of the residual distribution recorded per round
+
+
+@dataclass(frozen=True)
+class SpeculativeParams(ChainParams):
+    """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier."""
+
+    draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
+                       "'prompt_lookup' (copy from the prompt, no model), 'eagle' (the model's trained EAGLE "
+                       "head drafting a tree), or a model key with the target's tokenizer (e.g. toy-small for toy).")
+    draft_layer: int = param(-1, "Early-exit draft: the target's layer it reads through the final norm and LM "
+                             "head, i.e. how many layers it runs (as amateur_layer in contrastive decoding). "
+                             "-1 = a quarter of the target's layers.", low=-1, high=256, step=1, ui_max=32)
+    gamma: int = param(4, "Tokens drafted per round.", low=1, high=MAX_GAMMA, step=1)
+    adaptive_gamma: bool = param(False, "Grow gamma by 2 after a fully accepted round, shrink it by 1 after a "
+                                 "rejection (transformers' heuristic). Off = fixed gamma.", noop=False)
+    verify: str = param("rejection", "rejection: lossless (Leviathan et al. 2022). topk: accept while the draft "
+                        "is in the target model's own top-K, as in the course notes (lossy); the replacement "
+                        "token is drawn from the target's processed distribution.",
+                        choices=("rejection", "topk"))
+    verify_top_k: int = param(5, "K of topk verification, taken on the target model's own distribution before the "
+                              "chain: temperature keeps the order, so it never changes the top K (T = 0 "
+                              "included); the repetition penalty and top-k / top-p / min-p do not apply to it.",
+                              low=1, high=1000, step=1, ui_max=50)
+    lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
+    eagle_tree: str = param("static", "EAGLE draft tree: static (every node gets eagle_branching children, to "
+                            "eagle_depth; branching 1 is a chain) or dynamic (EAGLE-2: expand the most probable "
+                            "nodes, keep the best eagle_total_tokens; temperature 0 only).",
+                            choices=("static", "dynamic"))
+    eagle_depth: int = param(4, "Levels of the EAGLE draft tree (tokens on its longest path).", low=1, high=8, step=1)
+    eagle_branching: int = param(2, "Children per expanded node of the EAGLE tree (nodes expanded per level when "
+                                 "dynamic).", low=1, high=8, step=1)
+    eagle_total_tokens: int = param(16, "Drafts a dynamic EAGLE tree keeps.", low=1, high=64, step=1)
+    measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
+
+    def validate(self) -> None:
+        super().validate()
+        name = self.draft.strip()
+        if not name or any(c.isspace() for c in name):
+            raise InvalidRequest(f"draft must be {', '.join(KINDS)} or a model key sharing the target's "
+                                 f"tokenizer, got {self.draft!r}")
+        object.__setattr__(self, "draft", name)
+
+
+# --- one round ---------------------------------------------------------------------------------
+
+
+# (target_raw_probs [B, G + 1, V], target_probs [B, G + 1, V], draft_probs [B, G, V], draft_ids [B, G],
+#  generator) -> Verdict; see strategies.speculative.verify for the shapes.
+Verifier = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], Verdict]
+
+
+@dataclass
+class Round:
+    """What one round did. ``target_chain[i]`` is the chain's record at position i of G + 1."""
+
+    proposal: Proposal
+    target_chain: list[ChainRecord]
+    target_probs: torch.Tensor  # [G + 1, V]
+    verdict: Verdict  # batch of one
+    committed: list[int]  # accepted drafts, then the resampled or bonus token
+    draft_seconds: float
+    verify_seconds: float
+
+
+def verifier(params: SpeculativeParams) -> Verifier:
+    if params.verify == "topk":
+        return lambda raw, t, d, ids, g: topk(t, d, ids, g, params.verify_top_k, raw)
+    return lambda raw, t, d, ids, g: rejection(t, d, ids, g)
+
+
+@dataclass
+class SpeculativeDecoder:
+    """Target, draft and the target's cache; ``step(gamma)`` runs one round and commits its tokens.
+
+    ``ids`` is the prompt plus every committed token. The target's cache covers ``ids[:-1]``.
+    ``clock`` reads the decoder's own time (``DecodeContext.clock.now``).
+    """
+
+    target: Any  # playground.models.LM
+    draft: Draft
+    chain: list
+    verify: Verifier
+    draft_generator: torch.Generator
+    verify_generator: torch.Generator
+    ids: list[int]
+    clock: Callable[[], float]
+    cache: Any = None
+    target_passes: int = 0
+
+    def prefill(self) -> None:
+        """Run the prompt (but its last token) through target and draft."""
+        self.cache = rollback_cache(self.target)
+        if len(self.ids) > 1:
+            self.cache = self.target.forward(self._tensor(self.ids[:-1]), self.cache).cache
+            self.target_passes += 1
+        crop(self.cache, 0)
+        self.draft.prefill(self.ids)
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], device=self.target.device)
+
+    def step(self, gamma: int) -> Round:
+        """Draft up to ``gamma`` tokens, verify them in one target pass, commit, roll the caches back."""
+        t0 = self.clock()
+        proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator, self.target.eos_ids)
+        t1 = self.clock()
+        records, target_probs = self._score(proposal.ids)
+        target_raw_probs = torch.cat([r.logits[0] for r in records]).softmax(-1)
+        verdict = self.verify(target_raw_probs.unsqueeze(0), target_probs.unsqueeze(0),
+                              proposal.probs.unsqueeze(0),
+                              torch.tensor([proposal.ids], dtype=torch.long, device=target_probs.device),
+                              self.verify_generator)
+        n = int(verdict.n_accepted[0])
+        committed = proposal.ids[:n] + [int(verdict.next_ids[0])]
+        # The target saw ids + all G drafts; it must keep ids + the n accepted ones (the new token is
+        # fed next round). The draft keeps at most the same prefix.
+        crop(self.cache, len(proposal.ids) - n)
+        self.draft.rollback(len(self.ids) + n)
+        self.ids = self.ids + committed
+        t2 = self.clock()
+        return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1)
+
+    def _score(self, drafted: list[int]) -> tuple[list[ChainRecord], torch.Tensor]:
+        """One target pass over [last token, drafts]: per-position chain records and [G + 1, V] probs."""
+        out = self.target.forward(self._tensor([self.ids[-1]] + drafted), self.cache)
+        self.cache = out.cache
+        self.target_passes += 1
+        context = self._tensor(self.ids + drafted)
+        n = len(self.ids)
+        # Position i sees the text up to draft i, so the penalty stage gets that context.
+        records = [record_chain(self.chain, out.logits[:, i], context[:, : n + i]) for i in range(len(drafted) + 1)]
+        target_probs = torch.cat([r.logits[-1] for r in records]).softmax(-1)
+        return records, target_probs
+
+
+# --- the trace of a round ----------------------------------------------------------------------
+
+
+def _tok(lm: Any, token_id: int, **fields: float | None) -> dict[str, Any]:
+    return {"id": int(token_id), "text": lm.piece(int(token_id)),
+            **{k: (None if v is None else rnd(v)) for k, v in fields.items()}}
+
+
+def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
+    """The top tokens of target and draft at one position, by the larger of the two probabilities."""
+    ids = {token}
+    for row in (target_row, draft_row):  # only tokens with mass: a one-hot lookup draft adds none
+        top = torch.topk(row, min(TOP_PER_TOKEN, row.shape[-1]))
+        ids.update(i for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+    rows = [(i, float(target_row[i]), float(draft_row[i])) for i in ids]
+    rows.sort(key=lambda r: (-max(r[1], r[2]), r[0]))
+    return [_tok(lm, i, p_target=p, q_draft=q) for i, p, q in rows]
+
+
+def _drafts(lm: Any, r: Round, committed: int) -> list[dict[str, Any]]:
+    """Each drafted token: its probabilities, the test it went through, and its fate."""
+    v, n = r.verdict, int(r.verdict.n_accepted[0])
+    lossless = not torch.isnan(v.u).any()
+    out = []
+    for i, token in enumerate(r.proposal.ids):
+        evaluated = i <= n  # drafts after the first rejection were never looked at
+        fields = dict(p_target=float(v.p_target[0, i]), q_draft=float(v.q_draft[0, i]),
+                      accept_prob=float(v.accept_prob[0, i]) if evaluated else None,
+                      u=float(v.u[0, i]) if evaluated and lossless else None)
+        if v.raw_p_target is not None:  # topk: the test ran on the target model's own distribution
+            fields.update(raw_p_target=float(v.raw_p_target[0, i]), raw_kth=float(v.raw_kth[0, i]))
+        accepted = bool(v.accepted[0, i])
+        out.append({**_tok(lm, token, **fields), "accepted": accepted, "evaluated": evaluated,
+                    "discarded": accepted and i >= committed,  # passed, but the text had ended before it
+                    "top": _alternatives(lm, r.target_probs[i], r.proposal.probs[i], token)})
+    return out
+
+
+def drawn_from(v: Verdict) -> str:
+    """The distribution the target's token was drawn from: "residual" or "target" (after the chain)."""
+    return "residual" if bool(v.from_residual[0]) else "target"
+
+
+def round_record(lm: Any, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
+                 ) -> dict[str, Any]:
+    """The JSON-ready record of one round (see the trace contract in DESIGN.md).
+
+    ``committed``: how many of the round's tokens made it into the text. Only an end-of-text token
+    cuts a round short (gamma never drafts past the budget); what follows it is marked discarded:
+    drafts get ``discarded``, and a token drawn after it is recorded as neither resampled nor bonus.
+    """
+    v, g = r.verdict, len(r.proposal.ids)
+    n = int(v.n_accepted[0])
+    added_in_text = committed > n
+    record: dict[str, Any] = {
+        "round": index, "start": start, "gamma": g, "accepted": n, "kept": min(n, committed),
+        "committed": committed, "ended": committed < len(r.committed), "target_tokens": g + 1,
+        "verify": params.verify, "draft": _drafts(lm, r, committed),
+        "resampled": None, "bonus": None, "drawn_from": None, "drawn_top": []}
+    if params.verify == "topk":
+        record["k"] = params.verify_top_k
+    if not added_in_text:
+        return record
+    nxt, next_probs = int(v.next_ids[0]), v.next_probs[0]
+    q_row = r.proposal.probs[n] if n < g else None
+    top_ids = torch.topk(next_probs, min(TOP_RESIDUAL, next_probs.shape[-1])).indices.tolist()
+
+    def entry(i: int) -> dict[str, Any]:
+        return _tok(lm, i, drawn_prob=float(next_probs[i]), p_target=float(r.target_probs[n, i]),
+                    q_draft=None if q_row is None else float(q_row[i]))
+
+    record["drawn_from"] = drawn_from(v)
+    record["drawn_top"] = [entry(i) for i in top_ids if next_probs[i] > 0]
+    record["resampled" if n < g else "bonus"] = entry(nxt)
+    return record
+
+
+# --- totals and the wall-clock reference -------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """Running totals over rounds: counts for trace.extra["speculative"], seconds for trace.timing.
+
+    Drafts the text never reached (after an end-of-text token) count nowhere.
+    """
+
+    rounds: int = 0
+    drafted: int = 0
+    evaluated: int = 0
+    accepted: int = 0
+    produced: int = 0
+    gamma_sum: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: dict[int, list[float]] = field(default_factory=dict)
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    def add(self, r: Round, committed: int) -> None:
+        g, n = len(r.proposal.ids), int(r.verdict.n_accepted[0])
+        self.rounds += 1
+        self.drafted += min(g, committed)
+        self.evaluated += min(g, n + 1, committed)
+        self.accepted += min(n, committed)
+        self.produced += committed
+        self.gamma_sum += g
+        self.draft_seconds += r.draft_seconds
+        self.verify_seconds.setdefault(g + 1, []).append(r.verify_seconds)
+        self.accepted_lengths.append(min(n, committed))
+
+    def summary(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "drafted": self.drafted, "evaluated": self.evaluated,
+                "accepted": self.accepted, "alpha": _ratio(self.accepted, self.evaluated),
+                "acceptance_rate": _ratio(self.accepted, self.drafted),
+                "tau": _ratio(self.produced, self.rounds), "mean_gamma": _ratio(self.gamma_sum, self.rounds),
+                "accepted_lengths": list(self.accepted_lengths)}
+
+    def seconds(self) -> dict[str, Any]:
+        return {"draft_seconds_per_token": _ratio(self.draft_seconds, self.drafted),
+                "verify_seconds": {str(k): rnd(sum(v) / len(v)) for k, v in sorted(self.verify_seconds.items())}}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return rnd(a / b) if b else None
+
+
+def plain_decode(ctx: DecodeContext, n_tokens: int, chain: list) -> dict[str, float | None]:
+    """The plain sampling loop itself (``chain_loop``, EOS ignored) for exactly ``n_tokens`` on the
+    same prompt and chain: the wall-clock reference. Seconds in all, for the prompt, and per step.
+
+    The loop runs the prompt once (its logits give the first token), then one pass per further
+    token: n - 1 passes after the prefill, so a step costs (seconds - prefill) / (n - 1).
+    """
+    plain = dataclasses.replace(ctx, max_new_tokens=n_tokens)
+    trace = plain.new_trace("sampling", {})
+    for trace in chain_loop(plain, trace, chain, Multinomial(ctx.generator(2)), stop_at_eos=False):
+        pass
+    seconds, prefill = trace.timing.seconds, trace.timing.extra["prefill_seconds"]
+    return {"tokens": n_tokens, "seconds": rnd(seconds), "prefill_seconds": rnd(prefill),
+            "step_seconds": rnd((seconds - prefill) / (n_tokens - 1)) if n_tokens > 1 else None,
+            "tokens_per_second": rnd(n_tokens / seconds) if seconds else None}
+
+
+def speed(summary: dict[str, Any], costs: dict[str, Any], seconds: float, produced: int,
+          baseline: dict[str, float | None] | None) -> dict[str, Any]:
+    """The wall-clock side: this run's seconds and per-round costs, and against the plain reference the
+    measured speedup, the costs Leviathan's formula needs (c and verification cost, in plain target
+    steps) and the speedup that formula expects at each gamma."""
+    out: dict[str, Any] = {"seconds": rnd(seconds), **costs, "baseline": baseline, "measured_speedup": None,
+                           "c": None, "verify_cost": None, "expected_speedup": None}
+    step = baseline.get("step_seconds") if baseline else None
+    if not step:
+        return out
+    per_token = costs["draft_seconds_per_token"]
+    verify = {int(k): rnd(v / step) for k, v in costs["verify_seconds"].items()}
+    c = rnd(per_token / step) if per_token is not None else None
+    out.update(measured_speedup=rnd(baseline["seconds"] / seconds) if seconds and produced else None, c=c,
+               verify_cost={str(k): v for k, v in verify.items()})
+    if summary["alpha"] is not None and c is not None:
+        curve = expected_curve(summary["alpha"], c, verify, range(1, MAX_GAMMA + 1))
+        out["expected_speedup"] = {k: [rnd(x) if isinstance(x, float) else x for x in v] for k, v in curve.items()}
+    return out
+
+
+# --- the strategy ------------------------------------------------------------------------------
+
+
+def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
+    """transformers' heuristic schedule: +2 after a fully accepted round, -1 after a rejection."""
+    if proposed == 0:
+        return gamma
+    return min(MAX_GAMMA, gamma + 2) if accepted == proposed else max(1, gamma - 1)
+
+
+def _source(r: Round, i: int) -> tuple[str, float]:
+    """Where the round's i-th committed token came from, and its probability there."""
+    v, n = r.verdict, int(r.verdict.n_accepted[0])
+    if i < n:
+        return "draft", float(v.q_draft[0, i])
+    return drawn_from(v), float(v.next_probs[0, r.committed[i]])
+
+
+def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tuple[int, bool]:
+    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS).
+
+    Each step records the round and the token's source; the token's logprob is under the
+    distribution it was drawn from (the draft, the residual or the target's), the step's
+    candidates keep the target's.
+    """
+    lm = ctx.lm
+    room = ctx.max_new_tokens - len(trace.tokens)
+    for i, token in enumerate(r.committed[:room]):
+        stages, decisions = r.target_chain[i].row(0)
+        step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), stages, names, token, ctx.top_n,
+                              decisions=decisions)
+        source, drawn = _source(r, i)
+        step.extra["speculative"] = {"round": len(trace.rounds), "source": source, "drawn_prob": rnd(drawn),
+                                     "p_target": rnd(float(r.target_probs[i, token]))}
+        tok.logprob = math.log(drawn)
+        trace.steps.append(step)
+        trace.tokens.append(tok)
+        if token in lm.eos_ids:
+            return i + 1, True
+    return min(room, len(r.committed)), False
+
+
+@register("speculative", SpeculativeParams,
+          "A draft proposes gamma tokens, the target verifies them in one pass: rejection sampling "
+          "(lossless) or top-K (lossy). Drafts: a smaller model, early exit, prompt lookup.",
+          family="speculative")
+def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
+    lm = ctx.lm
+    chain = build_chain(params)
+    if params.draft == "eagle":
+        trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + ["verify:tree"])
+        trace.rounds = []
+        trace.timing.extra["rounds"] = []
+        yield from eagle_rounds(ctx, params, trace, chain, [t.name for t in chain], plain_decode)
+        return
+    draft = make_draft(lm, params.draft, params.draft_layer, params.lookup_ngram, ctx.load_model)
+    trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
+    trace.rounds = []
+    trace.timing.extra["rounds"] = []
+    names = [t.name for t in chain]
+    decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
+                                 list(ctx.prompt_ids), ctx.clock.now)
+    started = ctx.clock.now()
+    with torch.inference_mode():
+        decoder.prefill()
+    tally, gamma, reason = Tally(), params.gamma, "length"
+    while len(trace.tokens) < ctx.max_new_tokens:
+        # Never draft past the budget: the round adds up to g + 1 tokens.
+        g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
+        with torch.inference_mode():
+            r = decoder.step(g)
+        start = len(trace.tokens)
+        committed, eos = _commit(ctx, trace, r, names)
+        trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
+        trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
+        tally.add(r, committed)
+        if params.adaptive_gamma:
+            gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
+        finish(trace, ctx, started, "running", decoder.target_passes)
+        _totals(trace, decoder, draft, tally, None, trace.timing.seconds)
+        if eos:
+            reason = "eos"
+            break
+        yield trace
+    finish(trace, ctx, started, reason, decoder.target_passes)
+    seconds = trace.timing.seconds
+    baseline = None
+    if params.measure_baseline:
+        baseline = plain_decode(ctx, len(trace.tokens), chain)
+    _totals(trace, decoder, draft, tally, baseline, seconds)
+    yield trace
+
+
+def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally,
+            baseline: dict[str, float] | None, seconds: float) -> None:
+    """The run's counts in trace.extra["speculative"], its wall-clock figures in trace.timing."""
+    summary = tally.summary()
+    trace.timing.extra["draft_forward_passes"] = draft.forward_passes
+    trace.timing.extra["speculative"] = speed(summary, tally.seconds(), seconds, len(trace.tokens), baseline)
+    trace.extra["speculative"] = {
+        "draft": draft.name, "draft_kind": draft.kind, "verify": trace.params["verify"],
+        "target_forward_passes": decoder.target_passes, "draft_forward_passes": draft.forward_passes,
+        "verify_passes": tally.rounds, **summary}
