@@ -1,6 +1,7 @@
 """What every chart family shares: the View a page shows."""
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -11,3 +12,10 @@ class View:
     title: str
     figure: go.Figure | None = None  # a plotly figure, or
     html: str | None = None  # an HTML fragment whose model text is already escaped
+
+
+def escape(text: object) -> str:
+    """Model text (untrusted) or any value made safe for HTML, quotes included (it may sit in an
+    attribute). The one escaper of the page and the charts; how a token is *shown* (a space as "·",
+    a newline as "↵") is ``figures.show_token``'s job, before this."""
+    return html.escape(str(text), quote=True)
