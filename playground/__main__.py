@@ -1,5 +1,5 @@
 import sys
 
-from playground.cli.run import main
+from playground.cli import main
 
 sys.exit(main())

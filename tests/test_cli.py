@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.cli.run import main
+from playground.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from playground.cli.run import main
+from playground.cli import main
 
 
 def _json(capsys, argv):

@@ -247,7 +247,7 @@ def test_native_bf16_is_read_from_cpu_flags(tmp_path):
 
 
 def test_cli_takes_dtype(capsys):
-    from playground.cli.run import main
+    from playground.cli import main
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--dtype", "half"]) == 2
     assert "dtype must be one of auto, float32, bfloat16, int4, got 'half'" in capsys.readouterr().err
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--max-new-tokens", "2", "--dtype", "bfloat16",

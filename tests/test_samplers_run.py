@@ -4,7 +4,7 @@ the CLI's flags for them."""
 import pytest
 
 from playground.charts import samplers as charts_samplers
-from playground.cli.run import main
+from playground.cli import main
 from playground.engine import Request, run
 
 

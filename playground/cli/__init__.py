@@ -1,2 +1,33 @@
-"""``python -m playground run|list|sample|score``: the engine from the command line."""
-from playground.cli.run import main  # noqa: F401
+"""``python -m playground run|list|sample|score``: the engine from the command line.
+
+Strategy flags come from the chosen strategy's Params (``playground.cli.flags``). Bad input exits
+with status 2 and one line naming the value and the allowed range.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from playground.cli import whatif
+from playground.cli.run import cmd_list, cmd_run
+from playground.errors import InvalidRequest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m playground {run,list,sample,score} [options]   (run --help for the options)")
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "list":
+            return cmd_list()
+        if command == "run":
+            return cmd_run(rest)
+        if command in whatif.COMMANDS:
+            return whatif.COMMANDS[command](rest)
+        print(f"error: command must be run, list, sample or score, got {command!r}", file=sys.stderr)
+        return 2
+    except InvalidRequest as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

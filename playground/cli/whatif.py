@@ -4,7 +4,7 @@
     score  --model M --text T [--prompt P] [--raw] [--json]
 
 Bad input exits with status 2 and one line naming the value and the allowed range (``main`` in
-``playground.cli.run`` turns InvalidRequest into that line).
+``playground.cli`` turns InvalidRequest into that line).
 """
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ import json
 import sys
 from typing import Callable, Sequence
 
+from playground.cli.flags import strategy_params, strategy_parser
+from playground.engine import Request
 from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
-from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, check_size
+from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, check_size, sample_many
+from playground.whatif.score import score, summary
+from strategies.registry import get_strategy
 
 
 def _common(prog: str, description: str) -> argparse.ArgumentParser:
@@ -40,11 +44,6 @@ def sample_parser() -> argparse.ArgumentParser:
 
 
 def cmd_sample(argv: Sequence[str]) -> int:
-    from playground.cli.run import strategy_params, strategy_parser
-    from playground.engine import Request
-    from playground.whatif.sample_many import sample_many
-    from strategies.registry import get_strategy
-
     known, _ = sample_parser().parse_known_args(argv)
     get_strategy(known.strategy)
     args = strategy_parser(known.strategy, sample_parser()).parse_args(argv)
@@ -84,8 +83,6 @@ def score_parser() -> argparse.ArgumentParser:
 
 
 def cmd_score(argv: Sequence[str]) -> int:
-    from playground.whatif.score import score, summary
-
     args = score_parser().parse_args(argv)
     trace = score(ModelStore(args.device), args.model, args.text, args.prompt, args.system,
                   False if args.raw else None, progress=_progress)
