@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, _Transform
+from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 
 @dataclass(frozen=True)
-class DynamicTemperature(_Transform):
+class DynamicTemperature(TransformBase):
     """Entropy-scaled temperature, as llama.cpp documents its dynatemp: with H the entropy of the
     distribution received and N the number of tokens it still holds,
     T = min + (max - min) x (H / log N)^exponent. A confident step (low H) gets a temperature near
@@ -42,7 +42,7 @@ class DynamicTemperature(_Transform):
 
 
 @dataclass
-class Mirostat(_Transform):
+class Mirostat(TransformBase):
     """Mirostat 2.0 (Basu et al. 2021, "Mirostat: A Neural Text Decoding Algorithm that Directly
     Controls Perplexity", Algorithm 2): keep the tokens whose surprise -log2 p is at most mu (the
     most probable one always), then, once the token X is chosen, move mu towards the target surprise

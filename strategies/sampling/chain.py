@@ -8,7 +8,7 @@ The order matters: top_p after temperature sees the sharpened or flattened
 distribution; min_p after top_k measures from the same top token but sees
 fewer candidates. A transform at its no-op value drops out of the chain.
 ``record_chain`` keeps, beside the logits after each stage, the decision each
-stage made on the logits it received (strategies/transforms.py lists them).
+stage made on the logits it received (strategies/sampling/transforms.py lists them).
 """
 from __future__ import annotations
 

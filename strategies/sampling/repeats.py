@@ -1,6 +1,7 @@
 """Stages that read the text so far: DRY, no-repeat n-gram and bias by word.
 
-Shapes and contract as in strategies/transforms.py. Decisions (per row unless a plain number):
+Shapes and contract as ``TransformBase`` (strategies/sampling/transforms.py) states them. Decisions
+(per row unless a plain number):
 - dry: ``multiplier``, ``base``, ``allowed_length``; ``penalty`` [batch, vocab] (what was subtracted
   from each logit, 0 where nothing); ``ids`` [batch, vocab] (the tokens penalised that an earlier stage
   had not cut); ``match_length``
@@ -20,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, _Transform
+from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 
 def _spare_one(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -34,7 +35,7 @@ def _spare_one(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class DRY(_Transform):
+class DRY(TransformBase):
     """DRY, "don't repeat yourself" (p-e-w's sampler, as text-generation-webui and llama.cpp document
     it): a token that would extend a repeat of length n >= ``allowed_length`` (the end of the context
     already appeared earlier, followed by that token) has ``multiplier x base^(n - allowed_length)``
@@ -95,7 +96,7 @@ class DRY(_Transform):
 
 
 @dataclass(frozen=True)
-class NoRepeatNGram(_Transform):
+class NoRepeatNGram(TransformBase):
     """Ban every token that would complete an n-gram already in the context (prompt included): the
     last n - 1 tokens are looked up among the context's earlier windows of n - 1, and each token that
     followed one is banned (Paulus et al. 2017 block repeated trigrams this way)."""
@@ -118,7 +119,7 @@ class NoRepeatNGram(_Transform):
 
 
 @dataclass(frozen=True)
-class WordBias(_Transform):
+class WordBias(TransformBase):
     """Add a bias to the logit of the token that would complete a word. ``sequences`` pairs the
     token ids of a word (one way of writing it) with its bias; the bias goes to the last id when the
     context ends with the ids before it (a one-token word: always). Bias -inf bans the word.

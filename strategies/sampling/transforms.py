@@ -1,16 +1,9 @@
-"""Logit transforms: small pure objects, ``apply(logits, context) -> logits``.
+"""Logit transforms: ``TransformBase``, the contract every stage of a chain keeps (read it first,
+as one reads transformers' ``LogitsProcessor``), and the five classic stages.
 
-Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]``
-long (every token so far, prompt included). No transform modifies its input.
-Every transform keeps at least one token (the most probable one).
-
-Each transform makes one decision on the distribution it receives, and
-``decide(logits, context) -> (new_logits, decision)`` returns it with the new
-logits; ``apply`` is the same computation with the decision dropped, so the
-recorded decision is by construction the one that produced the logits. A
-decision is a dict of plain numbers (the stage's settings), ``[batch]`` tensors
-(one value per row) and ``[batch, vocab]`` tensors (one value per token); the
-recorder turns it into JSON for the step's candidates (strategies/recording.py):
+The stages beyond these keep the same contract: truncations.py (typical-p, epsilon, eta, top-nσ,
+XTC), repeats.py (DRY, no-repeat n-gram, word bias) and adaptive.py (dynamic temperature, mirostat).
+The decisions of the stages here:
 
 - penalty: ``penalty``; ``touched`` [batch] (distinct ids penalised); ``ids`` [batch, vocab] bool;
 - temperature: ``t``;
@@ -37,8 +30,20 @@ NEG_INF = float("-inf")
 Decision = dict[str, Any]
 
 
-class _Transform:
-    """``apply`` is ``decide`` without the decision: one computation, never two."""
+class TransformBase:
+    """One stage of a chain: a small pure object that makes one decision on the distribution it receives.
+
+    Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]`` long (every token
+    so far, prompt included). A stage never modifies its input, and keeps at least one token (the
+    most probable one).
+
+    A subclass sets ``name`` (the stage's name in the trace and in a chain's order) and implements
+    ``decide(logits, context) -> (new_logits, decision)``. ``apply`` is ``decide`` with the decision
+    dropped: one computation, never two, so the recorded decision is by construction the one that
+    produced the logits. A decision is a dict of plain numbers (the stage's settings), ``[batch]``
+    tensors (one value per row) and ``[batch, vocab]`` tensors (one value per token); the recorder
+    turns it into JSON for the step's candidates (``strategies.recording.decision_record``).
+    """
 
     name: str
 
@@ -50,7 +55,7 @@ class _Transform:
 
 
 @dataclass(frozen=True)
-class RepetitionPenalty(_Transform):
+class RepetitionPenalty(TransformBase):
     """Penalise every token already in the context (prompt included).
 
     The rule of the course notes and of CTRL (Keskar et al. 2019): a positive
@@ -69,7 +74,7 @@ class RepetitionPenalty(_Transform):
 
 
 @dataclass(frozen=True)
-class Temperature(_Transform):
+class Temperature(TransformBase):
     """Divide logits by t. t = 0 is greedy: keep only the argmax."""
 
     t: float
@@ -83,7 +88,7 @@ class Temperature(_Transform):
 
 
 @dataclass(frozen=True)
-class TopK(_Transform):
+class TopK(TransformBase):
     """Keep the k highest logits (ties at the k-th value are kept too)."""
 
     k: int
@@ -99,7 +104,7 @@ class TopK(_Transform):
 
 
 @dataclass(frozen=True)
-class TopP(_Transform):
+class TopP(TransformBase):
     """Nucleus (Holtzman et al. 2019): keep the smallest set of most probable
     tokens whose mass reaches p. A token is kept when the mass of the tokens
     ranked above it is still below p, so the top token is always kept.
@@ -131,7 +136,7 @@ class TopP(_Transform):
 
 
 @dataclass(frozen=True)
-class MinP(_Transform):
+class MinP(TransformBase):
     """Min-p (Nguyen et al. 2024): drop tokens whose probability is below
     min_p x the top token's probability."""
 

@@ -1,8 +1,8 @@
 """Truncations beyond top-k / top-p / min-p: typical-p, epsilon, eta, top-nσ and XTC.
 
-Shapes and contract as in strategies/transforms.py: ``decide(logits [batch, vocab], context
-[batch, seq]) -> (new logits, decision)``, the input never modified, the most probable token always
-kept. Decisions (per row unless a plain number):
+Shapes and contract as ``TransformBase`` (strategies/sampling/transforms.py) states them:
+``decide(logits [batch, vocab], context [batch, seq]) -> (new logits, decision)``, the input never
+modified, the most probable token always kept. Decisions (per row unless a plain number):
 
 - typical_p: ``p``; ``entropy``; ``rank`` (tokens kept); ``mass`` (their mass); ``cumulative``
   [batch, vocab]: the mass up to each token in typical's own ranking (by |-log p - H|);
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, _Transform
+from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 
 def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,7 @@ def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class TypicalP(_Transform):
+class TypicalP(TransformBase):
     """Locally typical sampling (Meister et al. 2022, "Locally Typical Sampling", TACL): rank tokens by
     how far their surprise -log p is from the entropy H, and keep the closest ones until their mass
     reaches p (the token that crosses p is kept, with its ties)."""
@@ -53,7 +53,7 @@ class TypicalP(_Transform):
 
 
 @dataclass(frozen=True)
-class Epsilon(_Transform):
+class Epsilon(TransformBase):
     """Epsilon sampling (Hewitt, Manning & Liang 2022, "Truncation Sampling as Language Model
     Desmoothing"): drop tokens whose probability is below epsilon."""
 
@@ -68,7 +68,7 @@ class Epsilon(_Transform):
 
 
 @dataclass(frozen=True)
-class Eta(_Transform):
+class Eta(TransformBase):
     """Eta sampling (Hewitt, Manning & Liang 2022): an entropy-dependent epsilon,
     threshold = min(eta, sqrt(eta) x exp(-H)), H the entropy in nats of the distribution received."""
 
@@ -85,7 +85,7 @@ class Eta(_Transform):
 
 
 @dataclass(frozen=True)
-class TopNSigma(_Transform):
+class TopNSigma(TransformBase):
     """Top-nσ (Tang et al. 2024, "Top-nσ: Not All Logits Are You Need"): keep the tokens whose logit
     is at least max - n·σ, σ the standard deviation of the logits. Logits an earlier stage cut
     (-inf) are left out of the mean and σ, as llama.cpp documents for its top_n_sigma sampler.
@@ -111,7 +111,7 @@ class TopNSigma(_Transform):
 
 
 @dataclass(frozen=True)
-class XTC(_Transform):
+class XTC(TransformBase):
     """Exclude top choices (XTC, as documented by text-generation-webui and llama.cpp): with
     probability ``probability``, remove every token whose probability is at least ``threshold``
     except the least probable of them. It acts only when two or more tokens pass the threshold, so a
