@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.llama import LeanCache, Weight, _rebind, _rotate_half, linear
+from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half
 
 
 @dataclass
@@ -130,8 +130,8 @@ class LeanGemma:
             qk = self.rms_norm(qkv[:, : self.heads + self.kv_heads], layer.qk_norm)  # per head, Q's and K's at once
             q, k = qk[:, : self.heads], qk[:, self.heads:]
             cos, sin = ropes[layer.sliding]
-            q = q * cos + _rotate_half(q) * sin
-            cache.keys[i, :, :, start:end] = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            cache.keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
             cache.values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
             attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
                                                   attn_mask=masks[layer.sliding], scale=self.scaling,
@@ -160,8 +160,8 @@ def _stack(layer: Any, sliding: bool) -> GemmaLayer:
     attn, mlp = layer.self_attn, layer.mlp
     qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
     gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
-    _rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
-    _rebind([mlp.gate_proj, mlp.up_proj], gate_up)
+    rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
+    rebind([mlp.gate_proj, mlp.up_proj], gate_up)
     heads, kv_heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
     qk_norm = torch.cat([_norm_weight(attn.q_norm).expand(heads, 1, -1),
                          _norm_weight(attn.k_norm).expand(kv_heads, 1, -1)])

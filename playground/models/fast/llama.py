@@ -8,7 +8,7 @@ layers of a dozen small modules each. Here a layer is one RMSNorm, one matmul fo
 RMSNorm, one matmul for gate and up (stacked), SiLU-times-up and the down matmul; the style of
 gpt-fast. The weights are the transformers model's own: its Q/K/V and gate/up parameters are
 rebound to views of the stacked tensors, so the two paths share memory and numbers. A layer's four
-matrices may instead be the GGUF file's 4-bit blocks (``with_matrices``, ``playground.gguf_int4``).
+matrices may instead be the GGUF file's 4-bit blocks (``with_matrices``, ``playground.models.fast.int4``).
 
 A 4D additive mask with position ids runs a tree of drafts in one pass (EAGLE), and the cache's
 ``keep`` then keeps the accepted path, so every speculative draft runs on this forward.
@@ -20,99 +20,12 @@ back, then times the weight; cos/sin computed in float32 and cast to the model d
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-CACHE_BLOCK = 256  # the cache grows in whole blocks, so a decode step never reallocates
-
-
-class LeanCache:
-    """A KV cache of preallocated tensors [layers, batch, kv_heads, capacity, head_dim].
-
-    The methods strategies call on a transformers cache, with the same meaning:
-    ``get_seq_length()``, ``crop(-n)`` (drops the last n positions; ``crop(0)`` does nothing),
-    ``reorder_cache(rows)`` (gathers batch rows; may change the batch size, as beams grow from
-    one prompt row). Cropping only moves the length: the positions beyond it are overwritten next.
-    """
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
-        self.shape = (layers, kv_heads, head_dim)
-        self.dtype, self.device = dtype, device
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-        self.length = 0
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise ValueError(f"crop takes minus the number of positions to drop, got {tokens_to_remove}")
-        self.length = max(0, self.length + tokens_to_remove)
-
-    def reorder_cache(self, rows: torch.Tensor) -> None:
-        if self.keys is None:
-            return
-        n = self.length
-        keys, values = self._empty(len(rows), self.keys.shape[3])
-        keys[:, :, :, :n] = self.keys[:, rows.to(self.keys.device), :, :n]
-        values[:, :, :, :n] = self.values[:, rows.to(self.values.device), :, :n]
-        self.keys, self.values = keys, values
-
-    @torch.inference_mode()
-    def keep(self, positions: list[int]) -> None:
-        """Keep only the cached positions ``positions`` (ascending), moved to the front: after a
-        draft tree's pass, the accepted path's entries."""
-        index = torch.tensor(positions, device=self.device)
-        n = len(positions)
-        self.keys[:, :, :, :n] = self.keys.index_select(3, index)
-        self.values[:, :, :, :n] = self.values.index_select(3, index)
-        self.length = n
-
-    def begin(self, ids: torch.Tensor, position_ids: torch.Tensor | None) -> tuple[int, int, torch.Tensor]:
-        """Room for a pass over ``ids`` [batch, n]: (its first and end position, its position ids,
-        by default the next n positions)."""
-        batch, n = ids.shape
-        start = self.length
-        self.reserve(batch, n)
-        if position_ids is None:
-            position_ids = torch.arange(start, start + n, device=self.device)[None]
-        return start, start + n, position_ids
-
-    def reserve(self, batch: int, new: int) -> None:
-        """Room for ``new`` more positions of ``batch`` rows (a fresh cache takes the batch it is fed)."""
-        if self.keys is None or (self.length == 0 and self.keys.shape[1] != batch):
-            self.keys, self.values = self._empty(batch, _blocks(new))
-            return
-        if self.keys.shape[1] != batch:
-            raise ValueError(f"the cache holds {self.keys.shape[1]} rows, got a batch of {batch}")
-        capacity = self.keys.shape[3]
-        if self.length + new > capacity:
-            keys, values = self._empty(batch, _blocks(max(2 * capacity, self.length + new)))
-            keys[:, :, :, : self.length] = self.keys[:, :, :, : self.length]
-            values[:, :, :, : self.length] = self.values[:, :, :, : self.length]
-            self.keys, self.values = keys, values
-
-    def _empty(self, batch: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
-        layers, heads, dim = self.shape
-        shape = (layers, batch, heads, capacity, dim)
-        return (torch.empty(shape, dtype=self.dtype, device=self.device),
-                torch.empty(shape, dtype=self.dtype, device=self.device))
-
-
-def _blocks(n: int) -> int:
-    return -(-n // CACHE_BLOCK) * CACHE_BLOCK
-
-
-# A layer's matrix: a dense weight [out, in] for F.linear, or a callable x -> x @ W.T over another
-# storage (playground.gguf_int4.Int4Linear: the GGUF file's 4-bit blocks).
-Weight = Union[torch.Tensor, Any]
-
-
-def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    return F.linear(x, weight) if isinstance(weight, torch.Tensor) else weight(x)
+from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half
 
 
 @dataclass
@@ -129,7 +42,7 @@ class LeanLlama:
     """The decoder stack of a transformers ``LlamaForCausalLM`` as plain tensors.
 
     ``forward(ids [batch, n], cache) -> (logits [batch, n, vocab], hidden states)``; the logits are in
-    the model dtype, or float32 from a head of two 4-bit planes (``playground.gguf_int4``).
+    the model dtype, or float32 from a head of two 4-bit planes (``playground.models.fast.int4``).
     """
 
     def __init__(self, model: Any, layers: list[LeanLayer] | None = None, head: Weight | None = None):
@@ -205,7 +118,7 @@ class LeanLlama:
             h = self.rms_norm(x, layer.input_norm)
             qkv = linear(h, layer.qkv).view(batch, n, self.heads + 2 * self.kv_heads, self.head_dim)
             qk = qkv[:, :, : self.heads + self.kv_heads]
-            qk = qk * cos + _rotate_half(qk) * sin
+            qk = qk * cos + rotate_half(qk) * sin
             q = qk[:, :, : self.heads].transpose(1, 2)
             cache.keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
             cache.values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
@@ -224,25 +137,12 @@ class LeanLlama:
         return self.logits(x), None
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def _stack(layer: Any) -> LeanLayer:
     """Stack Q/K/V and gate/up, and rebind the module's parameters to views of the stacks."""
     attn, mlp = layer.self_attn, layer.mlp
     qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
     gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach()
-    _rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
-    _rebind([mlp.gate_proj, mlp.up_proj], gate_up)
+    rebind([attn.q_proj, attn.k_proj, attn.v_proj], qkv)
+    rebind([mlp.gate_proj, mlp.up_proj], gate_up)
     return LeanLayer(layer.input_layernorm.weight.detach(), qkv, attn.o_proj.weight.detach(),
                      layer.post_attention_layernorm.weight.detach(), gate_up, mlp.down_proj.weight.detach())
-
-
-def _rebind(linears: list[Any], stacked: torch.Tensor) -> None:
-    row = 0
-    for linear in linears:
-        rows = linear.weight.shape[0]
-        linear.weight = torch.nn.Parameter(stacked[row: row + rows], requires_grad=False)
-        row += rows
