@@ -4,7 +4,7 @@
 bytes read per token; on a CPU with native bfloat16 instructions (AVX512-BF16, AMX) that is the
 fast path, and llama and Gemma 3 models then also run through a lean forward
 (``playground.models.fast.llama``, ``playground.models.fast.gemma``). ``int4`` is that lean forward multiplying
-by the GGUF file's own blocks (``playground.gguf_int4``): the weights llama.cpp reads from the same
+by the GGUF file's own blocks (``playground.models.fast.int4``): the weights llama.cpp reads from the same
 file, 5 bits a weight for a 4-bit type (9 for one split into two planes) against bfloat16's 16;
 norms and the embedding lookup stay bfloat16. Whatever the weights, logits reach the transform
 chain in float32.

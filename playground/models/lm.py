@@ -45,11 +45,13 @@ class LM:
     load_seconds: float = 0.0
     _piece_cache: dict[int, str] = field(default_factory=dict, repr=False)
     fast: Any = None  # a lean forward over the same weights (playground.models.fast.llama), or None
-    int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.gguf_int4)
+    int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.models.fast.int4)
     _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
     _checks: dict[str, "weights_check.WeightsCheck | None"] = field(default_factory=dict, repr=False)
     check: "weights_check.WeightsCheck | None" = None  # how this copy compared with float32 (None: the reference)
     _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # what a strategy keeps with this copy of the model, under a key of its own (the EAGLE head: "eagle_head")
+    attached: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -262,8 +264,9 @@ class LM:
 
     # --- early exit: the model's own first layers as a cheaper model ----------------------------
 
-    def _decoder_parts(self) -> tuple[Any, str, Any]:
-        """(the base model, the name of its layer list, its final norm)."""
+    def decoder_parts(self) -> tuple[Any, str, Any]:
+        """(the base model, the name of its layer list, its final norm); InvalidRequest for an
+        architecture without them (early exit and ``logits_from_hidden`` need them)."""
         base = self.model.base_model
         for layers, norm in (("layers", "norm"), ("h", "ln_f")):
             if hasattr(base, layers) and hasattr(base, norm):
@@ -277,7 +280,7 @@ class LM:
         This is how a premature layer is read as a distribution (DoLa, LayerSkip). Do not pass the
         last entry of ``hidden_states``: transformers has already normed it.
         """
-        _, _, norm = self._decoder_parts()
+        _, _, norm = self.decoder_parts()
         logits = self.model.get_output_embeddings()(norm(hidden))
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         if cap:
@@ -292,7 +295,7 @@ class LM:
         if not 1 <= num_layers <= self.num_layers:
             raise InvalidRequest(f"layer must be in [1, {self.num_layers}] for {self.key}, got {num_layers}")
         import copy
-        base, layers_name, _ = self._decoder_parts()
+        base, layers_name, _ = self.decoder_parts()
         config = copy.deepcopy(self.model.config)
         config.num_hidden_layers = num_layers
         if getattr(config, "layer_types", None):

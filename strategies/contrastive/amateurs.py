@@ -118,7 +118,7 @@ def make_amateur(expert: Any, kind: str, layer: int, window: int, load_model: An
                  max_new_tokens: int, n_prompt: int) -> Amateur:
     """Build the amateur named by ``kind``: "early_exit", "window" or another model's key."""
     if kind == "early_exit":
-        expert._decoder_parts()  # raises InvalidRequest for an architecture without the seam
+        expert.decoder_parts()  # raises InvalidRequest for an architecture without the seam
         top = expert.num_layers - 1
         layer = auto_layer(expert.num_layers) if layer < 0 else layer
         if not 0 <= layer <= top:

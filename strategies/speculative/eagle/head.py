@@ -26,6 +26,7 @@ from torch import nn
 from playground import ASSETS
 
 HEADS = ASSETS / "eagle"
+ATTACHED_KEY = "eagle_head"  # where load_head keeps a loaded head in ``LM.attached``
 
 
 def head_dir(key: str) -> Path:
@@ -87,8 +88,8 @@ def save_head(head: EagleHead, key: str, record: dict[str, Any], root: Path = HE
 
 
 def load_head(lm: Any, root: Path = HEADS) -> tuple[EagleHead, dict[str, Any]]:
-    """The head shipped for ``lm`` (cached on the LM object) and its training record."""
-    cached = getattr(lm, "_eagle_head", None)
+    """The head shipped for ``lm`` and its training record, loaded once per LM (kept in ``lm.attached``)."""
+    cached = lm.attached.get(ATTACHED_KEY)
     if cached is not None:
         return cached
     from safetensors.torch import load_file
@@ -97,5 +98,5 @@ def load_head(lm: Any, root: Path = HEADS) -> tuple[EagleHead, dict[str, Any]]:
     head.load_state_dict(load_file(str(folder / "head.safetensors")))
     head.to(lm.device, dtype=lm.model.dtype).eval()
     loaded = (head, json.loads((folder / "head.json").read_text()))
-    lm._eagle_head = loaded
+    lm.attached[ATTACHED_KEY] = loaded
     return loaded
