@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from playground.engine import Request, run
+from playground.models import ModelStore
 from strategies.speculative.eagle.head import HEADS, EagleHead, load_head, save_head
 
 NOISE = 0.1
@@ -149,7 +151,6 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr
 
 def held_out_tau(store: Any, key: str, prompts: list[str], tokens: int, **params: Any) -> float:
     """Mean tokens per target verification pass of greedy EAGLE on prompts the training never saw."""
-    from playground.engine import Request, run
     produced = rounds = 0
     for prompt in prompts:
         trace = run(store, Request(key, "speculative", prompt, {"draft": "eagle", "temperature": 0.0,
@@ -173,7 +174,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--evaluate", action="store_true", help="only measure held-out tau into head.json")
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
-    from playground.models import ModelStore
     store = ModelStore("cpu")
     lm = store.get(args.model)
     held_out = TOY_HELD_OUT if args.model == "toy" else CHAT_HELD_OUT

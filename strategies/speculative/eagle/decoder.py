@@ -29,10 +29,10 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.sampling.chain import ChainRecord, apply_chain, record_chain
-from strategies.speculative.eagle.tree import (ancestors_mask, attention_mask, depths, path_to, position_ids, select_best,
-                                   subtree)
+from strategies.speculative.eagle.tree import (ancestors_mask, attention_mask, depths, path_to, position_ids,
+                                              select_best, subtree)
 from strategies.speculative.drafts import crop, rollback_cache
-from strategies.speculative.eagle.head import has_head, load_head
+from strategies.speculative.eagle.head import HEADS, has_head, load_head
 from strategies.speculative.eagle import tree_verify
 from strategies.speculative.eagle.tree_verify import TreeVerdict, draw_children
 
@@ -85,7 +85,6 @@ def check_eagle(lm: Any, greedy_mode: bool, tree: str) -> None:
 
 
 def available_heads() -> list[str]:
-    from strategies.speculative.eagle.head import HEADS
     return [p.name for p in HEADS.iterdir() if (p / "head.safetensors").exists()] if HEADS.exists() else []
 
 
