@@ -20,7 +20,7 @@ choice to replace. Their answer to "what if" is a prompt that already holds the 
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -78,15 +78,40 @@ def resolve_token(lm: Any, token: int | str) -> int:
     return int(ids[0])
 
 
-def parse_force(items: list[str]) -> dict[str, str]:
-    """``STEP:TOKEN`` strings (the CLI's ``--force``) -> step -> token; the text may hold colons."""
-    out: dict[str, str] = {}
+FORCE_REFUSAL = "--force must be STEP:TOKEN (e.g. 0:the or 0:9), got {item!r}"
+PATH_REFUSAL = ("forced tokens must be written step:token (e.g. 0:9 or 0:the), separated by commas, "
+                "got {item!r}")
+
+
+def parse_step_tokens(items: Iterable[str], refusal: str, digit_steps: bool = False) -> list[tuple[str, str]]:
+    """The one parser of the ``step:token`` notation: each item split at its first colon into (step,
+    token), the step stripped and the token kept whole (its text may hold colons or spaces). An item
+    without a colon or without a token, or, with ``digit_steps``, whose step is not digits, is
+    refused with ``refusal`` naming it."""
+    out: list[tuple[str, str]] = []
     for item in items:
         step, sep, token = item.partition(":")
-        if not sep or not token:
-            raise InvalidRequest(f"--force must be STEP:TOKEN (e.g. 0:the or 0:9), got {item!r}")
-        out[step.strip()] = token
+        if not sep or not token or (digit_steps and not step.strip().isdigit()):
+            raise InvalidRequest(refusal.format(item=item))
+        out.append((step.strip(), token))
     return out
+
+
+def parse_force(items: list[str]) -> dict[str, str]:
+    """``STEP:TOKEN`` strings (the CLI's ``--force``) -> step -> token; ``resolve_forced`` checks the steps."""
+    return dict(parse_step_tokens(items, FORCE_REFUSAL))
+
+
+def parse_path(text: Any) -> dict[int, int | str]:
+    """A forced path as the page and a share link write it, ``"0:9,3:the"`` -> {0: 9, 3: "the"} (ids as
+    ints; a token's text is kept for the model to map)."""
+    if text is None:
+        return {}
+    if not isinstance(text, str):
+        raise InvalidRequest(f"forced tokens must be written step:token, separated by commas, got {text!r}")
+    items = [item for item in (part.strip() for part in text.split(",")) if item]
+    return {int(step): int(token) if token.strip().isdigit() else token
+            for step, token in parse_step_tokens(items, PATH_REFUSAL, digit_steps=True)}
 
 
 def resolve_forced(lm: Any, forced: dict[Any, int | str], max_new_tokens: int, family: str,

@@ -4,7 +4,8 @@ A branch is a run with a *forced path* (step -> token id, see strategies.forcing
 own tokens before the chosen step and the chosen token at it, with the parent's model, strategy,
 parameters and seed. The tree is a plain dict (a page's ``gr.State``) of nodes, each holding its
 path, its parent's index and its finished trace, so going back to any branch redraws it without
-running the model again. Pure: no gradio, no torch.
+running the model again. Pure: no gradio, no tensors; the ``step:token`` notation of a path is
+read by strategies.forcing's one parser (``parse_path``).
 
 A finished run joins the tree of the run before it when it has the same model, strategy,
 parameters, seed and prompt ids; its parent is the current node when the current node's path is
@@ -17,6 +18,7 @@ import json
 from typing import Any
 
 from playground.errors import InvalidRequest
+from strategies import forcing
 
 MAX_BRANCHES = 12  # nodes kept per page: each holds a whole trace
 PREVIEW_CHARS = 36
@@ -59,22 +61,7 @@ def path_text(path: dict[int, int]) -> str:
     return ",".join(f"{k}:{int(v)}" for k, v in sorted(path.items()))
 
 
-def parse_path(text: Any) -> dict[int, int | str]:
-    """``"0:9,3:the"`` -> {0: 9, 3: "the"} (ids as ints; a token's text is kept for the model to map)."""
-    if text is None:
-        return {}
-    if not isinstance(text, str):
-        raise InvalidRequest(f"forced tokens must be written step:token, separated by commas, got {text!r}")
-    out: dict[int, int | str] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        step, sep, token = item.partition(":")
-        if not sep or not token or not step.strip().isdigit():
-            raise InvalidRequest(f"forced tokens must be written step:token (e.g. 0:9 or 0:the), separated by "
-                                 f"commas, got {item!r}")
-        out[int(step)] = int(token) if token.strip().isdigit() else token
-    return out
+parse_path = forcing.parse_path  # path_text's reader: the one step:token parser, in strategies.forcing
 
 
 def signature(trace: dict[str, Any]) -> str:
