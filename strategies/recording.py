@@ -10,7 +10,17 @@ from typing import Any
 import torch
 
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
-from strategies.sampling.chain import entropy_of
+
+
+def entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of softmax(logits) along the last axis; -inf logits count as 0."""
+    logp = logits.float().log_softmax(dim=-1)
+    return entropy_of(logp, logp.exp())
+
+
+def entropy_of(logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The same from log-probabilities and their exp(), for a caller that has both already."""
+    return -(p * logp.nan_to_num(neginf=0.0)).sum(-1)
 
 
 def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: int, top_n: int) -> list[int]:

@@ -48,10 +48,9 @@ import torch
 from playground.trace import Candidate, Stage, Step, Trace
 from strategies.beam.prune import PruneRules, prune
 from strategies.beam.tree import BeamTree, hypothesis_record
-from strategies.sampling.chain import entropy
 from strategies.context import DecodeContext
 from strategies.params import Params, param
-from strategies.recording import finish
+from strategies.recording import entropy, finish
 from strategies.registry import register
 
 EARLY_STOPPING = {"false": False, "true": True, "never": "never"}

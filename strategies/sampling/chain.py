@@ -150,15 +150,3 @@ class GumbelMax:
 def has_float64(device: torch.device) -> bool:
     """Whether ``device`` computes in float64 (Apple's MPS does not)."""
     return torch.device(device).type != "mps"
-
-
-def entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of softmax(logits) along the last axis; -inf logits count as 0."""
-    logp = logits.float().log_softmax(dim=-1)
-    return entropy_of(logp, logp.exp())
-
-
-def entropy_of(logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """The same from log-probabilities and their exp(), for a caller that has both already."""
-    return -(p * logp.nan_to_num(neginf=0.0)).sum(-1)
-
