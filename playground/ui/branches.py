@@ -14,14 +14,19 @@ box holds the current branch's path; Generate takes it and a share link carries 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import gradio as gr
 
-from playground.whatif import branches
-
 from playground.charts import figures as charts
 from playground.errors import InvalidRequest
+from playground.ui import events
+from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
+from playground.whatif import branches
+
+if TYPE_CHECKING:
+    from playground.models import ModelStore
+    from playground.ui.page import Decoder, Page
 
 HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
         "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
@@ -88,13 +93,13 @@ def on_run(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any
     return tree_updates(branches.record(tree, trace))
 
 
-def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
+def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
          stream_frames: Callable[..., Iterator[list[Any]]], outputs: list[Any],
          show_trace: Callable[..., list[Any]], show_outputs: list[Any]) -> list[Any]:
     """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into ``outputs``
     (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` redraws a stored trace into
     ``show_outputs``. Returns the events Stop cancels."""
-    from playground.ui.page import MODEL_EVENT, QUIET, _chat_flag, _gr_errors, _progress_adapter, generate, refusal
+    from playground.ui.page import generate  # until the handlers leave page.py
 
     tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
 
@@ -104,13 +109,13 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
             raise InvalidRequest("generate a run first: a branch continues it")
         settings = branches.branch_settings(trace, step, token)
         frames = generate(store, **settings, max_new_tokens=max_new, system=system,
-                          chat=_chat_flag(trace["model"], chat), progress=_progress_adapter(progress),
+                          chat=chat_flag(trace["model"], chat), progress=events.progress(progress),
                           final_step=max(settings["forced"]), decoder=decode)
         yield from stream_frames(frames, theme)
 
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
                evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
-        token = (getattr(evt, "_data", None) or {}).get("token")
+        token = event_data(evt).get("token")
         if token is None:
             return  # a click that names no token (the hook itself) changes nothing
         try:
@@ -120,7 +125,7 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
 
     def showing(change: Callable[..., branches.Tree]) -> Callable[..., list[Any]]:
         """A handler that changes the tree with ``change`` and redraws its current branch."""
-        def handler(tree: branches.Tree | None, *args: Any) -> list[Any]:
+        def on_change(tree: branches.Tree | None, *args: Any) -> list[Any]:
             *picked, model, chat, theme = args
             try:
                 tree = change(tree, *picked)
@@ -130,12 +135,12 @@ def wire(page: Any, panel: BranchPanel, store: Any, decode: Any,
             pair = branches.parent_of(tree)
             step = pair[2] if pair else charts.most_uncertain_step(node["trace"])
             return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
-        return handler
+        return on_change
 
     inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
     bar = panel.hook.click(on_bar, inputs, outputs, show_progress="full", show_progress_on=[page.main.text],
                            api_visibility="private", **MODEL_EVENT)
-    typed = panel.run.click(_gr_errors(run_branch, len(inputs) + 1, True),
+    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True),
                             [page.trace, page.step, panel.token, *inputs[2:]], outputs, api_name="branch",
                             api_visibility="undocumented", show_progress="full", show_progress_on=[page.main.text],
                             **MODEL_EVENT)

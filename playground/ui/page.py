@@ -24,7 +24,6 @@ except ImportError:
 import dataclasses  # noqa: E402
 import html  # noqa: E402
 import json  # noqa: E402
-import logging  # noqa: E402
 import os  # noqa: E402
 import secrets  # noqa: E402
 import shutil  # noqa: E402
@@ -41,7 +40,9 @@ from playground.charts import figures as charts  # noqa: E402
 
 from playground.serving import memory  # noqa: E402
 
-from playground.ui import share  # noqa: E402
+from playground.ui import events, share  # noqa: E402
+from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, handler, is_chat_model,  # noqa: E402
+                                  plot_component, plot_value, text_js)
 
 from playground.ui import branches as ui_branches  # noqa: E402
 
@@ -65,7 +66,6 @@ from strategies.params import describe  # noqa: E402
 from strategies.registry import StrategySpec, all_strategies, get_strategy  # noqa: E402
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, expand_order  # noqa: E402
 
-MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
 QUEUE_MAX = 32
 QUEUE_NOTE = ("One run at a time: this server keeps one model busy for one visitor. While others are "
               "generating, your run waits in the queue; its position shows over the text.")
@@ -432,13 +432,6 @@ def model_choices(policy: KeyPolicy | None = None) -> list[tuple[str, str]]:
     return [(label, key) for label, key in choices if policy.permits(key)]
 
 
-def is_chat_model(model: str) -> bool:
-    try:
-        return spec_for(model).chat
-    except InvalidRequest:
-        return False
-
-
 # --- examples: one click per phenomenon -------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -498,8 +491,6 @@ def examples() -> list[Example]:
 
 # --- the page -----------------------------------------------------------------------------------------
 
-PLOT_CONFIG = {"displaylogo": False, "responsive": True,
-               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 
 RUN_JS = """(run) => {
@@ -526,33 +517,6 @@ COPY_JS = """(query) => {
   try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
   return url;
 }"""
-
-
-def text_js(group: str) -> str:
-    """js_on_load of a text panel: a click on a token, or a click on the group's overview chart
-    (forwarded by assets/playground.js as a window event), selects that step."""
-    return ("element.addEventListener('click', (e) => {"
-            "  const t = e.target.closest('[data-step]');"
-            "  if (t) trigger('click', {step: Number(t.dataset.step)});"
-            "});"
-            f"window.addEventListener('pg-select-{group}', (e) => trigger('click', {{step: e.detail}}));")
-
-
-def plot_value(fig: go.Figure | None, theme: str | None = None) -> Any:
-    """A figure as gr.Plot's payload, in the page's ``theme``, with plotly's config attached, so the
-    modebar's camera button saves a 2x PNG with a useful name (gr.Plot sends the figure alone; its
-    payload passes through)."""
-    from gradio.components.plot import PlotData
-
-    if fig is None:
-        return None
-    payload = json.loads(themed(fig, theme).to_json())
-    payload["config"] = PLOT_CONFIG
-    return PlotData(type="plotly", plot=json.dumps(payload))
-
-
-def plot_component(value: go.Figure | None = None, **kwargs: Any) -> gr.Plot:
-    return gr.Plot(plot_value(value), **kwargs)
 
 
 @dataclass
@@ -627,16 +591,6 @@ def strategy_summary(name: str) -> str:
     return f"**{spec.name}** · {spec.summary}"
 
 
-def _progress_adapter(progress: Any) -> Progress | None:
-    if progress is None:
-        return None
-    return lambda fraction, message: progress(fraction, desc=message)
-
-
-def _chat_flag(model: str, chat: Any) -> bool | None:
-    return bool(chat) if is_chat_model(model) else None
-
-
 def list_strategies() -> str:
     """Every strategy with its family, summary and parameters (name, type, default, range, help), as JSON."""
     out = [dict(name=s.name, family=s.family, summary=s.summary, params=describe(s.params))
@@ -667,41 +621,6 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
         yield trace.text, ""
     if trace is not None:
         yield trace.text, trace.to_json()
-
-
-LOG = logging.getLogger("playground")
-
-
-def refusal(err: InvalidRequest) -> gr.Error:
-    """A refused input as the toast a person reads: escaped (Gradio renders the message as HTML, and
-    messages quote model text such as ``<eos>``), logged as one line, no traceback (a traceback is
-    for a real fault, not for a value out of range)."""
-    LOG.warning("refused: %s", err)
-    return gr.Error(html.escape(str(err)), title="Not run", print_exception=False)
-
-
-def _gr_errors(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = False,
-               names: Sequence[str] = ()) -> Callable[..., Any]:
-    """``fn(*values[, progress=...])`` as a Gradio handler taking ``n_inputs`` positional values (and a
-    gr.Progress where asked); validation errors become gr.Error, a toast with the message, and the
-    app stays ready for the next request."""
-    import inspect
-
-    def wrapped(*args: Any) -> Iterator[Any]:
-        values, extra = args[:n_inputs], args[n_inputs:]
-        kwargs = {"progress": extra[0]} if progress and extra else {}
-        try:
-            yield from fn(*values, **kwargs)
-        except InvalidRequest as err:
-            raise refusal(err) from None
-
-    names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names
-    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    if progress:  # Gradio injects a tracker into a positional parameter whose default is gr.Progress()
-        params.append(inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress()))
-    wrapped.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    wrapped.__name__ = getattr(fn, "__name__", "handler")
-    return wrapped
 
 
 def launch_kwargs() -> dict[str, Any]:
@@ -1039,10 +958,6 @@ def _layout() -> Page:
     return page
 
 
-QUIET = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
-MODEL_EVENT = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
-
-
 def _wire_controls(page: Page) -> None:
     """Strategy choice shows only its controls; chat controls follow the model."""
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
@@ -1073,7 +988,7 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
         forced = parse_path(cfg.pop("forced", ""))
         yield from stream_frames(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                           cfg["seed"], cfg["max_new_tokens"], cfg["system"],
-                                          _chat_flag(cfg["model"], cfg["chat"]), progress=_progress_adapter(progress),
+                                          chat_flag(cfg["model"], cfg["chat"]), progress=events.progress(progress),
                                           decoder=decode, dtype=dtype, forced=forced,
                                           final_step=max(forced) if forced else "uncertain"), theme, seed_update)
 
@@ -1100,7 +1015,7 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
 
     def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
                        evt: gr.EventData) -> list[Any]:
-        k = charts.clamp_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
+        k = charts.clamp_step(trace, event_data(evt).get("step", 0))
         if k is None:
             return [gr.skip()] * (5 + VIEW_PLOTS + 1)
         return [gr.update(value=k), *main.select_updates(trace, k, _show_prompt(model, chat), theme),
@@ -1118,7 +1033,7 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
         return [*main.select_updates(trace, k, _show_prompt(model, chat), theme),
                 *_step_view_updates(trace, k, theme)]
 
-    event = gr.on([page.generate.click, page.prompt.submit], _gr_errors(run_explore, len(page.run_inputs), True),
+    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     panel = page.branches
@@ -1133,7 +1048,7 @@ def _wire_explore(page: Page, store: ModelStore, decode: Decoder, compare_event:
     # a click while the last one is still drawing is not dropped: the latest click wins
     main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *main.views, *step_views],
                     trigger_mode="always_last", **QUIET)
-    page.png.click(_gr_errors(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
+    page.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
                    [page.trace, page.step, page.theme],
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
@@ -1155,8 +1070,8 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
         dtype = cfg.pop("dtype")
         for k, (fa, fb) in enumerate(compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
                               cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
-                              cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
-                              progress=_progress_adapter(progress), decoder=decode, dtype=dtype)):
+                              cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
+                              progress=events.progress(progress), decoder=decode, dtype=dtype)):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
             views = [u for side, f in zip(sides, (fa, fb))
@@ -1174,11 +1089,11 @@ def _wire_compare(page: Page, store: ModelStore, decode: Decoder) -> Any:
 
     def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
                  evt: gr.EventData) -> list[Any]:
-        k = int((getattr(evt, "_data", None) or {}).get("step", 0))
+        k = int(event_data(evt).get("step", 0))
         return [gr.update(value=k), *on_select(a, b, k, model, chat, theme)]
 
     outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
-    event = page.compare_run.click(_gr_errors(run_compare, len(page.run_inputs), True), page.run_inputs,
+    event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
     page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],
@@ -1222,7 +1137,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 def _wire_api(page: Page, decode: Decoder) -> None:
     names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
     page.api_trigger.click(
-        _gr_errors(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
+        handler(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
         page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
         "token, then (text, trace JSON). params is a JSON object of the strategy's parameters.", **MODEL_EVENT)
     gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")

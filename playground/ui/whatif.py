@@ -8,7 +8,7 @@ to the sidebar's controls (model, strategy and its parameters, prompt, seed, cha
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -16,10 +16,16 @@ import plotly.graph_objects as go
 from playground.charts import figures as charts
 from playground.engine import Request
 from playground.errors import InvalidRequest
-from playground.models import ModelStore, Progress
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
 from playground.charts.whatif import sample_figure, sample_table_html, score_html
+from playground.ui import events
+from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, handler, plot_component, plot_value,
+                                  text_js)
+
+if TYPE_CHECKING:
+    from playground.models import ModelStore, Progress
+    from playground.ui.page import Page
 
 
 # --- handlers --------------------------------------------------------------------------------------
@@ -86,8 +92,6 @@ class WhatIf:
 
 def layout() -> WhatIf:
     """The tab's components; call inside ``gr.Tab("What if")``."""
-    from playground.ui.page import plot_component, text_js
-
     with gr.Accordion("Sample many: is the 30% really 30%?", open=True):
         gr.Markdown("Draw N samples with the sidebar's settings (seeds s, s+1, ...) and set each outcome's "
                     "frequency beside its exact probability.", elem_classes=["pg-summary"])
@@ -111,34 +115,32 @@ def layout() -> WhatIf:
                   score_summary, score_plots, gr.State(None))
 
 
-def wire(page: Any, w: WhatIf, store: ModelStore) -> None:
+def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     """Connect the tab to the sidebar (``page``: playground.ui.page.Page) and the explore tab's trace."""
-    from playground.ui.page import MODEL_EVENT, QUIET, _chat_flag, _gr_errors, _progress_adapter, plot_value
-
     config = page.config_inputs
 
     def on_sample(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg = page.split_config(values[:len(config)])
         n, tokens, batched = values[len(config):]
         fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
-                                         cfg["seed"], n, tokens, cfg["system"], _chat_flag(cfg["model"], cfg["chat"]),
-                                         bool(batched), _progress_adapter(progress))
+                                         cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
+                                         bool(batched), events.progress(progress))
         yield [plot_value(fig), table]
 
     def on_score(model: str, prompt: str, system: str, chat: Any, text: str, progress: Any = None
                  ) -> Iterator[list[Any]]:
-        tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, _chat_flag(model, chat),
-                                                   _progress_adapter(progress))
+        tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
+                                                   events.progress(progress))
         yield [tokens, table, trace, *map(plot_value, figs)]
 
     def on_score_click(trace: dict[str, Any] | None, evt: gr.EventData) -> list[Any]:
-        picked = select_score_step(trace, (getattr(evt, "_data", None) or {}).get("step", 0))
+        picked = select_score_step(trace, event_data(evt).get("step", 0))
         return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
 
-    w.sample_run.click(_gr_errors(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
+    w.sample_run.click(handler(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
                        [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
-    w.score_run.click(_gr_errors(on_score, 5, True), [page.model, page.prompt, page.system, page.chat, w.score_text],
+    w.score_run.click(handler(on_score, 5, True), [page.model, page.prompt, page.system, page.chat, w.score_text],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.score_tokens.click(on_score_click, w.score_trace, [w.score_tokens, *w.score_plots], **QUIET)

@@ -1,0 +1,113 @@
+"""What every tab's wiring shares: event settings, the handler wrapper that turns a refused input
+into a toast, the payload of the page's own JS events, and figures as gr.Plot payloads.
+
+The lowest file of the ui room: it imports no other ui module.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import gradio as gr
+import plotly.graph_objects as go
+from gradio.components.plot import PlotData
+
+from playground.charts.common import escape
+from playground.charts.theme import themed
+from playground.errors import InvalidRequest
+from playground.models import spec_for
+
+if TYPE_CHECKING:
+    from playground.models import Progress
+
+MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
+QUIET = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
+MODEL_EVENT = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
+PLOT_CONFIG = {"displaylogo": False, "responsive": True,
+               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
+
+LOG = logging.getLogger("playground")
+
+
+def refusal(err: InvalidRequest) -> gr.Error:
+    """A refused input as the toast a person reads: escaped (Gradio renders the message as HTML, and
+    messages quote model text such as ``<eos>``), logged as one line, no traceback (a traceback is
+    for a real fault, not for a value out of range)."""
+    LOG.warning("refused: %s", err)
+    return gr.Error(escape(err), title="Not run", print_exception=False)
+
+
+def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = False,
+            names: Sequence[str] = ()) -> Callable[..., Any]:
+    """``fn(*values[, progress=...])`` as a Gradio handler taking ``n_inputs`` positional values (and a
+    gr.Progress where asked); validation errors become gr.Error, a toast with the message, and the
+    app stays ready for the next request."""
+    def wrapped(*args: Any) -> Iterator[Any]:
+        values, extra = args[:n_inputs], args[n_inputs:]
+        kwargs = {"progress": extra[0]} if progress and extra else {}
+        try:
+            yield from fn(*values, **kwargs)
+        except InvalidRequest as err:
+            raise refusal(err) from None
+
+    names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    if progress:  # Gradio injects a tracker into a positional parameter whose default is gr.Progress()
+        params.append(inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress()))
+    wrapped.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapped.__name__ = getattr(fn, "__name__", "handler")
+    return wrapped
+
+
+def progress(tracker: Any) -> Progress | None:
+    """A gr.Progress as the (fraction, message) callback the model store reports loading to."""
+    if tracker is None:
+        return None
+    return lambda fraction, message: tracker(fraction, desc=message)
+
+
+def is_chat_model(model: str) -> bool:
+    try:
+        return spec_for(model).chat
+    except InvalidRequest:
+        return False
+
+
+def chat_flag(model: str, chat: Any) -> bool | None:
+    """The chat checkbox as a Request's ``chat``: None (no template to apply) for a model without one."""
+    return bool(chat) if is_chat_model(model) else None
+
+
+def event_data(evt: gr.EventData) -> dict[str, Any]:
+    """The payload of the page's own JS events (``trigger('click', {step: ...})``: a token, an overview
+    bar, a distribution bar), ``{}`` when there is none. Gradio 6 keeps it in ``EventData._data`` with
+    no public accessor: its ``__getattr__`` reads single keys but fails when the payload is None (a
+    trigger without detail), so the private attribute is read here, and only here."""
+    return getattr(evt, "_data", None) or {}
+
+
+def text_js(group: str) -> str:
+    """js_on_load of a text panel: a click on a token, or a click on the group's overview chart
+    (forwarded by assets/playground.js as a window event), selects that step."""
+    return ("element.addEventListener('click', (e) => {"
+            "  const t = e.target.closest('[data-step]');"
+            "  if (t) trigger('click', {step: Number(t.dataset.step)});"
+            "});"
+            f"window.addEventListener('pg-select-{group}', (e) => trigger('click', {{step: e.detail}}));")
+
+
+def plot_value(fig: go.Figure | None, theme: str | None = None) -> Any:
+    """A figure as gr.Plot's payload, in the page's ``theme``, with plotly's config attached, so the
+    modebar's camera button saves a 2x PNG with a useful name (gr.Plot sends the figure alone; its
+    payload passes through)."""
+    if fig is None:
+        return None
+    payload = json.loads(themed(fig, theme).to_json())
+    payload["config"] = PLOT_CONFIG
+    return PlotData(type="plotly", plot=json.dumps(payload))
+
+
+def plot_component(value: go.Figure | None = None, **kwargs: Any) -> gr.Plot:
+    return gr.Plot(plot_value(value), **kwargs)
