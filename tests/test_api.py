@@ -8,7 +8,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from playground.ui import page as ui
+from playground.ui.controls import strategies_in_order
+from playground.ui.page import launch_kwargs, serve
 from playground.engine import Request, run
 from strategies.registry import all_strategies
 
@@ -19,7 +20,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
 
 @pytest.fixture(scope="module")
 def app(store):
-    demo, url = ui.serve(store)
+    demo, url = serve(store)
     yield url
     demo.close()
 
@@ -102,7 +103,7 @@ def test_two_concurrent_clients_both_get_their_own_seeded_result(app, store):
 
 def test_strategies_endpoint_lists_the_registry(client):
     listed = json.loads(client.predict(api_name="/strategies"))
-    assert [s["name"] for s in listed] == [s.name for s in ui.strategies_in_order()]
+    assert [s["name"] for s in listed] == [s.name for s in strategies_in_order()]
     assert {s["name"] for s in listed} == {s.name for s in all_strategies()}
     sampling = next(s for s in listed if s["name"] == "sampling")
     assert {p["name"] for p in sampling["params"]} >= {"temperature", "top_k", "top_p", "min_p"}
@@ -113,6 +114,6 @@ def test_mcp_serving_follows_whether_gradio_can_serve_it(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "mcp" else real(name, *a))
-    assert ui.launch_kwargs()["mcp_server"] is True
+    assert launch_kwargs()["mcp_server"] is True
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
-    assert "mcp_server" not in ui.launch_kwargs()
+    assert "mcp_server" not in launch_kwargs()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.ui import page as ui
+from playground.ui.components import share_query
+from playground.ui.page import serve
 from playground.engine import Request, run
 from playground.tools.screenshots import chromium_path, launch_browser
 
@@ -51,7 +52,7 @@ def browser():
 @pytest.fixture(scope="module")
 def url(store):
     store.get("toy")
-    demo, address = ui.serve(store)
+    demo, address = serve(store)
     yield address
     demo.close()
 
@@ -168,8 +169,8 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
 
 def test_smollm2_timing_and_stop(page, url, store):
     store.get("smollm2-135m")  # warm: the model is loaded before the clicks are timed
-    query = ui.share_query("smollm2-135m", "sampling", "Name three colours of the sea.", "", True, 1, 16,
-                           {"temperature": 0.8, "top_p": 0.9}, "greedy", {}, run="")
+    query = share_query("smollm2-135m", "sampling", "Name three colours of the sea.", "", True, 1, 16,
+                        {"temperature": 0.8, "top_p": 0.9}, "greedy", {}, run="")
     page.goto(url.rstrip("/") + "/" + query)
     page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.startsWith('Name')")
     timed_generate(page)  # warm-up: first forward passes and the first plotly layout
@@ -213,8 +214,8 @@ def test_smollm2_timing_and_stop(page, url, store):
 
 def test_stop_on_compare_ends_both_sides(page, url, store):
     store.get("smollm2-135m")
-    query = ui.share_query("smollm2-135m", "sampling", "Write a long story about a dragon and a lighthouse.", "",
-                           True, 1, 200, {"temperature": 0.8}, "greedy", {}, run="")
+    query = share_query("smollm2-135m", "sampling", "Write a long story about a dragon and a lighthouse.", "",
+                        True, 1, 200, {"temperature": 0.8}, "greedy", {}, run="")
     page.goto(url.rstrip("/") + "/" + query)
     page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.startsWith('Write')")
     page.get_by_role("tab", name="Compare").click()
@@ -242,7 +243,7 @@ def test_speculative_round_detail_follows_the_selected_step(page, url, store):
     ref = run(store, Request("toy", "speculative", "1 2", params, seed=5, max_new_tokens=12)).to_dict()
     rounds = [s["speculative"]["round"] for s in ref["steps"]]
     assert len(set(rounds)) >= 3  # the case needs several rounds
-    query = ui.share_query("toy", "speculative", "1 2", "", False, 5, 12, params, "greedy", {}, run="generate")
+    query = share_query("toy", "speculative", "1 2", "", False, 5, 12, params, "greedy", {}, run="generate")
     page.goto(url.rstrip("/") + "/" + query)
     wait_done(page)
     title = "() => document.querySelector('#pg-view-0 .gtitle')?.textContent || ''"

@@ -9,7 +9,7 @@ import pytest
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
-from playground.ui import page as ui
+from playground.ui.components import share_query
 from playground.engine import Request, run
 from tests.test_browser import browser, page, tokens, url, wait_done  # noqa: F401  (fixtures)
 
@@ -42,8 +42,8 @@ def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa
     child = run(store, Request("toy", "greedy", "1 2", max_new_tokens=6, forced={0: THE})).to_dict()
     parent_text, child_text = ("".join(t["text"] for t in r["tokens"]) for r in (parent, child))
     assert parent_text != child_text
-    page.goto(url.rstrip("/") + "/" + ui.share_query("toy", "greedy", "1 2", "", False, 0, 6, {}, "greedy", {},
-                                                     run="generate"))
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "greedy", "1 2", "", False, 0, 6, {}, "greedy", {},
+                                                  run="generate"))
     wait_done(page)
     assert "".join(tokens(page)) == parent_text
     page.locator("#pg-text .pg-tok").nth(0).click()  # step 0: the 70/30 fork
@@ -79,7 +79,7 @@ def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa
 
 
 def test_sample_many_shows_frequencies_beside_the_exact_bars(page, url):  # noqa: F811
-    page.goto(url.rstrip("/") + "/" + ui.share_query("toy", "sampling", "1 2", "", False, 0, 6, {}, "greedy", {}))
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 0, 6, {}, "greedy", {}))
     page.wait_for_selector("#pg-generate")
     page.get_by_role("tab", name="What if").click()
     page.locator("#pg-whatif-sample").click()

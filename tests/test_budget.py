@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.ui import page as ui
+from playground.ui.handlers import default_decoder, generate, status_html
 from playground.serving.budget import Budget, Deadline
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
@@ -59,9 +59,9 @@ def test_a_real_clock_budget_ends_the_run_and_the_page_says_so(store):
     slow = Request("toy", "beam", "1 2", {"num_beams": 8}, max_new_tokens=40)
     trace = run(store, slow, budget=Budget(seconds=1e-6))
     assert trace.finish_reason == "time budget" and 1 <= len(trace.beam["nodes"])
-    assert "time budget per run is used up" in ui.status_html(trace.to_dict(), final=True)
-    frames = list(ui.generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40,
-                              decoder=ui.default_decoder(store, Budget(seconds=1e-6))))
+    assert "time budget per run is used up" in status_html(trace.to_dict(), final=True)
+    frames = list(generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40,
+                           decoder=default_decoder(store, Budget(seconds=1e-6))))
     assert frames[-1].final and frames[-1].trace["finish_reason"] == "time budget"
     assert "time budget" in frames[-1].status
 

@@ -5,7 +5,9 @@ import pytest
 
 from playground.models import store as models
 
-from playground.ui import page as ui
+from playground.ui.controls import model_choices
+from playground.ui.events import is_chat_model
+from playground.ui.handlers import generate
 from playground.errors import InvalidRequest
 from playground.serving.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
 from playground.serving.model_keys import KeyPolicy, check_key
@@ -64,11 +66,11 @@ def test_a_hub_id_that_names_a_directory_here_is_refused(tmp_path, monkeypatch):
 def test_engine_and_page_refuse_a_path_before_loading_anything(store):
     before = store.loaded()
     with pytest.raises(ModelUnavailable, match="namespace/name"):
-        next(ui.generate(store, "/tmp", "greedy", "1 2"))
+        next(generate(store, "/tmp", "greedy", "1 2"))
     with pytest.raises(ModelUnavailable, match="namespace/name"):
         store.get("../assets/toy")
     assert store.loaded() == before
-    assert not ui.is_chat_model("/etc")
+    assert not is_chat_model("/etc")
 
 
 def test_the_operator_list_restricts_the_keys(monkeypatch):
@@ -80,7 +82,7 @@ def test_the_operator_list_restricts_the_keys(monkeypatch):
         policy.check("toy-small")
     with pytest.raises(ModelUnavailable, match="on this server"):
         ModelStore("cpu").get("gemma3-270m")
-    assert [key for _, key in ui.model_choices()] == ["toy"]
+    assert [key for _, key in model_choices()] == ["toy"]
 
 
 def test_a_bad_operator_list_stops_the_start(monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
-from playground.ui import page as ui
+from playground.ui.page import serve
 from playground.engine import stream
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -25,7 +25,7 @@ def slow_app(store):
             gate.wait(60)
             yield trace
 
-    demo, url = ui.serve(store, decoder=decoder)
+    demo, url = serve(store, decoder=decoder)
     yield url, gate, demo
     gate.set()
     demo.close()

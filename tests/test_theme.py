@@ -7,7 +7,7 @@ import pytest
 
 from playground.charts import figures as charts
 
-from playground.ui import page as ui
+from playground.ui.side import step_view_updates
 from playground.engine import Request, run
 from playground.charts.theme import THEMES, themed
 from playground.charts.views import strategy_views
@@ -59,7 +59,7 @@ def test_every_figure_is_drawn_in_the_page_theme(figures, name):
 def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
     d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}, seed=2, max_new_tokens=8)).to_dict()
     for name in ("light", "dark"):
-        updates = ui._step_view_updates(d, 1, name)
+        updates = step_view_updates(d, 1, name)
         plots = [u["value"] for u in updates[:-1] if u.get("visible")]
         assert plots
         for plot in plots:

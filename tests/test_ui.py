@@ -14,7 +14,13 @@ from playground.charts import figures as charts
 
 from playground.ui import share
 
-from playground.ui import page as ui
+from playground.ui.components import share_query
+from playground.ui.controls import Control, collect_params, controls_for, move_stage, strategies_in_order
+from playground.ui.examples import examples
+from playground.ui.export import export_pngs, png_export_available, write_trace_json
+from playground.ui.handlers import compare, generate, select_step, status_html
+from playground.ui.page import build_demo
+from playground.ui.side import VIEW_PLOTS, view_updates
 from playground.engine import Request, run
 from playground.models import ModelUnavailable
 from playground.errors import InvalidRequest
@@ -39,7 +45,7 @@ def bars(fig) -> list:
 
 def test_every_strategy_gets_controls_from_its_params_metadata():
     for spec in all_strategies():
-        controls = ui.controls_for(spec)
+        controls = controls_for(spec)
         described = {d["name"]: d for d in describe(spec.params)}
         assert [c.name for c in controls] == list(described), spec.name
         for c in controls:
@@ -75,13 +81,13 @@ def test_a_new_strategy_appears_on_the_page_without_touching_the_ui():
         yield from ()
 
     try:
-        assert "ui_probe" in [s.name for s in ui.strategies_in_order()]
-        kinds = {c.name: c.kind for c in ui.controls_for(REGISTRY["ui_probe"])}
+        assert "ui_probe" in [s.name for s in strategies_in_order()]
+        kinds = {c.name: c.kind for c in controls_for(REGISTRY["ui_probe"])}
         assert kinds == {"ratio": "slider", "count": "slider", "mode": "dropdown", "label": "textbox",
                          "flag": "checkbox"}
-        count = next(c for c in ui.controls_for(REGISTRY["ui_probe"]) if c.name == "count")
+        count = next(c for c in controls_for(REGISTRY["ui_probe"]) if c.name == "count")
         assert (count.minimum, count.maximum, count.integer) == (1, 20, True)
-        demo = ui.build_demo(store=None)  # type: ignore[arg-type]  (building needs no model)
+        demo = build_demo(store=None)  # type: ignore[arg-type]  (building needs no model)
         ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
         assert {"pg-p-ui_probe", "pg-p-ui_probe-ratio", "pg-p-ui_probe-flag", "pg-b-ui_probe-mode"} <= ids
     finally:
@@ -89,10 +95,10 @@ def test_a_new_strategy_appears_on_the_page_without_touching_the_ui():
 
 
 def test_collect_params_takes_only_the_selected_strategys_values():
-    controls = [ui.Control("a", "t", "slider", 1.0, ""), ui.Control("b", "t", "slider", 1.0, ""),
-                ui.Control("b", "k", "slider", 0, "", integer=True)]
-    assert ui.collect_params(controls, "b", [0.3, 0.7, 5.0]) == {"t": 0.7, "k": 5}
-    assert isinstance(ui.collect_params(controls, "b", [0.3, 0.7, 5.0])["k"], int)
+    controls = [Control("a", "t", "slider", 1.0, ""), Control("b", "t", "slider", 1.0, ""),
+                Control("b", "k", "slider", 0, "", integer=True)]
+    assert collect_params(controls, "b", [0.3, 0.7, 5.0]) == {"t": 0.7, "k": 5}
+    assert isinstance(collect_params(controls, "b", [0.3, 0.7, 5.0])["k"], int)
 
 
 # --- figures ----------------------------------------------------------------------------------------
@@ -206,13 +212,13 @@ def test_model_text_is_escaped_in_the_html_and_in_chart_labels():
 
 
 def test_status_line_escapes_what_it_shows():
-    assert "<script" not in ui.status_html({"model": "<script>", "strategy": "x"}, final=True)
+    assert "<script" not in status_html({"model": "<script>", "strategy": "x"}, final=True)
 
 
 # --- streaming handlers -----------------------------------------------------------------------------
 
 def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(store):
-    frames = list(ui.generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0))
+    frames = list(generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0))
     assert frames[0].figures is None and not frames[0].final  # first token: text only, as fast as it gets
     assert frames[1].figures is not None  # the charts follow from the second token on
     assert frames[-1].final and not any(f.final for f in frames[:-1])
@@ -228,40 +234,40 @@ def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(s
 
 
 def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
-    frames = list(ui.generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=8, refresh_seconds=60))
+    frames = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=8, refresh_seconds=60))
     # a run quicker than refresh_seconds is drawn once, at its end
     assert [f.figures is not None for f in frames] == [False] * (len(frames) - 1) + [True]
 
 
 def test_bad_input_raises_the_validation_message(store):
     with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\], got -1"):
-        next(ui.generate(store, "toy", "sampling", "1 2", {"temperature": -1}))
+        next(generate(store, "toy", "sampling", "1 2", {"temperature": -1}))
     with pytest.raises(ModelUnavailable, match="toy"):
-        next(ui.generate(store, "no such model", "greedy", "1 2"))
+        next(generate(store, "no such model", "greedy", "1 2"))
     with pytest.raises(InvalidRequest, match="strategy must be one of"):
-        next(ui.generate(store, "toy", "nope", "1 2"))
-    assert next(ui.generate(store, "toy", "greedy", "1 2")).trace["tokens"]  # and the next one works
+        next(generate(store, "toy", "nope", "1 2"))
+    assert next(generate(store, "toy", "greedy", "1 2")).trace["tokens"]  # and the next one works
 
 
 def test_select_step_clamps_and_marks_the_selected_token(chain_trace):
-    text, dist, water, over = ui.select_step(chain_trace, 99)
+    text, dist, water, over = select_step(chain_trace, 99)
     last = len(chain_trace["steps"]) - 1
     assert f'class="pg-tok pg-special pg-sel" data-step="{last}"' in text or \
         f'class="pg-tok pg-sel" data-step="{last}"' in text
     assert dist.layout.title.text.startswith(f"Step {last}:")
-    assert ui.select_step(None, 0) is None
+    assert select_step(None, 0) is None
 
 
 def test_compare_runs_both_strategies_on_the_same_seed(store):
-    pairs = list(ui.compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4,
-                            max_new_tokens=8, refresh_seconds=60))
+    pairs = list(compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4,
+                         max_new_tokens=8, refresh_seconds=60))
     a, b = pairs[-1]
     assert a.final and b.final and a.step == b.step == 0
     for frame, strategy, params in ((a, "greedy", {}), (b, "sampling", {"temperature": 1.0})):
         ref = run(store, Request("toy", strategy, "1 2", params, seed=4, max_new_tokens=8))
         assert frame.trace["text"] == ref.text and frame.trace["tokens"] == ref.to_dict()["tokens"]
     with pytest.raises(InvalidRequest, match=r"^B \(sampling\): top_p must be"):
-        list(ui.compare(store, "toy", "1 2", "greedy", {}, "sampling", {"top_p": 2}))
+        list(compare(store, "toy", "1 2", "greedy", {}, "sampling", {"top_p": 2}))
 
 
 # --- share links and export ---------------------------------------------------------------------------
@@ -273,8 +279,8 @@ def test_share_link_round_trips_the_whole_configuration():
                        compare_strategy="greedy", compare_params={}, run="generate", forced="0:9,3:12")
     back, warnings = share.decode(share.encode(cfg))
     assert warnings == [] and back == cfg and "force=0%3A9%2C3%3A12" in share.encode(cfg)
-    query = ui.share_query(cfg.model, cfg.strategy, cfg.prompt, cfg.system, cfg.chat, 42.0, 17.0, cfg.params,
-                           "greedy", {}, forced="0:9,3:12")
+    query = share_query(cfg.model, cfg.strategy, cfg.prompt, cfg.system, cfg.chat, 42.0, 17.0, cfg.params,
+                        "greedy", {}, forced="0:9,3:12")
     assert share.decode(query)[0] == cfg
 
 
@@ -290,13 +296,13 @@ def test_a_bad_link_value_is_dropped_with_a_warning_and_the_rest_restored():
 
 
 def test_trace_json_download_is_the_trace(chain_trace, tmp_path):
-    path = ui.write_trace_json(chain_trace)
+    path = write_trace_json(chain_trace)
     assert json.loads(open(path, encoding="utf-8").read()) == chain_trace
 
 
 def test_examples_are_valid_configurations():
     names = {s.name for s in all_strategies()}
-    for ex in ui.examples():
+    for ex in examples():
         cfg = ex.config
         assert cfg.strategy in names and cfg.compare_strategy in names and cfg.run in share.RUN_MODES
         REGISTRY[cfg.strategy].params.from_dict(cfg.params)  # raises if an example drifted out of range
@@ -304,9 +310,9 @@ def test_examples_are_valid_configurations():
         assert share.decode(share.encode(cfg)) == (cfg, [])
 
 
-@pytest.mark.skipif(not ui.png_export_available(), reason="PNG export needs kaleido and a Chromium")
+@pytest.mark.skipif(not png_export_available(), reason="PNG export needs kaleido and a Chromium")
 def test_server_side_png_export_writes_one_image_per_chart(chain_trace):
-    paths = ui.export_pngs(chain_trace, 0, scale=1)
+    paths = export_pngs(chain_trace, 0, scale=1)
     assert len(paths) == 3
     for path in paths:
         with open(path, "rb") as f:
@@ -315,26 +321,26 @@ def test_server_side_png_export_writes_one_image_per_chart(chain_trace):
 
 def test_every_registered_strategy_runs_through_the_page_handler(store):
     """The page names no strategy: each one in the registry streams, draws, and fills its view slots."""
-    for spec in ui.strategies_in_order():
-        frames = list(ui.generate(store, "toy", spec.name, "1 2", {}, seed=0, max_new_tokens=6))
+    for spec in strategies_in_order():
+        frames = list(generate(store, "toy", spec.name, "1 2", {}, seed=0, max_new_tokens=6))
         final = frames[-1]
         assert final.final and final.trace["strategy"] == spec.name and final.trace["tokens"], spec.name
         assert final.figures is not None and all(bars(f) for f in final.figures), spec.name
-        updates = ui._view_updates(final.views, "light")
-        assert len(updates) == ui.VIEW_PLOTS + 1
+        updates = view_updates(final.views, "light")
+        assert len(updates) == VIEW_PLOTS + 1
         shown = [u for u in updates[:-1] if u.get("visible")]
-        assert len(shown) == min(ui.VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name
+        assert len(shown) == min(VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name
 
 
 def test_stages_move_up_and_down_without_typing_names():
-    order = ui.move_stage("llama.cpp", "temperature", -1)
+    order = move_stage("llama.cpp", "temperature", -1)
     names = order.split(",")
     assert names.index("temperature") == list(PRESETS["llama.cpp"]).index("temperature") - 1
     assert sorted(names) == sorted(PRESETS["llama.cpp"])
-    assert ui.move_stage(order, "temperature", 1).split(",") == list(PRESETS["llama.cpp"])
+    assert move_stage(order, "temperature", 1).split(",") == list(PRESETS["llama.cpp"])
     first = PRESETS["transformers"][0]
-    assert ui.move_stage("transformers", first, -1).split(",") == list(PRESETS["transformers"])  # stays first
-    assert ui.move_stage("not a stage list", "xtc", 1).split(",")[-2:] == ["mirostat", "xtc"]
+    assert move_stage("transformers", first, -1).split(",") == list(PRESETS["transformers"])  # stays first
+    assert move_stage("not a stage list", "xtc", 1).split(",")[-2:] == ["mirostat", "xtc"]
 
 
 def test_distribution_switches_between_model_entering_and_final_bars(chain_trace):

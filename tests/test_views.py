@@ -24,7 +24,7 @@ def test_views_without_a_step_argument_still_come_back(store):
 
 def test_the_final_frame_shows_the_strategy_views_of_the_step_it_selects(store):
     """After a run the page selects one step (the most uncertain); the per-step view shows that one too."""
-    from playground.ui.page import generate
+    from playground.ui.handlers import generate
     frames = list(generate(store, "toy", "contrastive", "1 2", {"amateur": "toy-small"}, seed=0, max_new_tokens=6,
                            refresh_seconds=0.0))
     final = frames[-1]

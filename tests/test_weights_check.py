@@ -16,7 +16,7 @@ from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, WeightsRefused
-from playground.ui.page import status_html
+from playground.ui.handlers import status_html
 
 needs_kernel = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
 

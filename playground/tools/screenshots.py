@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from playground import ASSETS
+from playground.ui import serve, share
 
 ROOT = ASSETS.parent
 OUT = ASSETS / "screenshots"
@@ -58,8 +59,6 @@ class Scene:
 
 
 def scenes(gemma: bool) -> list[Scene]:
-    from playground.ui import share
-
     def link(**kw: Any) -> str:
         return share.encode(share.Config(**kw))
 
@@ -134,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     from playground.models import ModelStore
-    from playground.ui.page import serve
 
     args.out.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in scenes(args.gemma) if not args.only or s.name in args.only]

@@ -22,11 +22,13 @@ from playground.charts import figures as charts
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
+from playground.ui.handlers import generate
 from playground.whatif import branches
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
-    from playground.ui.page import Decoder, Page
+    from playground.ui.components import Page
+    from playground.ui.handlers import Decoder
 
 HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
         "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
@@ -99,8 +101,6 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
     """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into ``outputs``
     (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` redraws a stored trace into
     ``show_outputs``. Returns the events Stop cancels."""
-    from playground.ui.page import generate  # until the handlers leave page.py
-
     tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
 
     def run_branch(trace: dict[str, Any] | None, step: Any, token: Any, max_new: Any, system: str, chat: Any,

@@ -25,7 +25,7 @@ from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, han
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
-    from playground.ui.page import Page
+    from playground.ui.components import Page
 
 
 # --- handlers --------------------------------------------------------------------------------------

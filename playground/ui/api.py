@@ -1,0 +1,71 @@
+"""The documented API: /generate (one decoding, streamed) and /strategies (the registry as JSON)."""
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TYPE_CHECKING, Any, Iterator
+
+import gradio as gr
+
+from playground.engine import Request
+from playground.errors import InvalidRequest
+from playground.ui import share
+from playground.ui.controls import strategies_in_order
+from playground.ui.events import MODEL_EVENT, handler
+from strategies.params import describe
+
+if TYPE_CHECKING:
+    from playground.ui.components import Page
+    from playground.ui.handlers import Decoder
+
+
+def layout(page: Page) -> None:
+    """The /generate endpoint's own inputs (hidden): a script passes the strategy's params as JSON."""
+    page.api_in = [gr.Textbox(label="model"), gr.Textbox(label="strategy"), gr.Textbox(label="prompt"),
+                   gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
+                   gr.Number(share.DEFAULT_MAX_NEW_TOKENS, label="max_new_tokens", precision=0),
+                   gr.Textbox("", label="system"), gr.Textbox("auto", label="chat"),
+                   gr.Textbox("auto", label="dtype")]
+    page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
+    page.api_trigger = gr.Button(visible=False)
+
+
+def list_strategies() -> str:
+    """Every strategy with its family, summary and parameters (name, type, default, range, help), as JSON."""
+    out = [dict(name=s.name, family=s.family, summary=s.summary, params=describe(s.params))
+           for s in strategies_in_order()]
+    return json.dumps(out, default=list)
+
+
+list_strategies.__signature__ = inspect.Signature([], return_annotation=str)  # type: ignore
+
+
+def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str, params_json: str, seed: Any,
+                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto"
+                        ) -> Iterator[tuple[str, str]]:
+    """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON)."""
+    try:
+        params = json.loads(params_json or "{}")
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(f"params must be a JSON object, got {params_json!r} ({err.msg})") from None
+    if not isinstance(params, dict):
+        raise InvalidRequest(f"params must be a JSON object, got {params_json!r}")
+    chat_flag = {"auto": None, "true": True, "false": False, "": None}.get(str(chat).strip().lower())
+    if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
+        raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
+    req = Request(model=model, strategy=strategy, prompt=prompt, params=params, seed=seed,
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto")
+    trace = None
+    for trace in decoder(req, None):
+        yield trace.text, ""
+    if trace is not None:
+        yield trace.text, trace.to_json()
+
+
+def wire(page: Page, decode: Decoder) -> None:
+    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
+    page.api_trigger.click(
+        handler(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
+        page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
+        "token, then (text, trace JSON). params is a JSON object of the strategy's parameters.", **MODEL_EVENT)
+    gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")

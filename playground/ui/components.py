@@ -1,0 +1,136 @@
+"""The page's components as one object (``Page``), and how their values become a configuration: a
+share link's, a run's, and back (a link or an example restored into the controls)."""
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any, Sequence
+
+import gradio as gr
+
+from playground.engine import MAX_SEED
+from playground.ui import share
+from playground.ui.controls import strategy_summary
+from playground.ui.events import is_chat_model
+
+if TYPE_CHECKING:
+    from playground.ui.branches import BranchPanel
+    from playground.ui.controls import Panel
+    from playground.ui.side import Side
+    from playground.ui.whatif import WhatIf
+
+
+class Page:
+    """The components the handlers read and write (built by ``page._layout``)."""
+
+    model: gr.Dropdown
+    dtype: gr.Dropdown
+    strategy: gr.Dropdown
+    summary: gr.Markdown
+    panel: Panel
+    seed: gr.Number
+    random_seed: gr.Checkbox
+    theme: gr.Textbox
+    params_box: gr.Accordion
+    max_new: gr.Slider
+    chat: gr.Checkbox
+    system: gr.Textbox
+    prompt: gr.Textbox
+    generate: gr.Button
+    stop: gr.Button
+    link: gr.Button
+    link_box: gr.Textbox
+    example_buttons: list[gr.Button]
+    example_note: gr.Markdown
+    tabs: gr.Tabs
+    explore_tab: gr.Tab
+    compare_tab: gr.Tab
+    main: Side
+    step: gr.Slider
+    view_plots: list[gr.Plot]
+    view_html: gr.HTML
+    trace_file: gr.File
+    png: gr.Button
+    png_files: gr.File
+    compare_strategy: gr.Dropdown
+    compare_summary: gr.Markdown
+    compare_panel: Panel
+    compare_run: gr.Button
+    compare_step: gr.Slider
+    sides: dict[str, Side]
+    api_in: list[gr.Component]
+    api_out: list[gr.Component]
+    api_trigger: gr.Button
+    run_flag: gr.Textbox
+    trace: gr.State
+    traces: dict[str, gr.State]
+    mode: gr.State
+    whatif: WhatIf
+    branches: BranchPanel
+    forced: gr.Textbox
+
+    @property
+    def config_inputs(self) -> list[gr.Component]:
+        """Everything a share link carries, in ``split_config``'s order."""
+        return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
+                *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced]
+
+    @property
+    def run_inputs(self) -> list[gr.Component]:
+        """What a run reads: the share link's configuration, the weights' dtype, the random-seed toggle,
+        the page theme."""
+        return [*self.config_inputs, self.dtype, self.random_seed, self.theme]
+
+    def split_config(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The values of ``config_inputs`` as share_query's keyword arguments."""
+        n = len(self.panel.components)
+        model, strategy, prompt, system, chat, seed, max_new = values[:7]
+        b_strategy = values[7 + n]
+        return dict(model=model, strategy=strategy, prompt=prompt, system=system, chat=chat, seed=seed,
+                    max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
+                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-1]),
+                    forced=values[-1] or "")
+
+    @property
+    def restore_outputs(self) -> list[Any]:
+        return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
+                *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
+                *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
+                self.tabs, self.run_flag, self.mode, self.forced]
+
+    def apply_config(self, cfg: share.Config) -> list[Any]:
+        """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order."""
+        chat_model = is_chat_model(cfg.model)
+        return [cfg.model, cfg.strategy, cfg.prompt, gr.update(value=cfg.system, visible=chat_model and cfg.chat),
+                gr.update(value=cfg.chat, visible=chat_model), cfg.seed, cfg.max_new_tokens,
+                *self.panel.restore(cfg.strategy, cfg.params), *self.panel.visibility(cfg.strategy),
+                strategy_summary(cfg.strategy), cfg.compare_strategy,
+                *self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
+                *self.compare_panel.visibility(cfg.compare_strategy), strategy_summary(cfg.compare_strategy),
+                gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
+                "compare" if cfg.run == "compare" else "generate", cfg.forced]
+
+
+def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
+                params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
+                run: str = "generate", forced: str = "") -> str:
+    """The page's configuration as a query string ('?model=...'), to append to the page's address."""
+    cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
+                       seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
+                       params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
+                       forced=(forced or "").strip())
+    return share.encode(cfg)
+
+
+def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:
+    """(configuration, seed update, theme) from ``page.run_inputs``. With Random seed on, a fresh
+    seed that the update writes back into the box, so the run can be repeated."""
+    *config, dtype, random_on, theme = values
+    cfg = dict(page.split_config(config), dtype=dtype)
+    if not random_on:
+        return cfg, gr.skip(), theme
+    cfg["seed"] = random_seed()
+    return cfg, gr.update(value=cfg["seed"]), theme
+
+
+def random_seed() -> int:
+    return secrets.randbelow(MAX_SEED + 1)

@@ -1,0 +1,62 @@
+"""The examples row: one click per phenomenon, each a configuration that goes through the same
+path as a share link."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from playground.ui import share
+
+
+@dataclass(frozen=True)
+class Example:
+    label: str
+    config: share.Config
+    note: str
+
+
+def examples() -> list[Example]:
+    """Each shows one phenomenon; the configuration goes through the same path as a share link."""
+    cfg = share.Config
+    toy = dict(model="toy", prompt="1 2", max_new_tokens=12, seed=4)
+    gemma = dict(model="gemma3-270m", prompt="The best way to learn a new language is", max_new_tokens=40)
+    hot = dict(model="smollm2-135m", prompt="Write one sentence about the ocean.", seed=7, max_new_tokens=40)
+    return [
+        Example("Toy 70/30 · greedy", cfg(strategy="greedy", run="generate", **toy),
+                "greedy always takes ' a' (p 0.7): the 30% branch is never seen."),
+        Example("Toy 70/30 · temperature", cfg(strategy="sampling", params={"temperature": 1.0}, run="generate",
+                                               **toy),
+                "sampling at T=1 takes ' the' three times in ten; this seed does."),
+        Example("Toy · greedy vs sampling", cfg(strategy="greedy", compare_strategy="sampling",
+                                                compare_params={"temperature": 1.0}, run="compare", **toy),
+                "the same prompt and seed, side by side: the sampler takes the other branch."),
+        Example("Gemma · greedy loop", cfg(strategy="greedy", run="generate", **gemma),
+                "greedy decoding of a small base model repeats the same sentence."),
+        Example("Gemma · repetition penalty", cfg(strategy="sampling", params={"temperature": 0.0,
+                                                                               "repetition_penalty": 1.3},
+                                                  run="generate", **gemma),
+                "still greedy (T=0), but tokens already in the text are penalised: the loop breaks."),
+        Example("Top-p vs min-p at T=2", cfg(strategy="sampling", params={"temperature": 2.0, "top_p": 0.9},
+                                             compare_strategy="sampling",
+                                             compare_params={"temperature": 2.0, "min_p": 0.1}, run="compare",
+                                             **hot),
+                "at T=2 the nucleus swells with junk tokens; min-p scales its cut with the top token."),
+        Example("Toy · XTC", cfg(strategy="sampling", params={"xtc_probability": 1.0, "xtc_threshold": 0.2},
+                                 run="generate", **toy),
+                "both ' a' (0.7) and ' the' (0.3) pass the 0.2 threshold: XTC removes the top one, so ' the' wins."),
+        Example("Gemma · DRY vs penalty", cfg(strategy="sampling", params={"temperature": 0.0,
+                                                                         "repetition_penalty": 1.3},
+                                              compare_strategy="sampling",
+                                              compare_params={"temperature": 0.0, "dry_multiplier": 0.8,
+                                                              "dry_sequence_breakers": '":", "\\"", "*"'},
+                                              run="compare", **gemma),
+                "both greedy: the penalty pushes away every word already used; DRY only the token that would "
+                "continue a repeat (here across lines: newline is no breaker), and the loop gives way."),
+        Example("Top-nσ vs top-p at T=3", cfg(strategy="sampling", params={"temperature": 3.0, "top_p": 0.9},
+                                              compare_strategy="sampling",
+                                              compare_params={"temperature": 3.0, "top_nsigma": 1.0},
+                                              run="compare", **hot),
+                "top-nσ keeps the same tokens at any temperature; top-p at T=3 lets noise in."),
+        Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
+                                            run="generate", **{**hot, "max_new_tokens": 120}),
+                "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+    ]

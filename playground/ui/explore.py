@@ -1,0 +1,124 @@
+"""The Explore tab: one run streamed into the text and the step charts; Generate, Stop, and step
+selection by slider, token click or overview click. Its branches panel is playground.ui.branches."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+import gradio as gr
+
+from playground.charts import figures as charts
+from playground.ui import branches, events
+from playground.ui.components import run_config
+from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, plot_component
+from playground.ui.export import export_pngs, png_export_available, write_trace_json
+from playground.ui.handlers import generate, show_prompt, status_html, stopped
+from playground.ui.side import VIEW_PLOTS, Side, step_view_updates, view_updates
+from playground.whatif.branches import parse_path
+
+if TYPE_CHECKING:
+    from playground.models import ModelStore
+    from playground.ui.components import Page
+    from playground.ui.handlers import Decoder, Frame
+
+
+def tab(page: Page) -> None:
+    """The Explore tab's components: the run's column, its step slider, branches, views and export."""
+    page.main = Side("main", compact=False)
+    assert page.main.step_slot is not None
+    with page.main.step_slot:
+        page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
+                              info="Drag, click a token or a bar above to inspect that step.")
+    # each view's figure carries its own title: no Gradio label on top of it
+    page.branches = branches.layout()
+    page.forced = page.branches.forced
+    page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
+                       for i in range(VIEW_PLOTS)]
+    page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
+    with gr.Accordion("Export", open=False, elem_id="pg-export"):
+        page.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")
+        page.png = gr.Button("Render the charts as PNG on the server", size="sm", visible=png_export_available(),
+                             elem_id="pg-png")
+        page.png_files = gr.File(label="Chart PNGs", file_count="multiple", elem_id="pg-png-files")
+
+
+def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> None:
+    """Generate (streamed), Stop (which also ends a compare run), and step selection by slider,
+    token click or overview click."""
+    main = page.main
+    outputs = [main.status, *main.views[:1], page.step, *main.views[1:], *page.view_plots, page.view_html,
+               page.trace, page.trace_file, page.png_files, page.seed]
+
+    def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
+        cfg, seed_update, theme = run_config(page, values)
+        dtype = cfg.pop("dtype")
+        forced = parse_path(cfg.pop("forced", ""))
+        yield from stream_frames(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
+                                          cfg["seed"], cfg["max_new_tokens"], cfg["system"],
+                                          chat_flag(cfg["model"], cfg["chat"]), progress=events.progress(progress),
+                                          decoder=decode, dtype=dtype, forced=forced,
+                                          final_step=max(forced) if forced else "uncertain"), theme, seed_update)
+
+    def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[list[Any]]:
+        """generate's frames as ``outputs`` (a run's seed update goes out with its first frame)."""
+        seed_update = gr.skip() if seed_update is None else seed_update
+        for k, frame in enumerate(frames):
+            n = len(frame.trace.get("steps") or [])
+            status, text, *figs = main.frame_updates(frame, theme)
+            # the download is cleared on the first token (it belonged to the previous run), filled at the end
+            download = write_trace_json(frame.trace) if frame.final else (None if k == 0 else gr.skip())
+            first = k == 0  # the previous run's PNGs go with its download
+            yield [status, text, gr.update(maximum=max(1, n - 1), value=frame.step or 0), *figs,
+                   *view_updates(frame.views, theme), frame.trace, download, None if first else gr.skip(),
+                   seed_update if first else gr.skip()]
+
+    def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
+                   model: str, chat: Any, theme: str) -> list[Any]:
+        """After Stop: every partial run (Explore's, or both Compare sides) is final, drawn at its last step."""
+        show = show_prompt(model, chat)
+        download = write_trace_json(stopped(trace)) if trace and trace.get("steps") else gr.skip()
+        return [*main.stopped_updates(trace, show, theme), download,
+                *page.sides["a"].stopped_updates(a, show, theme), *page.sides["b"].stopped_updates(b, show, theme)]
+
+    def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
+                       evt: gr.EventData) -> list[Any]:
+        k = charts.clamp_step(trace, event_data(evt).get("step", 0))
+        if k is None:
+            return [gr.skip()] * (5 + VIEW_PLOTS + 1)
+        return [gr.update(value=k), *main.select_updates(trace, k, show_prompt(model, chat), theme),
+                *step_view_updates(trace, k, theme)]
+
+    def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> list[Any]:
+        """A stored (finished) trace drawn into the Explore views at step ``k``."""
+        k = charts.clamp_step(trace, k) or 0
+        text, dist, water, over = main.select_updates(trace, k, show_prompt(model, chat), theme)
+        n = len(trace.get("steps") or [])
+        return [status_html(trace, final=True), text, gr.update(maximum=max(1, n - 1), value=k), dist, water, over,
+                *step_view_updates(trace, k, theme), trace, write_trace_json(trace)]
+
+    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> list[Any]:
+        return [*main.select_updates(trace, k, show_prompt(model, chat), theme),
+                *step_view_updates(trace, k, theme)]
+
+    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True),
+                  page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
+                  show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
+    panel = page.branches
+    event.success(branches.on_run, [page.trace, panel.state],
+                  [panel.tree, panel.view, panel.state, panel.forced], **QUIET)
+    show_outputs = [main.status, main.text, page.step, main.dist, main.water, main.over, *page.view_plots,
+                    page.view_html, page.trace, page.trace_file]
+    branch_events = branches.wire(page, panel, store, decode, stream_frames, outputs, show_trace, show_outputs)
+    step_views = [*page.view_plots, page.view_html]
+    page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], [*main.views, *step_views],
+                    trigger_mode="always_last", **QUIET)
+    # a click while the last one is still drawing is not dropped: the latest click wins
+    main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *main.views, *step_views],
+                    trigger_mode="always_last", **QUIET)
+    page.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
+                   [page.trace, page.step, page.theme],
+                   page.png_files, api_visibility="private")
+    # Stop cancels between two steps (the engine yields after every token), then settles the page
+    side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
+    page.stop.click(None, None, None, cancels=[event, compare_event, *branch_events], api_visibility="private").then(
+        on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
+        [main.status, *main.views, page.trace_file, *side_views], **QUIET)

@@ -1,0 +1,78 @@
+"""Downloads of a run: its trace as JSON, and its charts as PNGs rendered on the server."""
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+
+from playground.charts import figures as charts
+from playground.charts.theme import themed
+from playground.charts.views import strategy_views
+from playground.errors import InvalidRequest
+
+
+def export_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / "decoding-playground"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def trace_filename(trace: dict[str, Any], suffix: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in f"{trace['model']}-{trace['strategy']}")
+    return f"trace-{safe}-seed{trace['seed']}-{int(time.time() * 1000) % 10**9}{suffix}"
+
+
+def prune_exports(max_age_s: float = 3600) -> None:
+    """Forget exports older than ``max_age_s``: a long-running server writes one file per run."""
+    cutoff = time.time() - max_age_s
+    for path in export_dir().glob("trace-*"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:  # another worker removed it first
+            pass
+
+
+def write_trace_json(trace: dict[str, Any]) -> str:
+    """The trace as a pretty JSON file for download; returns its path."""
+    prune_exports()
+    path = export_dir() / trace_filename(trace, ".json")
+    path.write_text(json.dumps(trace, indent=1, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def png_export_available() -> bool:
+    """kaleido renders static images through a Chromium; both must be present."""
+    try:
+        importlib.import_module("kaleido")
+    except ImportError:
+        return False
+    return any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome"))
+
+
+def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", scale: float = 2.0) -> list[str]:
+    """The step's three charts (and any strategy views) as PNG files, in the theme the page shows.
+
+    One kaleido session renders them all (kaleido starts a Chromium per session)."""
+    k = charts.clamp_step(trace, step)
+    if trace is None or k is None:
+        raise InvalidRequest("generate something first: there is no trace to export")
+    figs = dict(zip(("distribution", "chain", "overview"), charts.step_figures(trace, k)))
+    for i, view in enumerate(strategy_views(trace, k)):
+        if view.figure is not None:
+            figs[f"view{i + 1}"] = view.figure
+    base = trace_filename(trace, "")
+    paths = [str(export_dir() / f"{base}-step{k}-{name}.png") for name in figs]
+    painted = [themed(f, theme, export=True) for f in figs.values()]
+    try:
+        pio.write_images(painted, paths, width=1280, height=[int(f.layout.height or 560) for f in painted],
+                         scale=scale)
+    except Exception as err:  # kaleido reports a missing or broken Chromium in several ways
+        raise InvalidRequest(f"PNG export needs kaleido and a Chromium browser: {err}") from None
+    return paths

@@ -1,0 +1,256 @@
+"""The handlers: plain functions, primitives in, text and figures out, callable from tests without a
+browser. ``generate`` streams one run as Frames, ``compare`` two side by side, ``select_step``
+redraws a step, ``restore`` reads a share link.
+
+Serving: the engine caps prompt length and ``max_new_tokens`` for API callers too, and each run's
+time (and beam rows x tokens) by the budget read from the environment at start
+(``playground.serving.budget``).
+"""
+from __future__ import annotations
+
+# ZeroGPU on Hugging Face Spaces: `spaces` must be imported before torch initialises CUDA, so this
+# block comes before every other import, and page.py imports this module before anything imports torch.
+try:
+    import spaces  # type: ignore[import-not-found]
+except ImportError:
+    spaces = None
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import plotly.graph_objects as go
+
+from playground.charts import figures as charts
+from playground.charts.common import escape
+from playground.charts.views import strategy_views
+from playground.engine import Request
+from playground.engine import stream as engine_stream
+from playground.errors import InvalidRequest
+from playground.models import DEFAULT_MODEL, on_space, spec_for
+from playground.models.fast.check import describe_record
+from playground.serving import memory
+from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
+from playground.serving.budget import Budget
+from playground.trace import Trace
+from playground.ui import share
+from playground.ui.controls import strategies_in_order
+
+if TYPE_CHECKING:
+    from playground.charts.common import View
+    from playground.models import ModelStore, Progress
+
+REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
+DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
+NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
+
+Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
+
+
+@dataclass
+class Frame:
+    """What the page shows after one more token. ``figures`` / ``views`` are None between redraws."""
+
+    trace: dict[str, Any]
+    html: str
+    status: str
+    step: int | None
+    figures: tuple[go.Figure, go.Figure, go.Figure] | None
+    views: list[View] | None
+    final: bool
+
+
+class _TraceDicts:
+    """Trace -> its JSON dict during streaming, converting each step once (the full to_dict grows
+    with the run and would make every token slower than the last)."""
+
+    def __init__(self) -> None:
+        self._steps: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def __call__(self, trace: Trace) -> dict[str, Any]:
+        d = dataclasses.replace(trace, steps=[]).to_dict()
+        d["steps"] = [self._step(s) for s in trace.steps]
+        return d
+
+    def _step(self, step: Any) -> dict[str, Any]:
+        hit = self._steps.get(id(step))
+        if hit is None or hit[0] is not step:
+            hit = (step, step.to_dict())
+            self._steps[id(step)] = hit
+        return hit[1]
+
+
+def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
+    """One line under the text: model, strategy, chain, tokens, speed, why it stopped."""
+    timing = trace.get("timing") or {}
+    chain = " → ".join(trace.get("chain") or []) or trace.get("strategy", "")
+    state = {"eos": "finished at end-of-sequence", "length": "reached max new tokens",
+             "stopped": "stopped",
+             OUT_OF_TIME: "stopped: this server's time budget per run is used up"
+             }.get(trace.get("finish_reason", ""), "generating…")
+    if not final and state != "generating…":
+        state = "generating…"
+    model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
+    if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
+        model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'
+    parts = [model, escape(trace.get("strategy", "")),
+             f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
+             f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {escape(note)}" if note else "")]
+    return '<div class="pg-status">' + " · ".join(parts) + "</div>"
+
+
+def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
+    """engine.stream on ``store`` within ``budget`` (default: read from the environment now);
+    on a ZeroGPU Space the GPU work runs under ``spaces.GPU``."""
+    budget = budget or Budget.from_env()
+
+    def decode(req: Request, progress: Progress | None = None) -> Iterator[Trace]:
+        try:
+            yield from engine_stream(store, req, progress, budget)
+        finally:
+            memory.trim()  # the run's buffers are free: their pages go back to the system
+
+    if spaces is None or not on_space():
+        return decode
+
+    @spaces.GPU(duration=120)
+    def decode_on_gpu(req: Request) -> Iterator[Trace]:
+        yield from engine_stream(store, req, None, budget)  # the GPU worker cannot report back to gr.Progress
+
+    return lambda req, progress=None: decode_on_gpu(req)
+
+
+def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
+             seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
+             chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
+             final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
+             dtype: str = "auto", forced: dict[int, int | str] | None = None) -> Iterator[Frame]:
+    """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
+
+    The first frame carries text only so the first token shows as early as possible; charts follow
+    ``refresh_seconds`` later (so a run that ends sooner is drawn once).
+    ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
+    or a step number (a branch shows its forced step).
+    ``forced``: step -> token (id or text) the run takes there (a branch; strategies.forcing).
+    ``compact``: charts for a half-width column (compare).
+    ``dtype``: the weights' dtype (playground.models.dtypes: auto, float32, bfloat16).
+    Raises InvalidRequest (and its ModelUnavailable) with the validation message.
+    """
+    req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}))
+    decode = decoder or default_decoder(store)
+    dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
+    with_prompt = show_prompt(model, chat)
+    for k, trace in enumerate(decode(req, progress)):
+        d = dicts(trace)
+        step = len(d["steps"]) - 1 if d["steps"] else None
+        now = time.perf_counter()
+        if k == 0:
+            last_draw = now  # the first token goes out alone; a quick run is drawn once, at its end
+        # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing.
+        redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost)
+        figures = views = None
+        if redraw and step is not None:
+            figures, views = _figures(d, step, compact), strategy_views(d, step)
+            draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
+        yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False), step, figures, views,
+                    final=False)
+    if trace is None:
+        return
+    full = trace.to_dict()
+    step = _final_step(full, final_step)
+    yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True), step,
+                _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
+
+
+def _final_step(trace: dict[str, Any], final_step: str | int) -> int | None:
+    if not trace["steps"]:
+        return None
+    if final_step == "uncertain":
+        return charts.most_uncertain_step(trace)
+    return charts.clamp_step(trace, 0 if final_step == "first" else final_step)
+
+
+def _figures(trace: dict[str, Any], step: int | None, compact: bool = False
+             ) -> tuple[go.Figure, go.Figure, go.Figure]:
+    if step is None:
+        empty = charts.empty_figure("This run recorded no steps")
+        return empty, empty, charts.overview_figure(trace)
+    return charts.step_figures(trace, step, compact)
+
+
+def select_step(trace: dict[str, Any] | None, step: Any, show_prompt: bool = False, compact: bool = False
+                ) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
+    """(text html, distribution, waterfall, overview) with ``step`` selected; None without a trace."""
+    k = charts.clamp_step(trace, step)
+    if trace is None or k is None:
+        return None
+    return (charts.token_html(trace, k, show_prompt), *charts.step_figures(trace, k, compact))
+
+
+def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_a: dict[str, Any],
+            strategy_b: str, params_b: dict[str, Any], seed: int = 0,
+            max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
+            progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
+            decoder: Decoder | None = None, dtype: str = "auto") -> Iterator[tuple[Frame | None, Frame | None]]:
+    """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
+    side by side. Both end on step 0, where the two saw the same context. Errors name the side."""
+    strategies = {"A": strategy_a, "B": strategy_b}
+    runs = {side: generate(store, model, strategies[side], prompt, params, seed, max_new_tokens, system, chat,
+                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True,
+                           dtype=dtype)
+            for side, params in (("A", params_a), ("B", params_b))}
+    last: dict[str, Frame | None] = {"A": None, "B": None}
+    live = set(runs)
+    while live:
+        for side in ("A", "B"):
+            if side not in live:
+                continue
+            try:
+                last[side] = next(runs[side])
+            except StopIteration:
+                live.discard(side)
+            except InvalidRequest as err:  # validation happens on a run's first step: name the side
+                raise InvalidRequest(f"{side} ({strategies[side]}): {err}") from None
+        yield last["A"], last["B"]
+
+
+def stopped(trace: dict[str, Any]) -> dict[str, Any]:
+    """A trace whose run was cancelled mid-way says so; a run that had already ended keeps its reason."""
+    if trace.get("finish_reason") in ("", "running", None):
+        return dict(trace, finish_reason="stopped")
+    return trace
+
+
+def restore(query: dict[str, str]) -> tuple[share.Config, list[str]]:
+    """A page address's query -> the configuration to show (and warnings for what was dropped)."""
+    names = [s.name for s in strategies_in_order()]
+    base = share.Config(model=DEFAULT_MODEL, strategy="sampling" if "sampling" in names else names[0],
+                        prompt=DEFAULT_PROMPT)
+    return share.decode(query, base)
+
+
+def prompt_for_model(model: str, prompt: str) -> str:
+    """Keep ``prompt`` when ``model`` can take it; otherwise that kind of model's example prompt.
+    Toy models read token numbers (and their few words); text models read text."""
+    try:
+        numeric = spec_for(model).numeric_prompt
+    except InvalidRequest:
+        return prompt
+    is_numbers = bool(prompt.split()) and all(part.isdigit() for part in prompt.split())
+    if numeric and not is_numbers:
+        return NUMERIC_PROMPT
+    if not numeric and is_numbers:
+        return DEFAULT_PROMPT
+    return prompt
+
+
+def show_prompt(model: str, chat: Any) -> bool:
+    """The prompt is shown before the text when the model continues it (no chat template); toy
+    prompts are token numbers, not text, so they are not."""
+    try:
+        spec = spec_for(model)
+    except InvalidRequest:
+        return False
+    return not spec.numeric_prompt and (chat is False or not spec.chat)

@@ -1,0 +1,91 @@
+"""The output column of one run (Explore's, or a Compare side) and the strategy views' slots."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gradio as gr
+
+from playground.charts import figures as charts
+from playground.charts.common import escape
+from playground.charts.views import strategy_views
+from playground.ui.events import plot_component, plot_value, text_js
+from playground.ui.handlers import select_step, status_html, stopped
+
+if TYPE_CHECKING:
+    from playground.charts.common import View
+    from playground.ui.handlers import Frame
+
+VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
+COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
+
+
+class Side:
+    """The output column of one run: status line, coloured text, and the three charts."""
+
+    def __init__(self, key: str, compact: bool) -> None:
+        self.key, self.compact = key, compact
+        suffix = "" if key == "main" else f"-{key}"
+        first = f"<div class=\"pg-status\">{'Ready.' if key == 'main' else key.upper()}</div>"
+        self.status = gr.HTML(first, elem_id=f"pg-status{suffix}")
+        self.text = gr.HTML(charts.token_html({}), js_on_load=text_js(key), elem_id=f"pg-text{suffix}",
+                            min_height=90)
+        if key == "main":
+            gr.HTML(charts.legend_html())
+        self.over = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-overview-{key}")
+        # the explore tab puts its step slider between the overview and the step's details
+        self.step_slot = gr.Column() if key == "main" else None
+        self.dist = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-dist{suffix}")
+        self.water = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
+        # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts
+        self.view_slots: list[gr.Component] = []
+        if key != "main":
+            self.view_slots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view{suffix}-{i}")
+                               for i in range(COMPARE_VIEW_PLOTS)]
+            self.view_slots.append(gr.HTML(visible=False, elem_id=f"pg-view-html{suffix}"))
+
+    def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> list[Any]:
+        """The side's view slots for ``step`` (nothing for the Explore side: its slots are the page's)."""
+        if not self.view_slots:
+            return []
+        return step_view_updates(trace, step, theme, len(self.view_slots) - 1)
+
+    @property
+    def views(self) -> list[gr.Component]:
+        """(text, distribution, waterfall, overview): what selecting a step redraws."""
+        return [self.text, self.dist, self.water, self.over]
+
+    def frame_updates(self, frame: Frame | None, theme: str) -> list[Any]:
+        """[status, *views] for a streamed frame; charts only when the frame carries them."""
+        if frame is None:
+            return [gr.skip()] * 5
+        figs = [plot_value(f, theme) for f in frame.figures] if frame.figures else [gr.skip()] * 3
+        return [frame.status, frame.html, *figs]
+
+    def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool, theme: str) -> list[Any]:
+        picked = select_step(trace, k, show_prompt, compact=self.compact)
+        return [picked[0], *(plot_value(f, theme) for f in picked[1:])] if picked else [gr.skip()] * 4
+
+    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool, theme: str) -> list[Any]:
+        """[status, *views] after Stop: the partial run is final, drawn at its last step."""
+        if not trace or not trace.get("steps"):
+            return [gr.skip()] * 5
+        return [status_html(stopped(trace), final=True),
+                *self.select_updates(trace, len(trace["steps"]) - 1, show_prompt, theme)]
+
+
+def step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
+    """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
+    k = charts.clamp_step(trace, step)
+    return view_updates(strategy_views(trace, k) if trace and k is not None else None, theme, plots)
+
+
+def view_updates(views: list[View] | None, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
+    """Fill ``plots`` figure slots and one HTML slot from what the trace carries; hide the unused ones."""
+    if views is None:
+        return [gr.skip()] * (plots + 1)
+    figs = [v for v in views if v.figure is not None][:plots]
+    html_parts = [f'<div class="pg-view"><h3>{escape(v.title)}</h3>{v.html}</div>' for v in views if v.html]
+    out: list[Any] = [gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True) for v in figs]
+    out += [gr.update(visible=False)] * (plots - len(figs))
+    out.append(gr.update(value="".join(html_parts), visible=bool(html_parts)))
+    return out
