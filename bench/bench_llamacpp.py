@@ -14,7 +14,15 @@ about 4 minutes for the whole first run with the download (installing the packag
 builds more of llama.cpp, was about 50 minutes). The build is cached under ``.bench-venv`` by
 version, cmake flags and CPU (it is built for this CPU's instructions), so later runs start at once.
 
-    .venv/bin/python bench/bench_llamacpp.py [--quick] [--dtype float32,auto] [--threads 2] [--tokens 64]
+``--isa avx2`` compares the two as on a CPU with AVX2 but no AVX-512 (or AMX, or AVX-VNNI): our side
+runs torch's AVX2 kernels (the script restarts itself with ``ATEN_CPU_CAPABILITY=avx2`` and
+``ONEDNN_MAX_CPU_ISA=AVX2``), and llama.cpp is a second build (224 s on two cores), cached beside the
+first, for AVX2, FMA, F16C and BMI2 only (``GGML_NATIVE=OFF``, no CPU-variant dispatch), whose
+libraries are disassembled before every run: the script refuses to report if they hold an AVX-512,
+AMX or VNNI instruction. The header line names the capability torch runs on and llama.cpp's
+instruction flags.
+
+    .venv/bin/python bench/bench_llamacpp.py [--quick] [--isa native|avx2] [--dtype float32,auto] [--threads 2] [--tokens 64]
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -48,19 +57,42 @@ SAMPLING = {"temperature": 0.9, "top_p": 0.95}
 # minutes on two cores). The bindings are pure Python and load the library that LLAMA_CPP_LIB_PATH
 # names, so they run from the unpacked sdist without being installed.
 LLAMA_CPP_PYTHON = "0.3.36"
-CMAKE_FLAGS = ["-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF",
-               "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_COMMON=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-               "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF",
-               "-DLLAMA_BUILD_APP=OFF"]
+# The instruction-set options of the vendored ggml (ggml/CMakeLists.txt, ggml/src/ggml-cpu/CMakeLists.txt).
+# avx2 is ggml's own "haswell" CPU variant: with GGML_NATIVE off each instruction set is a compiler flag
+# (-mavx2, -mfma, ...), and everything past AVX2 is named off. GGML_CPU_ALL_VARIANTS and GGML_BACKEND_DL
+# stay off, so one CPU backend is linked in and nothing picks a variant by the CPU's features at run time.
+ISA_FLAGS = {
+    "native": ["-DGGML_NATIVE=ON"],
+    "avx2": ["-DGGML_NATIVE=OFF", "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON",
+             "-DGGML_F16C=ON", "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF",
+             "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF",
+             "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF", "-DGGML_BACKEND_DL=OFF"],
+}
+OTHER_FLAGS = ["-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_COMMON=OFF",
+               "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+               "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF"]
+# Our side under --isa avx2: torch's kernels for AVX2 (read when torch is imported) and oneDNN's up to AVX2.
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# What an AVX2-only build must not hold, in objdump's AT&T syntax: AVX-512's registers (zmm, the mask
+# registers k0-k7, xmm/ymm 16-31), AMX's tile instructions, and the VNNI / BF16 dot products (AVX-512's or
+# AVX-VNNI's).
+BEYOND_AVX2 = re.compile(r"%zmm|%k[0-7]\b|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|\b(ld|st)?tile|\btdp|vpdpbu|vpdpws|"
+                         r"vdpbf16ps|vcvtne2?ps2bf16")
+
+
+def cmake_flags(isa: str) -> list[str]:
+    """The cmake flags of the build for `isa` (native's are those the cache key has always hashed)."""
+    return ["-DCMAKE_BUILD_TYPE=Release", *ISA_FLAGS[isa], *OTHER_FLAGS]
 
 # The worker: one llama.cpp model, one JSON request per line in, one JSON answer per line out.
 WORKER = r"""
 import json, sys, time
 from llama_cpp import Llama
+from llama_cpp import llama_cpp as lib
 path, threads = sys.argv[1], int(sys.argv[2])
 llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=1024, n_batch=512,
             verbose=False, seed=0)
-print(json.dumps({"ready": True}), flush=True)
+print(json.dumps({"ready": True, "system_info": lib.llama_print_system_info().decode()}), flush=True)
 for line in sys.stdin:
     job = json.loads(line)
     llm.reset()
@@ -74,15 +106,30 @@ for line in sys.stdin:
 """
 
 
-def _build_dir() -> Path:
+def _build_dir(isa: str) -> Path:
     """Where the build is cached: its key is the sources' version, the cmake flags and the CPU's
     features (GGML_NATIVE compiles for them; another CPU may lack an instruction)."""
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    key = hashlib.sha256("\n".join([LLAMA_CPP_PYTHON, *CMAKE_FLAGS, cpu]).encode()).hexdigest()[:12]
+    key = hashlib.sha256("\n".join([LLAMA_CPP_PYTHON, *cmake_flags(isa), cpu]).encode()).hexdigest()[:12]
     return BENCH_VENV / f"build-{LLAMA_CPP_PYTHON}-{key}"
 
 
-def llama_cpp_worker() -> tuple[Path, dict[str, str]]:
+def beyond_avx2(lib_dir: Path) -> dict[str, int]:
+    """Per shared library in `lib_dir`, how many of its disassembled instructions need more than AVX2."""
+    if not shutil.which("objdump"):
+        raise RuntimeError("objdump (binutils) is needed to check the AVX2 build: apt-get install -y binutils")
+    counts = {}
+    for lib in sorted(lib_dir.glob("*.so")):
+        asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True,
+                             check=True).stdout
+        # symbol names (<...>) are dropped, so a function's name cannot read as an instruction
+        counts[lib.name] = sum(1 for line in asm.splitlines() if BEYOND_AVX2.search(re.sub(r"<[^>]*>", "", line)))
+    if "libggml-cpu.so" not in counts:
+        raise RuntimeError(f"no libggml-cpu.so in {lib_dir}")
+    return counts
+
+
+def llama_cpp_worker(isa: str) -> tuple[Path, dict[str, str]]:
     """The python and environment that run the bindings on our build of llama.cpp (made on first use)."""
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
@@ -100,30 +147,40 @@ def llama_cpp_worker() -> tuple[Path, dict[str, str]]:
             with tarfile.open(Path(tmp) / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tar:
                 tar.extractall(tmp, filter="data")
             (Path(tmp) / src.name).rename(src)
-    build = _build_dir()
+    build, flags = _build_dir(isa), cmake_flags(isa)
     if not (build / "built").exists():
-        print("building llama.cpp's shared library into .bench-venv (about 3 minutes on two cores)", flush=True)
+        print(f"building llama.cpp's shared library ({isa}) into .bench-venv (about 3 minutes on two cores)",
+              flush=True)
         start = time.perf_counter()
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         build.mkdir(parents=True, exist_ok=True)
         with open(build / "build.log", "w") as log:  # the compiler's chatter, kept for a failed build
-            for step in (["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), *generator, *CMAKE_FLAGS],
+            for step in (["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), *generator, *flags],
                          ["cmake", "--build", str(build), "--target", "llama", "-j", str(os.cpu_count())]):
                 if subprocess.run(step, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
                     raise RuntimeError(f"building llama.cpp failed; see {log.name}")
         (build / "built").write_text(f"{time.perf_counter() - start:.0f} s\n")
         print(f"built llama.cpp in {time.perf_counter() - start:.0f} s", flush=True)
+    if isa == "avx2":  # checked on every run, not only after the build: the numbers depend on it
+        counts = beyond_avx2(build / "bin")
+        if any(counts.values()):
+            raise RuntimeError(f"the AVX2 build of llama.cpp in {build} holds instructions past AVX2 "
+                               f"(AVX-512, AMX or VNNI; per library: {counts}); not reporting")
+        print(f"llama.cpp AVX2 build checked: no AVX-512, AMX or VNNI instruction in {', '.join(counts)}", flush=True)
     return python, {**os.environ, "PYTHONPATH": str(src), "LLAMA_CPP_LIB_PATH": str(build / "bin")}
 
 
 class LlamaCpp:
     """A llama.cpp worker process holding one GGUF model."""
 
-    def __init__(self, path: Path, threads: int):
-        python, env = llama_cpp_worker()
+    def __init__(self, path: Path, threads: int, isa: str, worker: tuple[Path, dict[str, str]]):
+        python, env = worker
         self.proc = subprocess.Popen([str(python), "-c", WORKER, str(path), str(threads)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self._read()
+        self.system_info = self._read()["system_info"].strip()
+        if isa == "avx2" and re.search(r"AVX512|AVX_VNNI|AMX", self.system_info):
+            self.close()
+            raise RuntimeError(f"llama.cpp's AVX2 build reports more than AVX2: {self.system_info}; not reporting")
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -149,12 +206,14 @@ def ours_tokens_per_second(store: models.ModelStore, key: str, n: int, sample: b
     return run(store, req).timing.tokens_per_second
 
 
-def side_by_side(store: models.ModelStore, key: str, args: argparse.Namespace) -> None:
+def side_by_side(store: models.ModelStore, key: str, args: argparse.Namespace,
+                 worker: tuple[Path, dict[str, str]]) -> None:
     dtypes = args.dtype.split(",")
     lm = store.get(key)
     prompt_ids = lm.encode(PROMPT)
     names = {d: in_dtype(lm, d).weights for d in dtypes}
-    cpp = LlamaCpp(models.gguf_path(key), args.threads)
+    cpp = LlamaCpp(models.gguf_path(key), args.threads, args.isa, worker)
+    print(f"llama.cpp reports {cpp.system_info}", flush=True)
     try:
         for sample in (False, True):
             for d in dtypes:  # warm-up of every side
@@ -204,9 +263,24 @@ def load() -> str:
     return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def as_on_avx2() -> None:
+    """Restart this script with torch on its AVX2 kernels and oneDNN held to AVX2, unless it already is."""
+    if torch.backends.cpu.get_cpu_capability() == "AVX2" and all(os.environ.get(k) == v for k, v in AVX2_ENV.items()):
+        return
+    if all(os.environ.get(k) == v for k, v in AVX2_ENV.items()):  # restarted, and still not on AVX2
+        raise SystemExit(f"--isa avx2: torch runs {torch.backends.cpu.get_cpu_capability()} kernels even with "
+                         f"ATEN_CPU_CAPABILITY=avx2 (does this CPU have AVX2?)")
+    sys.stdout.flush()
+    argv = [sys.executable, *sys.orig_argv[1:]]  # the same interpreter options and arguments
+    os.execve(sys.executable, argv, {**os.environ, **AVX2_ENV})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="SmolLM2 only, 32 tokens, 2 runs each")
+    ap.add_argument("--isa", choices=sorted(ISA_FLAGS), default="native",
+                    help="native: both sides on every instruction this CPU has; avx2: both as on an AVX2-only CPU "
+                         "(torch's AVX2 kernels, oneDNN up to AVX2, llama.cpp built for AVX2 without AVX-512)")
     ap.add_argument("--dtype", default="float32,auto",
                     help="our weights, one or more of auto, float32, bfloat16, int4 (comma-separated; each measured in "
                          "turn with llama.cpp; the verify costs use the last)")
@@ -216,16 +290,21 @@ def main() -> None:
     ap.add_argument("--verify-repeats", type=int, default=15)
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
     args = ap.parse_args()
+    if args.isa == "avx2":
+        as_on_avx2()  # before anything is loaded or built
     if args.quick:
         args.models, args.tokens, args.repeats, args.verify_repeats = "smollm2-135m", 32, 2, 7
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.tokens} new tokens, median of {args.repeats}, "
-          f"dtype {args.dtype}; {os.cpu_count()} CPUs, {load()}", flush=True)
-    print(f"llama.cpp: the sources llama-cpp-python {LLAMA_CPP_PYTHON} vendors, built with {' '.join(CMAKE_FLAGS[:2])}",
-          flush=True)
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    print(f"torch {torch.__version__} on its {torch.backends.cpu.get_cpu_capability()} kernels"
+          f"{f' (oneDNN up to {onednn})' if onednn else ''}, {args.threads} threads, {args.tokens} new tokens, "
+          f"median of {args.repeats}, dtype {args.dtype}; {os.cpu_count()} CPUs, {load()}", flush=True)
+    print(f"llama.cpp: the sources llama-cpp-python {LLAMA_CPP_PYTHON} vendors, built ({args.isa}) with "
+          f"{' '.join(['-DCMAKE_BUILD_TYPE=Release', *ISA_FLAGS[args.isa]])}", flush=True)
+    worker = llama_cpp_worker(args.isa)  # built (on first use) and, for avx2, checked before any model loads
     store = models.ModelStore("cpu")
     for key in args.models.split(","):
-        side_by_side(store, key, args)
+        side_by_side(store, key, args, worker)
         verify_costs(store, key, args)
     print(load())
 
