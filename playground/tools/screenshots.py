@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from playground import ASSETS
+from playground.models import ModelStore
 from playground.ui import serve, share
 
 ROOT = ASSETS.parent
@@ -132,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no Chromium at /usr/bin/chromium (apt-get install chromium, or set $CHROMIUM)",
               file=sys.stderr)
         return 2
-    from playground.models import ModelStore
 
     args.out.mkdir(parents=True, exist_ok=True)
     chosen = [s for s in scenes(args.gemma) if not args.only or s.name in args.only]

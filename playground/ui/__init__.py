@@ -1,2 +1,4 @@
 """The page: the only room that imports gradio."""
-from playground.ui.page import build_demo, launch_kwargs, serve  # noqa: F401
+from playground.ui.page import build_demo, launch_kwargs, serve
+
+__all__ = ["build_demo", "launch_kwargs", "serve"]
