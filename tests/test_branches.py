@@ -5,6 +5,7 @@ import pytest
 
 from playground.whatif import branches
 from playground.errors import InvalidRequest
+from strategies.forcing import parse_path
 
 
 def trace(ids, forced=(), seed=0, strategy="sampling", text=None):
@@ -17,11 +18,11 @@ def trace(ids, forced=(), seed=0, strategy="sampling", text=None):
 
 def test_path_text_and_parse_path_round_trip_and_refuse_with_the_item():
     assert branches.path_text({3: 12, 0: 9}) == "0:9,3:12"
-    assert branches.parse_path("0:9, 3:the") == {0: 9, 3: "the"}
-    assert branches.parse_path("") == {} and branches.parse_path(None) == {}
+    assert parse_path("0:9, 3:the") == {0: 9, 3: "the"}
+    assert parse_path("") == {} and parse_path(None) == {}
     for bad in ("x:9", "0", "0:", "-1:3"):
         with pytest.raises(InvalidRequest) as err:
-            branches.parse_path(bad)
+            parse_path(bad)
         assert repr(bad.strip()) in str(err.value)
 
 

@@ -13,7 +13,7 @@ from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, hand
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
 from playground.ui.side import VIEW_PLOTS, Side, step_view_updates, view_updates
-from playground.whatif.branches import parse_path
+from strategies.forcing import parse_path
 
 if TYPE_CHECKING:
     from playground.models import ModelStore

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from playground.whatif.branches import parse_path
+from strategies.forcing import parse_path
 from playground.errors import InvalidRequest
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy

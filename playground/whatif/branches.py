@@ -18,7 +18,6 @@ import json
 from typing import Any
 
 from playground.errors import InvalidRequest
-from strategies import forcing
 
 MAX_BRANCHES = 12  # nodes kept per page: each holds a whole trace
 PREVIEW_CHARS = 36
@@ -61,7 +60,6 @@ def path_text(path: dict[int, int]) -> str:
     return ",".join(f"{k}:{int(v)}" for k, v in sorted(path.items()))
 
 
-parse_path = forcing.parse_path  # path_text's reader: the one step:token parser, in strategies.forcing
 
 
 def signature(trace: dict[str, Any]) -> str:
