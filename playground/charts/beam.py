@@ -6,14 +6,13 @@ before it goes into hover labels or HTML.
 """
 from __future__ import annotations
 
-import html
 import math
 from collections import Counter, defaultdict
 from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View
+from playground.charts.common import View, escape
 
 DENSE = 400  # above this many nodes, candidates that fell off start hidden (one legend click shows them)
 MAX_LABELS = 60  # token labels on the winning path beyond this would overlap
@@ -71,7 +70,7 @@ def layout_rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
 def hover(node: dict[str, Any], score_label: str, logprob_label: str = "log-prob") -> str:
     """The hover label of one node; the token text escaped."""
     lines = [f"step {node['step']}, rank {node['rank']}",
-             f"token {_esc(repr(node['text']))} (id {node['token_id']})",
+             f"token {escape(repr(node['text']), quote=False)} (id {node['token_id']})",
              f"{logprob_label} {_num(node['logprob'])}, {score_label} {_num(node['score'])}"]
     if node.get("model_score") is not None and node["model_score"] != node["score"]:
         lines.append(f"model log-prob {_num(node['model_logprob'])}, sum {_num(node['model_score'])}")
@@ -82,9 +81,9 @@ def hover(node: dict[str, Any], score_label: str, logprob_label: str = "log-prob
     status = node["status"]
     if status == "pruned":
         rule = node["reason"]
-        lines.append(f"<b>pruned</b>: {RULE_TEXT.get(rule, _esc(rule))} {_num(node['threshold'])}")
+        lines.append(f"<b>pruned</b>: {RULE_TEXT.get(rule, escape(rule, quote=False))} {_num(node['threshold'])}")
     elif node["reason"]:
-        lines.append(f"<b>{status.replace('_', ' ')}</b>: {_esc(node['reason'])}")
+        lines.append(f"<b>{status.replace('_', ' ')}</b>: {escape(node['reason'], quote=False)}")
     else:
         lines.append(f"<b>{status.replace('_', ' ')}</b>")
     return "<br>".join(lines)
@@ -134,7 +133,7 @@ def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
     if step is None or not 0 <= step < len(steps):
         return
     tokens = trace.get("tokens") or []
-    text = f"step {step}" + (f": {_esc(repr(tokens[step]['text']))}" if step < len(tokens) else "")
+    text = f"step {step}" + (f": {escape(repr(tokens[step]['text']), quote=False)}" if step < len(tokens) else "")
     fig.add_vrect(x0=step - 0.5, x1=step + 0.5, fillcolor=SELECTED, opacity=0.18, line_width=0, layer="below",
                   name="selected_step", annotation=dict(text=text, font=dict(color=SELECTED, size=11)),
                   annotation_position="bottom left")
@@ -165,15 +164,15 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
     ys = [root_y.get(path[0]["tree"], 0)] + [y[n["id"]] for n in path]
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=BEST, width=3), hoverinfo="skip",
                              showlegend=False, meta={"role": "best_edges"}))
-    labels = [_esc(n["text"]) for n in path] if len(path) <= MAX_LABELS else None
+    labels = [escape(n["text"], quote=False) for n in path] if len(path) <= MAX_LABELS else None
     # neighbouring labels alternate above and below the path, so two short steps apart never collide
     positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(len(path))]
     fig.add_trace(go.Scatter(
         x=[n["step"] for n in path], y=[y[n["id"]] for n in path], mode="markers+text" if labels else "markers",
         text=labels, textposition=positions, textfont=dict(color=BEST, size=11), name="winning path",
         marker=dict(color="rgba(0,0,0,0)", size=15, line=dict(color=BEST, width=2.5)),
-        customdata=[n["id"] for n in path], hovertext=[f"winning path, step {n['step']}: {_esc(repr(n['text']))}"
-                                                       for n in path],
+        customdata=[n["id"] for n in path],
+        hovertext=[f"winning path, step {n['step']}: {escape(repr(n['text']), quote=False)}" for n in path],
         hoverinfo="text", meta={"role": "best"}))
 
 
@@ -200,8 +199,9 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
     for t in beam.get("trees") or []:
         ys = [y[n["id"]] for n in nodes if n["tree"] == t["tree"]]
         if ys:
-            fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {_esc(t.get('prefix_text', ''))}",
-                               showarrow=False, xanchor="left", yshift=26, font=dict(size=10, color="#9333ea"))
+            prefix = escape(t.get("prefix_text", ""), quote=False)
+            fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {prefix}", showarrow=False, xanchor="left",
+                               yshift=26, font=dict(size=10, color="#9333ea"))
 
 
 def _max_step(nodes: list[dict[str, Any]]) -> int:
@@ -227,7 +227,7 @@ def finished_table(trace: dict[str, Any]) -> str:
            "</tr></thead><tbody>"]
     for i, r in enumerate(rows):
         cells = [str(i + 1)] + ([str(r.get("tree", 0))] if trees else [])
-        cells += [html.escape(r.get("text", "")), str(r.get("length", ""))]
+        cells += [escape(r.get("text", "")), str(r.get("length", ""))]
         cells += [_num(r.get(key)) for _, key in columns]
         cells.append("EOS" if r.get("eos") else "length limit")
         style = ' style="font-weight:bold;background:#fee2e2"' if i == 0 else ""
@@ -261,7 +261,7 @@ def counters_html(beam: dict[str, Any]) -> str:
             ("expanded without pruning", without),
             ("saved by pruning", f"{saved:.1%}"),
             ("pruned", c.get("pruned", 0))]
-    rows += [(f"&nbsp;&nbsp;by {html.escape(rule)}", n) for rule, n in (c.get("pruned_by_rule") or {}).items()]
+    rows += [(f"&nbsp;&nbsp;by {escape(rule)}", n) for rule, n in (c.get("pruned_by_rule") or {}).items()]
     rows += [("fell off the beam", c.get("fell_off", 0)), ("finished", c.get("finished", 0)),
              ("forward passes", c.get("forward_passes", 0))]
     if "cache_reorders" in c:
@@ -284,11 +284,6 @@ def width_figure(beam: dict[str, Any]) -> go.Figure:
     fig.update_layout(barmode="stack", title="candidates per step by fate", xaxis_title="step",
                       yaxis_title="candidates", height=320, legend=dict(orientation="h", y=-0.25))
     return fig
-
-
-def _esc(text: str) -> str:
-    """Escape model text for plotly labels (which read <, > and & as markup; quotes are plain there)."""
-    return html.escape(text, quote=False)
 
 
 def _num(x: Any) -> str:

@@ -6,13 +6,12 @@ Reads only the trace's JSON form (see strategies/contrastive.py): per candidate
 """
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import View
+from playground.charts.common import View, escape
 
 EXPERT = "#2563eb"
 AMATEUR = "#f97316"
@@ -114,11 +113,11 @@ def text_html(trace: dict[str, Any]) -> str:
     expert's pick in the tooltip. Token text is model output: escaped."""
     parts = []
     for k, ch, ex in _disagreements(trace):
-        text = html.escape(ch["text"])
+        text = escape(ch["text"])
         if ch["id"] == ex["id"]:
             parts.append(f"<span>{text}</span>")
         else:
-            tip = html.escape(f"step {k}: expert greedy would pick {ex['text']!r}", quote=True)
+            tip = escape(f"step {k}: expert greedy would pick {ex['text']!r}")
             parts.append(f'<span title="{tip}" style="background:#fecaca">{text}</span>')
     return "<div style='white-space:pre-wrap'>" + "".join(parts) + "</div>"
 

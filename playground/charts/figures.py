@@ -24,7 +24,6 @@ Token text is model output: it is escaped before it goes into HTML or plotly lab
 """
 from __future__ import annotations
 
-import html
 import math
 import re
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
+
+from playground.charts.common import escape
 
 # One palette for every chart: mid-tone colours that read on white and on a dark page.
 KEPT = "#2563eb"  # survived every truncation: the selector could draw it
@@ -143,7 +144,7 @@ def show_token(text: str) -> str:
     if visible.startswith(" "):
         visible = "·" + visible[1:]
     # plotly decodes &lt; &gt; &amp; but shows &quot; literally; quotes are harmless in its labels
-    return html.escape(visible or "∅", quote=False)
+    return escape(visible or "∅", quote=False)
 
 
 def prob_color(p: float | None, alpha: float = 0.42) -> str:
@@ -631,7 +632,7 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
     aligned = len(steps) == len(tokens)
     parts = []
     if show_prompt and trace.get("prompt"):
-        parts.append(f'<span class="pg-prompt">{html.escape(trace["prompt"])}</span>')
+        parts.append(f'<span class="pg-prompt">{escape(trace["prompt"])}</span>')
     last = len(tokens) - 1
     repeats = dry_span(trace, selected)
     for i, tok in enumerate(tokens):
@@ -645,13 +646,13 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
                     f"{steps[i].get('strategy_choice_text', '?')!r}")
         classes = ("pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
                    + (" pg-forced" if forced else ""))
-        text = html.escape(tok["text"]).replace("\n", "↵<br>")
+        text = escape(tok["text"]).replace("\n", "↵<br>")
         style = f"background:{prob_color(p_raw)}"
         if i in repeats:
             style += f";text-decoration:underline {repeats[i]} {PENALISED} 2px"
             tip += "\nDRY: " + ("the earlier copy of the repeat" if repeats[i] == "dotted" else "the repeat")
         parts.append(f'<span class="{classes}" data-step="{i}" style="{style}" '
-                     f'data-tip="{html.escape(tip, quote=True)}">{text}</span>')
+                     f'data-tip="{escape(tip)}">{text}</span>')
     body = "".join(parts) or '<span class="pg-empty">The generated text appears here, token by token.</span>'
     return f'<div class="pg-text">{body}</div>'
 

@@ -11,13 +11,12 @@ grey.
 """
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import View
+from playground.charts.common import View, escape
 
 GREEN, RED, BLUE, GREY = "#16a34a", "#dc2626", "#2563eb", "#94a3b8"
 TARGET, DRAFT, RESIDUAL, RAW = "#1e40af", "#f59e0b", "#7c3aed", "#64748b"
@@ -34,9 +33,9 @@ STYLES = {
 }
 
 
-def _esc(text: str) -> str:
-    """Model text is untrusted: escape it, and make newlines visible."""
-    return html.escape(text, quote=True).replace("\n", "↵")
+def _shown(text: str) -> str:
+    """Text for the timeline: newlines made visible (the timeline is one line per round), escaped."""
+    return escape(text.replace("\n", "↵"))
 
 
 def _num(x: Any, digits: int = 3) -> str:
@@ -48,7 +47,7 @@ BELOW = dict(orientation="h", y=-0.2, yanchor="top", x=0, xanchor="left")
 
 
 def _span(text: str, style: str, title: str) -> str:
-    return f'<span style="{STYLES[style]};padding:1px 2px;border-radius:3px" title="{_esc(title)}">{_esc(text)}</span>'
+    return f'<span style="{STYLES[style]};padding:1px 2px;border-radius:3px" title="{_shown(title)}">{_shown(text)}</span>'
 
 
 def _draft_title(d: dict[str, Any]) -> str:
@@ -137,13 +136,13 @@ def timeline_html(trace: dict[str, Any]) -> str:
                     f'min-width:15em;color:var(--body-text-color-subdued, #475569);font-size:0.85em">{label}</span>{_round_spans(r)}</div>')
     lossy = (' <b style="color:#b91c1c">top-K verification is lossy: the text does not follow the '
              'target\'s distribution.</b>') if s.get("verify") == "topk" else ""
-    head = (f'<div style="color:var(--body-text-color, #334155);margin-bottom:6px">draft {_esc(str(s.get("draft", "?")))} · '
-            f'verify {_esc(str(s.get("verify", "?")))} · α = {_num(s.get("alpha"))} · '
+    head = (f'<div style="color:var(--body-text-color, #334155);margin-bottom:6px">draft {_shown(str(s.get("draft", "?")))} · '
+            f'verify {_shown(str(s.get("verify", "?")))} · α = {_num(s.get("alpha"))} · '
             f'τ = {_num(s.get("tau"))} tokens per target pass · {s.get("target_forward_passes", "?")} target / '
             f'{s.get("draft_forward_passes", "?")} draft passes{lossy}</div>')
     why = slow_reason(trace)
     if why:
-        head += f'<div style="color:#d97706;margin-bottom:6px">{_esc(why)}</div>'
+        head += f'<div style="color:#d97706;margin-bottom:6px">{_shown(why)}</div>'
     legend = " ".join(_span(name, style, name) for name, style in (
         ("accepted", "accepted"), ("rejected", "rejected"), ("never checked", "skipped"),
         ("discarded (after the end)", "discarded"), ("resampled / bonus", "added")))
