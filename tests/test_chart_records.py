@@ -9,6 +9,7 @@ import torch
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
 from playground.charts import figures as charts
+from playground.charts.palette import CUT, KEPT
 from playground.engine import Request, run
 
 
@@ -51,7 +52,7 @@ def test_min_p_line_is_the_threshold_min_p_used_on_its_own_input(store, toy):
     the = toy.encode(" the")[-1]
     assert points[the]["y"] == pytest.approx(float(into_min_p[the]), abs=1e-6)
     assert points[the]["y"] < line["y0"]
-    assert bar_points(fd)[the]["color"] == charts.CUT
+    assert bar_points(fd)[the]["color"] == CUT
     for tok, pt in points.items():
         assert (pt["y"] >= line["y0"]) == stage(s, "min_p")["kept"][_index(s, tok)]
 
@@ -83,7 +84,7 @@ def test_top_k_mark_separates_the_token_top_k_kept(store, toy):
         assert is_horizontal(mark) and mark["y0"] == decision["cut_prob"] and points is not None
         kept_left = {tok for tok, pt in points.items() if pt["y"] >= mark["y0"]}
     assert kept_left == {the}
-    assert bars[the]["color"] == charts.KEPT and bars[a]["color"] == charts.CUT
+    assert bars[the]["color"] == KEPT and bars[a]["color"] == CUT
 
 
 def test_cumulative_curve_is_top_p_s_own_running_mass(store, toy):
@@ -120,7 +121,7 @@ def test_waterfall_colours_are_the_kept_flags_not_zero_probabilities(store):
     assert [p["name"] for p in panels] == ["raw", "temperature"]
     for panel in panels:
         flags = stage(s, panel["name"])["kept"]
-        assert panel["colors"] == [charts.KEPT if flags[_index(s, tok)] else charts.CUT for tok in panel["ids"]]
+        assert panel["colors"] == [KEPT if flags[_index(s, tok)] else CUT for tok in panel["ids"]]
 
 
 def _index(step: dict, token_id: int) -> int:

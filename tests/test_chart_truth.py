@@ -31,6 +31,7 @@ from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, st
                             waterfall_panels)
 from word_lm import WordLM
 from playground.charts import figures as charts
+from playground.charts.palette import CUT, KEPT
 from playground.trace import Trace
 from strategies.sampling.chain import Multinomial, record_chain
 from strategies.recording import make_step
@@ -113,7 +114,7 @@ def check(case: Case, basis: str = "chain") -> None:
     bar_dist = probs[{"model": 0, "final": len(names)}.get(basis, chain_index)]
     for tok, bar in bars.items():
         assert bar["y"] == pytest.approx(float(bar_dist[tok]), abs=TOL)
-        assert bar["color"] == (charts.KEPT if alive[-1][tok] else charts.CUT)
+        assert bar["color"] == (KEPT if alive[-1][tok] else CUT)
 
     for k, name in enumerate(names, start=1):
         rec = s["stages"][k]
@@ -138,7 +139,7 @@ def check(case: Case, basis: str = "chain") -> None:
     panels = waterfall_panels(fig_dict(charts.waterfall_figure(d, 0)))
     assert [p["name"] for p in panels] == ["raw", *names] if names else len(panels) == 1
     for panel, flags in zip(panels, alive):
-        assert panel["colors"] == [charts.KEPT if flags[tok] else charts.CUT for tok in panel["ids"]]
+        assert panel["colors"] == [KEPT if flags[tok] else CUT for tok in panel["ids"]]
 
 
 def _received(fd, name, bars, entering, kept_in, kept_out) -> dict[int, float]:

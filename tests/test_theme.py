@@ -6,6 +6,7 @@ import json
 import pytest
 
 from playground.charts import figures as charts
+from playground.charts import palette
 
 from playground.ui.side import step_view_updates
 from playground.engine import Request, run
@@ -37,9 +38,9 @@ def _inks(layout: dict) -> list[str]:
 
 # Semantic colours (chosen, kept, the top-k / top-p / min-p lines...) are mid-tones that read on both
 # backgrounds; every other annotation is written in the theme's ink.
-PALETTE = {c.lower() for c in (charts.KEPT, charts.CUT, charts.CHOSEN, charts.CUMULATIVE, charts.MIN_P,
-                               charts.TOP_K, charts.RAW, charts.FINAL, charts.ENTROPY, charts.PENALISED,
-                               "#9333ea")}  # the last: a sampled prefix in the beam tree
+PALETTE = {c.lower() for c in (palette.KEPT, palette.CUT, palette.CHOSEN, palette.CUMULATIVE, palette.MIN_P,
+                               palette.TOP_K, palette.RAW, palette.FINAL, palette.ENTROPY, palette.PENALISED,
+                               palette.SAMPLED_PREFIX)}  # the last: a sampled prefix's label in the beam tree
 
 
 @pytest.mark.parametrize("name", ["light", "dark"])

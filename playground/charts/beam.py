@@ -13,26 +13,27 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import View, escape
+from playground.charts.palette import (BEAM_EDGE, BEAM_KEPT, BEST, BEST_ROW, CLEAR, FELL_OFF, FELL_OFF_EDGE, FINISHED,
+                                       FINISHED_OUTLINE, PROMPT, PRUNED, PRUNED_EDGE, SAMPLED_EDGE, SAMPLED_PREFIX,
+                                       SELECTED)
 
 DENSE = 400  # above this many nodes, candidates that fell off start hidden (one legend click shows them)
 MAX_LABELS = 60  # token labels on the winning path beyond this would overlap
 
 # status -> (legend name, marker, edge colour, edge dash, opacity)
 STYLE: dict[str, dict[str, Any]] = {
-    "kept": dict(name="kept", marker=dict(color="#2563eb", size=9, symbol="circle"), edge="#94a3b8",
+    "kept": dict(name="kept", marker=dict(color=BEAM_KEPT, size=9, symbol="circle"), edge=BEAM_EDGE,
                  dash="solid", opacity=1.0),
-    "finished": dict(name="finished", marker=dict(color="#16a34a", size=13, symbol="star",
-                                                  line=dict(color="#14532d", width=1)),
-                     edge="#94a3b8", dash="solid", opacity=1.0),
-    "sampled": dict(name="sampled prefix", marker=dict(color="#9333ea", size=10, symbol="diamond"),
-                    edge="#c4b5fd", dash="solid", opacity=1.0),
-    "pruned": dict(name="pruned", marker=dict(color="#f97316", size=8, symbol="x"), edge="#fdba74",
+    "finished": dict(name="finished", marker=dict(color=FINISHED, size=13, symbol="star",
+                                                  line=dict(color=FINISHED_OUTLINE, width=1)),
+                     edge=BEAM_EDGE, dash="solid", opacity=1.0),
+    "sampled": dict(name="sampled prefix", marker=dict(color=SAMPLED_PREFIX, size=10, symbol="diamond"),
+                    edge=SAMPLED_EDGE, dash="solid", opacity=1.0),
+    "pruned": dict(name="pruned", marker=dict(color=PRUNED, size=8, symbol="x"), edge=PRUNED_EDGE,
                    dash="dot", opacity=0.5),
-    "fell_off": dict(name="fell off the beam", marker=dict(color="#94a3b8", size=6, symbol="circle-open"),
-                     edge="#e2e8f0", dash="dot", opacity=0.35),
+    "fell_off": dict(name="fell off the beam", marker=dict(color=FELL_OFF, size=6, symbol="circle-open"),
+                     edge=FELL_OFF_EDGE, dash="dot", opacity=0.35),
 }
-BEST = "#dc2626"
-SELECTED = "#f59e0b"  # the selected step, in the amber the other charts give the chosen token
 RULE_TEXT = {
     "relative_threshold": "relative threshold: P(c) <= r_p x P(best), log bound",
     "absolute_threshold": "absolute threshold: score <= best - a_p, bound",
@@ -120,7 +121,7 @@ def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
             hoverinfo="text", meta={"role": "nodes", "status": status}))
     _add_best(fig, beam, by_id, y, root_y)
     fig.add_trace(go.Scatter(x=[-1] * len(roots), y=[root_y[t] for t in roots], mode="markers",
-                             marker=dict(color="#64748b", size=10, symbol="square"), name="prompt",
+                             marker=dict(color=PROMPT, size=10, symbol="square"), name="prompt",
                              hovertext=["prompt"] * len(roots), hoverinfo="text", meta={"role": "prompt"}))
     _layout(fig, trace, nodes, y, dense)
     _mark_step(fig, trace, step)
@@ -170,7 +171,7 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
     fig.add_trace(go.Scatter(
         x=[n["step"] for n in path], y=[y[n["id"]] for n in path], mode="markers+text" if labels else "markers",
         text=labels, textposition=positions, textfont=dict(color=BEST, size=11), name="winning path",
-        marker=dict(color="rgba(0,0,0,0)", size=15, line=dict(color=BEST, width=2.5)),
+        marker=dict(color=CLEAR, size=15, line=dict(color=BEST, width=2.5)),
         customdata=[n["id"] for n in path],
         hovertext=[f"winning path, step {n['step']}: {escape(repr(n['text']), quote=False)}" for n in path],
         hoverinfo="text", meta={"role": "best"}))
@@ -201,7 +202,7 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
         if ys:
             prefix = escape(t.get("prefix_text", ""), quote=False)
             fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {prefix}", showarrow=False, xanchor="left",
-                               yshift=26, font=dict(size=10, color="#9333ea"))
+                               yshift=26, font=dict(size=10, color=SAMPLED_PREFIX))
 
 
 def _max_step(nodes: list[dict[str, Any]]) -> int:
@@ -230,7 +231,7 @@ def finished_table(trace: dict[str, Any]) -> str:
         cells += [escape(r.get("text", "")), str(r.get("length", ""))]
         cells += [_num(r.get(key)) for _, key in columns]
         cells.append("EOS" if r.get("eos") else "length limit")
-        style = ' style="font-weight:bold;background:#fee2e2"' if i == 0 else ""
+        style = f' style="font-weight:bold;background:{BEST_ROW}"' if i == 0 else ""
         out.append(f"<tr{style}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
     if not rows:

@@ -12,13 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts.common import View, escape
-
-EXPERT = "#2563eb"
-AMATEUR = "#f97316"
-SCORE = "#16a34a"
-MASKED = "#cbd5e1"
-DISAGREE = "#dc2626"
-AGREE = "#94a3b8"
+from playground.charts.palette import AGREE, AMATEUR, CLEAR, DISAGREE, EXPERT, MASKED, OUTLINE, OVERRIDDEN, SCORE
 
 
 def is_contrastive(trace: dict[str, Any]) -> bool:
@@ -59,11 +53,11 @@ def step_figure(trace: dict[str, Any], step: int | None = None, top: int = 15) -
                 marker_color=[AMATEUR if p else MASKED for p in ok], marker_pattern_shape="/")
     fig.add_bar(x=x, y=[c["score"] for c in cands], name="score", row=2, col=1,
                 marker_color=[SCORE if p else MASKED for p in ok],
-                marker_line_color=["black" if c["id"] == s["chosen"] else "rgba(0,0,0,0)" for c in cands],
+                marker_line_color=[OUTLINE if c["id"] == s["chosen"] else CLEAR for c in cands],
                 marker_line_width=2,
                 hovertext=["plausible" if p else "masked: below the alpha line" for p in ok])
     if s.get("alpha_threshold") is not None:
-        fig.add_hline(y=s["alpha_threshold"], line_dash="dash", line_color="black", row=1, col=1,
+        fig.add_hline(y=s["alpha_threshold"], line_dash="dash", line_color=OUTLINE, row=1, col=1,
                       annotation_text=f"alpha = {trace['contrastive']['alpha']:g}", annotation_position="top right")
     _mark(fig, x, cands, s["chosen"], "chosen", 2)
     if s["expert_choice"] != s["chosen"]:
@@ -118,7 +112,7 @@ def text_html(trace: dict[str, Any]) -> str:
             parts.append(f"<span>{text}</span>")
         else:
             tip = escape(f"step {k}: expert greedy would pick {ex['text']!r}")
-            parts.append(f'<span title="{tip}" style="background:#fecaca">{text}</span>')
+            parts.append(f'<span title="{tip}" style="background:{OVERRIDDEN}">{text}</span>')
     return "<div style='white-space:pre-wrap'>" + "".join(parts) + "</div>"
 
 

@@ -13,9 +13,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import View, escape
-from playground.charts.speculative import BELOW, BLUE, GREEN, GREY, RED
+from playground.charts.palette import ACCEPTED, ADDED, REJECTED, ROOT, UNUSED
+from playground.charts.speculative import BELOW
 
-FATES = {"root": ("#334155", 1.0), "accepted": (GREEN, 1.0), "rejected": (RED, 0.35), "unreached": (GREY, 0.3)}
+FATES = {"root": (ROOT, 1.0), "accepted": (ACCEPTED, 1.0), "rejected": (REJECTED, 0.35), "unreached": (UNUSED, 0.3)}
 
 
 def is_eagle(trace: dict[str, Any]) -> bool:
@@ -72,7 +73,7 @@ def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
     nxt = r["next"]
     last = nodes[nxt["after_node"]]
     fig.add_scatter(x=[last["depth"], last["depth"] + 1], y=[y[last["node"]]] * 2, mode="lines+markers+text",
-                    line=dict(color=BLUE, width=3, dash="dot"), marker=dict(size=[0, 14], color=BLUE),
+                    line=dict(color=ADDED, width=3, dash="dot"), marker=dict(size=[0, 14], color=ADDED),
                     text=["", escape(nxt["text"])], textposition="top center",
                     name=f"target's token ({nxt['kind']}, from {nxt['drawn_from']})",
                     hovertext=["", escape(f"{nxt['text']!r}: drawn with p {nxt['drawn_prob']:.3g}")],
@@ -87,8 +88,8 @@ def tau_figure(trace: dict[str, Any]) -> go.Figure:
     s = trace["speculative"]
     taus = s["taus"]
     fig = go.Figure()
-    fig.add_bar(x=list(range(len(taus))), y=taus, marker_color=GREEN, name="tokens this round")
-    fig.add_hline(y=s["tau"] or 0, line=dict(color=BLUE, dash="dash"))
+    fig.add_bar(x=list(range(len(taus))), y=taus, marker_color=ACCEPTED, name="tokens this round")
+    fig.add_hline(y=s["tau"] or 0, line=dict(color=ADDED, dash="dash"))
     speed = ((trace.get("timing") or {}).get("speculative") or {}).get("measured_speedup")
     extra = f" · measured {speed:.3g}x vs plain decoding" if speed is not None else ""
     fig.update_layout(title=f"tau per round (mean {s['tau']}){extra}", xaxis_title="round",

@@ -30,34 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from playground.charts.common import escape
-
-# One palette for every chart: mid-tone colours that read on white and on a dark page.
-KEPT = "#2563eb"  # survived every truncation: the selector could draw it
-CUT = "#94a3b8"  # removed by a truncation
-CHOSEN = "#f59e0b"  # the token the selector picked
-CUMULATIVE = "#e11d48"  # cumulative mass and the top-p line
-MIN_P = "#059669"
-TOP_K = "#7c3aed"
-RAW = "#64748b"  # the model's own probability, before penalty / temperature
-FINAL = "#0891b2"  # the distribution after the whole chain: what the selector drew from
-ENTROPY = "#7c3aed"
-INK = "#334155"  # text in light mode; playground/theme.py gives every figure the ink of the page theme
-GRID = "rgba(148, 163, 184, 0.28)"
-PENALISED = "#b45309"  # the tokens a penalty touched
-TYPICAL = "#db2777"
-EPSILON = "#0d9488"
-ETA = "#16a34a"
-NSIGMA = "#4f46e5"
-XTC = "#dc2626"
-MIROSTAT = "#ea580c"
-BANNED = "#7f1d1d"  # tokens a ban removed (n-gram, word)
-FONT = "Inter, ui-sans-serif, system-ui, -apple-system, 'Segoe UI', sans-serif"
-
-TEMPLATE = "playground"
+from playground.charts.palette import (BANNED, BUTTON_BACKGROUND, BUTTON_BORDER, CHOSEN, CLEAR, CONFIDENT, CUMULATIVE,
+                                       CUT, ENTROPY, EPSILON, ETA, FINAL, INK, KEPT, MIN_P, MIROSTAT, NOTE_BACKGROUND,
+                                       NSIGMA, PENALISED, RAW, SURPRISING, TEMPLATE, TOP_K, TYPICAL, UNSURE, XTC, rgb,
+                                       rgba)
 
 
 @dataclass(frozen=True)
@@ -116,25 +95,6 @@ STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages t
                    "dynamic_temperature": "T {t:.3g} · H/log N {normalized:.2f}"}
 
 
-def _register_template() -> None:
-    """A transparent, large-type template: the page colour shows through in light and dark mode."""
-    axis = dict(gridcolor=GRID, zerolinecolor=GRID, linecolor=GRID, tickfont=dict(size=13),
-                title=dict(font=dict(size=14)), automargin=True)
-    pio.templates[TEMPLATE] = go.layout.Template(layout=dict(
-        font=dict(family=FONT, size=14, color=INK),
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-        colorway=[KEPT, CUMULATIVE, MIN_P, TOP_K, CHOSEN, RAW],
-        title=dict(font=dict(size=17), x=0.01, xanchor="left", y=0.97, yanchor="top"),
-        xaxis=axis, yaxis=axis, bargap=0.18,
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0,
-                    bgcolor="rgba(0,0,0,0)", font=dict(size=13)),
-        hoverlabel=dict(font=dict(family=FONT, size=13)),
-        margin=dict(l=60, r=60, t=86, b=60)))
-
-
-_register_template()
-
-
 # --- small helpers --------------------------------------------------------------------------------
 
 def show_token(text: str) -> str:
@@ -150,13 +110,13 @@ def show_token(text: str) -> str:
 def prob_color(p: float | None, alpha: float = 0.42) -> str:
     """Red (surprising) through amber to green (confident) for a probability in [0, 1]."""
     p = 0.0 if p is None or math.isnan(p) else min(1.0, max(0.0, p))
-    stops = [(0.0, (239, 68, 68)), (0.5, (245, 158, 11)), (1.0, (34, 197, 94))]
+    stops = [(0.0, rgb(SURPRISING)), (0.5, rgb(UNSURE)), (1.0, rgb(CONFIDENT))]
     for (p0, c0), (p1, c1) in zip(stops, stops[1:]):
         if p <= p1:
             w = (p - p0) / (p1 - p0)
             r, g, b = (round(a + (b_ - a) * w) for a, b_ in zip(c0, c1))
             return f"rgba({r}, {g}, {b}, {alpha})"
-    return f"rgba(34, 197, 94, {alpha})"
+    return rgba(CONFIDENT, alpha)
 
 
 def _prob(x: float | None) -> float:
@@ -297,7 +257,7 @@ def _add_strategy_choice(fig: go.Figure, s: dict[str, Any], shown: list[int], ba
     if i is not None:
         fig.add_annotation(x=shown.index(i), y=bar_probs[i], text="strategy's pick", showarrow=True, arrowhead=2,
                            ax=0, ay=-40, arrowcolor=CUT, font=dict(color=INK, size=13), yref="y",
-                           bgcolor="rgba(148, 163, 184, 0.25)")
+                           bgcolor=NOTE_BACKGROUND)
 
 
 def _add_zoom_buttons(fig: go.Figure, kept: list[bool], y_range: list[float]) -> None:
@@ -313,8 +273,8 @@ def _add_zoom_buttons(fig: go.Figure, kept: list[bool], y_range: list[float]) ->
                     dict(label="kept only", method="relayout", args=[{"xaxis.range": [-0.7, last + 0.7]}])]
     fig.update_layout(updatemenus=[dict(type="buttons", direction="right", buttons=buttons, showactive=True,
                                         x=1.0, xanchor="right", y=0.93, yanchor="top", pad=dict(r=4, t=0),
-                                        font=dict(size=11), bgcolor="rgba(148, 163, 184, 0.15)",
-                                        bordercolor="rgba(148, 163, 184, 0.5)")])
+                                        font=dict(size=11), bgcolor=BUTTON_BACKGROUND,
+                                        bordercolor=BUTTON_BORDER)])
 
 
 @dataclass
@@ -541,7 +501,7 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
             y=list(range(len(rows))), x=[b if c else p for p, b, c in zip(probs, before, cut_here)],
             orientation="h", showlegend=False, name=st["name"],
             marker=dict(color=[KEPT if kp else CUT for kp in kept],
-                        opacity=1.0, line=dict(color=[CHOSEN if i == chosen_i else "rgba(0,0,0,0)" for i in rows],
+                        opacity=1.0, line=dict(color=[CHOSEN if i == chosen_i else CLEAR for i in rows],
                                                width=[3 if i == chosen_i else 0 for i in rows])),
             customdata=[[lab, p, cands[i]["id"], f] for lab, p, i, f in zip(labels, probs, rows, fate)],
             hovertemplate="<b>%{customdata[0]}</b><br>" + st["name"] + " %{customdata[1]:.4g}<br>%{customdata[3]}"

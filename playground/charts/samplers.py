@@ -6,8 +6,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.figures import CHOSEN, INK, MIROSTAT, TEMPLATE, XTC, show_token
 from playground.charts.common import View
+from playground.charts.figures import show_token
+from playground.charts.palette import CHOSEN, INK, MIROSTAT, TEMPLATE, XTC
 
 
 def stage_series(trace: dict[str, Any], name: str) -> list[tuple[int, dict[str, Any]]]:

@@ -17,19 +17,21 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts.common import View, escape
+from playground.charts.palette import (ACCEPTED, ACCEPTED_BACKGROUND, ACCEPTED_INK, ADDED, ADDED_BACKGROUND, ADDED_INK,
+                                       BASELINE, DRAFT, FASTER, GUIDE, INK, LOSSY_INK, RAW, REJECTED,
+                                       REJECTED_BACKGROUND, REJECTED_INK, RESIDUAL, SLOW_INK, SLOWER, SUBDUED_INK,
+                                       TARGET, UNUSED, UNUSED_BACKGROUND, UNUSED_INK)
 
-GREEN, RED, BLUE, GREY = "#16a34a", "#dc2626", "#2563eb", "#94a3b8"
-TARGET, DRAFT, RESIDUAL, RAW = "#1e40af", "#f59e0b", "#7c3aed", "#64748b"
 SOURCES = {  # what the target's own token of a round was drawn from
     "residual": "the residual norm(max(0, target - draft))",
     "target": "the target's distribution after the chain",
 }
 STYLES = {
-    "accepted": "background:#dcfce7;color:#166534",
-    "rejected": "background:#fee2e2;color:#991b1b;text-decoration:line-through",
-    "skipped": "background:#f1f5f9;color:#94a3b8;text-decoration:line-through",
-    "discarded": "background:#f1f5f9;color:#94a3b8;text-decoration:line-through double",
-    "added": "background:#dbeafe;color:#1e3a8a;font-weight:600",
+    "accepted": f"background:{ACCEPTED_BACKGROUND};color:{ACCEPTED_INK}",
+    "rejected": f"background:{REJECTED_BACKGROUND};color:{REJECTED_INK};text-decoration:line-through",
+    "skipped": f"background:{UNUSED_BACKGROUND};color:{UNUSED_INK};text-decoration:line-through",
+    "discarded": f"background:{UNUSED_BACKGROUND};color:{UNUSED_INK};text-decoration:line-through double",
+    "added": f"background:{ADDED_BACKGROUND};color:{ADDED_INK};font-weight:600",
 }
 
 
@@ -133,16 +135,16 @@ def timeline_html(trace: dict[str, Any]) -> str:
         if r.get("ended"):
             label += " · text ended"
         rows.append(f'<div style="margin:2px 0;white-space:pre-wrap"><span style="display:inline-block;'
-                    f'min-width:15em;color:var(--body-text-color-subdued, #475569);font-size:0.85em">{label}</span>{_round_spans(r)}</div>')
-    lossy = (' <b style="color:#b91c1c">top-K verification is lossy: the text does not follow the '
-             'target\'s distribution.</b>') if s.get("verify") == "topk" else ""
-    head = (f'<div style="color:var(--body-text-color, #334155);margin-bottom:6px">draft {_shown(str(s.get("draft", "?")))} · '
+                    f'min-width:15em;color:var(--body-text-color-subdued, {SUBDUED_INK});font-size:0.85em">{label}</span>{_round_spans(r)}</div>')
+    lossy = (f' <b style="color:{LOSSY_INK}">top-K verification is lossy: the text does not follow the '
+             "target's distribution.</b>") if s.get("verify") == "topk" else ""
+    head = (f'<div style="color:var(--body-text-color, {INK});margin-bottom:6px">draft {_shown(str(s.get("draft", "?")))} · '
             f'verify {_shown(str(s.get("verify", "?")))} · α = {_num(s.get("alpha"))} · '
             f'τ = {_num(s.get("tau"))} tokens per target pass · {s.get("target_forward_passes", "?")} target / '
             f'{s.get("draft_forward_passes", "?")} draft passes{lossy}</div>')
     why = slow_reason(trace)
     if why:
-        head += f'<div style="color:#d97706;margin-bottom:6px">{_shown(why)}</div>'
+        head += f'<div style="color:{SLOW_INK};margin-bottom:6px">{_shown(why)}</div>'
     legend = " ".join(_span(name, style, name) for name, style in (
         ("accepted", "accepted"), ("rejected", "rejected"), ("never checked", "skipped"),
         ("discarded (after the end)", "discarded"), ("resampled / bonus", "added")))
@@ -194,19 +196,19 @@ def round_figure(trace: dict[str, Any], round_index: int | None = None) -> go.Fi
         fig.add_bar(x=names, y=[d.get("raw_p_target") for d in r["draft"]], name="target model's own",
                     marker_color=RAW, row=1, col=1)
         fig.add_scatter(x=names[:len(checked)], y=[d.get("raw_kth") for d in checked], mode="markers",
-                        marker=dict(symbol="line-ew-open", size=22, color="#64748b"),
+                        marker=dict(symbol="line-ew-open", size=22, color=GUIDE),
                         name=f"K-th largest there (K = {r.get('k')})", row=1, col=1)
-    colors = [GREY if d.get("discarded") else GREEN if d["accepted"] else RED for d in checked]
+    colors = [UNUSED if d.get("discarded") else ACCEPTED if d["accepted"] else REJECTED for d in checked]
     fig.add_scatter(x=names[:len(checked)], y=[d["accept_prob"] for d in checked], mode="markers",
                     marker=dict(symbol="diamond", size=11, color=colors), name="accept prob", row=1, col=1)
     if any(d.get("u") is not None for d in checked):
         fig.add_scatter(x=names[:len(checked)], y=[d.get("u") for d in checked], mode="markers",
-                        marker=dict(symbol="x", size=10, color="#64748b"), name="uniform draw u", row=1, col=1)
+                        marker=dict(symbol="x", size=10, color=GUIDE), name="uniform draw u", row=1, col=1)
     added, top = _added(r), r["drawn_top"]
     labels = _labels(top)
     if added is not None:
         fig.add_bar(x=labels, y=[e["drawn_prob"] for e in top], name="drawn from",
-                    marker_color=[BLUE if e["id"] == added["id"] else RESIDUAL for e in top], row=1, col=2)
+                    marker_color=[ADDED if e["id"] == added["id"] else RESIDUAL for e in top], row=1, col=2)
         if r["drawn_from"] == "residual":  # the residual is not the target: draw both (and the draft)
             fig.add_bar(x=labels, y=[e["p_target"] for e in top], name="target", marker_color=TARGET,
                         showlegend=False, opacity=0.45, row=1, col=2)
@@ -232,7 +234,7 @@ def accepted_lengths_figure(trace: dict[str, Any]) -> go.Figure:
     idle = len(trace["rounds"]) - len(rounds)
     top = max((r["gamma"] for r in rounds), default=0)
     counts = [sum(1 for r in rounds if r["kept"] == n) for n in range(top + 1)]
-    fig = go.Figure(go.Bar(x=list(range(top + 1)), y=counts, name="rounds", marker_color=GREEN))
+    fig = go.Figure(go.Bar(x=list(range(top + 1)), y=counts, name="rounds", marker_color=ACCEPTED))
     alpha = trace.get("speculative", {}).get("alpha")
     if alpha is not None and rounds:
         # The law for the most common gamma (the last round is often shorter: the budget caps it).
@@ -241,7 +243,7 @@ def accepted_lengths_figure(trace: dict[str, Any]) -> go.Figure:
         law = [alpha ** n * (1 - alpha) if n < g else alpha ** g for n in range(g + 1)]
         fig.add_scatter(x=list(range(g + 1)), y=[p * gammas.count(g) for p in law], mode="lines+markers",
                         name=f"i.i.d. acceptance α={alpha:.2f}, {gammas.count(g)} rounds of γ={g}",
-                        line=dict(color="#64748b", dash="dot"))
+                        line=dict(color=GUIDE, dash="dot"))
     title = "accepted drafts per round" + (f" ({plural(idle, 'round')} drafted nothing)" if idle else "")
     fig.update_layout(title=title, xaxis_title="accepted", yaxis_title="rounds", xaxis=dict(dtick=1))
     return fig
@@ -256,7 +258,7 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
         "seconds per token (same request)", "speedup vs plain target decoding"))
     n = max(1, base["tokens"])
     fig.add_bar(x=["plain target", "speculative"], y=[base["seconds"] / n, w["seconds"] / n],
-                marker_color=[GREY, GREEN if (w["measured_speedup"] or 0) >= 1 else RED], showlegend=False,
+                marker_color=[BASELINE, FASTER if (w["measured_speedup"] or 0) >= 1 else SLOWER], showlegend=False,
                 row=1, col=1)
     curve = w.get("expected_speedup")
     if curve:
@@ -266,8 +268,8 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
                         name="with measured verify cost", line=dict(color=RESIDUAL, dash="dot"), row=1, col=2)
     if w.get("measured_speedup") is not None:
         fig.add_scatter(x=[s.get("mean_gamma") or 0], y=[w["measured_speedup"]], mode="markers",
-                        marker=dict(size=14, symbol="star", color=GREEN), name="measured", row=1, col=2)
-    fig.add_hline(y=1.0, line=dict(color=GREY, dash="dash"), row=1, col=2)
+                        marker=dict(size=14, symbol="star", color=FASTER), name="measured", row=1, col=2)
+    fig.add_hline(y=1.0, line=dict(color=BASELINE, dash="dash"), row=1, col=2)
     parts = [f"measured {_num(w.get('measured_speedup'))}x", f"α={_num(s.get('alpha'))}", f"c={_num(w.get('c'))}",
              f"mean γ={_num(s.get('mean_gamma'))}"]
     vk = (w.get("verify_cost") or {}).get(str(round(s.get("mean_gamma") or 0) + 1))
@@ -289,7 +291,7 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     if ((trace.get("timing") or {}).get("speculative") or {}).get("baseline"):
         out.append(View("speed", figure=speed_figure(trace)))
     else:
-        out.append(View("speed", html='<div style="color:var(--body-text-color-subdued, #475569)">With measure_baseline on, plain target '
+        out.append(View("speed", html=f'<div style="color:var(--body-text-color-subdued, {SUBDUED_INK})">With measure_baseline on, plain target '
                                       'decoding of the same length is timed after the last round and '
                                       'compared here.</div>'))
     return out

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from playground.charts import figures as charts
-from playground.charts.figures import wrap
+from playground.charts.figures import legend_below_buttons, wrap
+from playground.charts.palette import (CLEAR, DARK_GRID, DARK_INK, DARK_PAGE, INK, LIGHT_GRID, LIGHT_INK, LIGHT_PAGE,
+                                       NEUTRAL_GRID, NEUTRAL_INK, NEUTRAL_PAGE, PLOTLY_INKS, TEMPLATE)
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,12 @@ class Theme:
 
 
 THEMES = {
-    "light": Theme("light", ink=charts.INK, grid="rgba(148, 163, 184, 0.30)", page="#ffffff"),
-    "dark": Theme("dark", ink="#e2e8f0", grid="rgba(148, 163, 184, 0.25)", page="#0b0f19"),
+    "light": Theme("light", ink=LIGHT_INK, grid=LIGHT_GRID, page=LIGHT_PAGE),
+    "dark": Theme("dark", ink=DARK_INK, grid=DARK_GRID, page=DARK_PAGE),
     # before the page has said which theme it shows: a grey that reads on either
-    "neutral": Theme("neutral", ink="#94a3b8", grid="rgba(148, 163, 184, 0.28)", page="#ffffff"),
+    "neutral": Theme("neutral", ink=NEUTRAL_INK, grid=NEUTRAL_GRID, page=NEUTRAL_PAGE),
 }
-LIGHT_INKS = {charts.INK.lower(), "#444", "#444444", "black", "#000", "#000000", "#2a3f5f"}
+LIGHT_INKS = {INK.lower(), *PLOTLY_INKS}  # inks written for a light page, which themed() turns to the page's
 
 
 NARROW = 700  # px: below this the page is a phone's, and figures get smaller type and wrapped titles
@@ -55,8 +56,8 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     paints the page colour behind it."""
     t = theme_named(view)
     out = go.Figure(fig)
-    background = t.page if export else "rgba(0,0,0,0)"
-    out.update_layout(template=pio.templates[charts.TEMPLATE], font_color=t.ink, title_font_color=t.ink,
+    background = t.page if export else CLEAR
+    out.update_layout(template=pio.templates[TEMPLATE], font_color=t.ink, title_font_color=t.ink,
                       legend_font_color=t.ink, paper_bgcolor=background, plot_bgcolor=background)
     axis = dict(tickfont_color=t.ink, title_font_color=t.ink, gridcolor=t.grid, zerolinecolor=t.grid,
                 linecolor=t.grid)
@@ -109,7 +110,7 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     # the legend goes under the plot: above it, it would sit on the wrapped title
     fig.update_layout(title_font_size=size, font_size=12,
                       legend=dict(orientation="h", y=-0.3, yanchor="top", x=0, xanchor="left", font_size=11))
-    charts.legend_below_buttons(fig)
+    legend_below_buttons(fig)
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
     _wrap_panel_titles(fig, plot_width, 12)

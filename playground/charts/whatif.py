@@ -9,8 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.figures import prob_color, show_token
-
-SAMPLED, EXACT = "#4c78a8", "#f58518"
+from playground.charts.palette import EXACT, SAMPLED
 
 
 def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
