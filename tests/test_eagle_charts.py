@@ -25,7 +25,7 @@ def test_tree_markers_are_the_recorded_fates(trace):
         assert drawn == {f: c for f, c in recorded.items() if c}
         bold = [t for t in fig.data if t.mode == "lines" and t.line.width == 4]
         assert len(bold) == r["accepted"]
-        assert fig.data[-1].text[-1] == html.escape(r["next"]["text"])  # plotly reads tags in text
+        assert fig.data[-1].text[-1] == html.escape(r["next"]["text"], quote=False)  # plotly reads tags, not &quot;
 
 
 def test_tau_bars_are_the_recorded_taus(trace):

@@ -49,7 +49,7 @@ def _hover(n: dict[str, Any]) -> str:
     test = f", accept prob {n['accept_prob']:.3g}" if n.get("accept_prob") is not None else ""
     u = f", u {n['u']:.3g}" if n.get("u") is not None else ""
     return escape(f"{n['text']!r}: draft {n['q_draft']:.3g}, target {n['p_target']:.3g}, "
-                       f"cumulative draft {n['score']:.3g}{test}{u} -> {n['fate']}")
+                  f"cumulative draft {n['score']:.3g}{test}{u} -> {n['fate']}", quote=False)
 
 
 def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
@@ -67,16 +67,16 @@ def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
         group = [n for n in nodes if n["fate"] == fate]
         if group:
             fig.add_scatter(x=[n["depth"] for n in group], y=[y[n["node"]] for n in group], mode="markers+text",
-                            text=[escape(n["text"]) for n in group], textposition="top center",
+                            text=[escape(n["text"], quote=False) for n in group], textposition="top center",
                             marker=dict(size=12, color=colour, opacity=opacity), name=fate,
                             hovertext=[_hover(n) for n in group], hoverinfo="text")
     nxt = r["next"]
     last = nodes[nxt["after_node"]]
     fig.add_scatter(x=[last["depth"], last["depth"] + 1], y=[y[last["node"]]] * 2, mode="lines+markers+text",
                     line=dict(color=ADDED, width=3, dash="dot"), marker=dict(size=[0, 14], color=ADDED),
-                    text=["", escape(nxt["text"])], textposition="top center",
+                    text=["", escape(nxt["text"], quote=False)], textposition="top center",
                     name=f"target's token ({nxt['kind']}, from {nxt['drawn_from']})",
-                    hovertext=["", escape(f"{nxt['text']!r}: drawn with p {nxt['drawn_prob']:.3g}")],
+                    hovertext=["", escape(f"{nxt['text']!r}: drawn with p {nxt['drawn_prob']:.3g}", quote=False)],
                     hoverinfo="text")
     fig.update_layout(title=f"round {r['round']}: {r['drafted']} drafts, {r['accepted']} accepted, tau {r['tau']}",
                       xaxis=dict(title="depth (tokens after the last committed one)", dtick=1),
