@@ -28,9 +28,11 @@ browser:
 	  else echo "chromium not found and cannot be installed here: browser tests will skip"; fi; }
 
 # Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
+# Two workers, a test file each at a time (the tests run torch on one thread, so the two cores
+# share the work); module fixtures stay within their file.
 test: install browser
 	$(BIN)/python -m py_compile bench/*.py
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider tests
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile tests
 
 bench: install
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
