@@ -167,7 +167,11 @@ def llama_cpp_worker(isa: str) -> tuple[Path, dict[str, str]]:
             raise RuntimeError(f"the AVX2 build of llama.cpp in {build} holds instructions past AVX2 "
                                f"(AVX-512, AMX or VNNI; per library: {counts}); not reporting")
         print(f"llama.cpp AVX2 build checked: no AVX-512, AMX or VNNI instruction in {', '.join(counts)}", flush=True)
-    return python, {**os.environ, "PYTHONPATH": str(src), "LLAMA_CPP_LIB_PATH": str(build / "bin")}
+    # the libraries find each other through LD_LIBRARY_PATH too: the build's RUNPATH is the absolute
+    # folder it was built in, which a moved or copied .bench-venv no longer has
+    lib = str(build / "bin")
+    return python, {**os.environ, "PYTHONPATH": str(src), "LLAMA_CPP_LIB_PATH": lib,
+                    "LD_LIBRARY_PATH": os.pathsep.join(filter(None, [lib, os.environ.get("LD_LIBRARY_PATH")]))}
 
 
 class LlamaCpp:
