@@ -9,10 +9,12 @@ file, 5 bits a weight for a 4-bit type (9 for one split into two planes) against
 norms and the embedding lookup stay bfloat16. Whatever the weights, logits reach the transform
 chain in float32.
 
-``auto`` means: on a GPU, the dtype the model was loaded in (as before); on a CPU with native
-bfloat16, ``int4`` for a model loaded from a GGUF file with blocks the kernel takes and a lean
-forward, bfloat16 for the others; float32 on other CPUs. The toy models always stay in float32
-(their known branch probabilities are what they teach, and they are too small to gain anything).
+``auto`` means (``weights_order``): on a GPU, the dtype the model was loaded in; on a CPU, in
+order, ``int4`` where torch runs its AVX2 or AVX-512 kernels and the model's GGUF file has blocks
+the kernel takes, bfloat16 on a CPU with native bfloat16, float32; the engine takes the first that
+passes its check against float32 on this CPU (``playground.models.fast.check``). The toy models
+always stay in float32 (their known branch probabilities are what they teach, and they are too
+small to gain anything).
 """
 from __future__ import annotations
 

@@ -82,8 +82,9 @@ def _top(page: Page) -> None:
                                  elem_id="pg-model", min_width=220,
                                  info="Offline models always; any Hugging Face hub id where the network allows.")
         page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype", min_width=160,
-                                 info="auto: on a CPU with native bfloat16, the model's own GGUF blocks (int4) where they "
-                                      "run, else bfloat16; float32 elsewhere.")
+                                 info="auto: the model's own GGUF blocks (int4) on AVX2 and AVX-512 CPUs, else "
+                                      "bfloat16 where the CPU has it natively, else float32; each only where it "
+                                      "passes its check against float32 (hover the model in the status line).")
         page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
