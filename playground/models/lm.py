@@ -88,6 +88,8 @@ class LM:
                 check = weights_check.check_weights(self._probe, variant) if self.dtype == torch.float32 else None
                 variant.check = check
                 self._checks[name] = check
+                if check is not None and not check.passed:
+                    del self._variants[name]  # a refused copy is not kept in memory; its check is
             check = self._checks[name]
             if check is not None and not check.passed:
                 raise WeightsRefused(f"{check.describe()}; use float32", check)
