@@ -20,8 +20,16 @@ import sys
 
 from playground.models import DEFAULT_MODEL, ModelStore
 from playground.errors import InvalidRequest
+from playground.ui.handlers import zero_gpu
 
-store = ModelStore()
+
+def start_device() -> str | None:
+    """$PLAYGROUND_DEVICE, else cuda on ZeroGPU (where `spaces` lets the weights go there before a GPU
+    is attached), else the store's own choice."""
+    return os.environ.get("PLAYGROUND_DEVICE") or ("cuda" if zero_gpu() else None)
+
+
+store = ModelStore(device=start_device())
 demo = build_demo(store)
 
 
@@ -36,9 +44,19 @@ def preload(key: str) -> None:
         print(f"warning: {err}", file=sys.stderr, flush=True)
 
 
+def start_models() -> list[str]:
+    """The models loaded before serving: $PLAYGROUND_MODEL (default smollm2-135m, "none" for none); on
+    ZeroGPU every model the store keeps (that one and the toys), because there the weights are placed on
+    cuda at start-up, outside the GPU function: one loaded inside a run is gone when the run returns."""
+    key = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL).strip()
+    keys = [key] if key.lower() != "none" else []
+    if zero_gpu():
+        keys += sorted(k for k in store.keep if k not in keys)
+    return keys
+
+
 def main() -> None:
-    key = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL)
-    if key.lower() != "none":
+    for key in start_models():
         preload(key)
     port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

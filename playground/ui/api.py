@@ -11,7 +11,7 @@ from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
-from playground.ui.events import MODEL_EVENT, handler
+from playground.ui.events import LOG, MODEL_EVENT, handler
 from strategies.params import describe
 
 if TYPE_CHECKING:
@@ -62,10 +62,20 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
         yield trace.text, trace.to_json()
 
 
+def plain_refusals(stream: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """``stream`` with a refused input raised as an error whose message is the plain text: a script
+    reads it as it was written (the page's toasts escape theirs, for HTML; this endpoint has no toast)."""
+    try:
+        yield from stream
+    except InvalidRequest as err:
+        LOG.warning("refused: %s", err)
+        raise gr.Error(str(err), title="Not run", print_exception=False) from None
+
+
 def wire(page: Page, decode: Decoder) -> None:
     names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
     page.api_trigger.click(
-        handler(lambda *a: api_generate_stream(decode, *a), len(page.api_in), names=names), page.api_in,
-        page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
+        handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names),
+        page.api_in, page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
         "token, then (text, trace JSON). params is a JSON object of the strategy's parameters.", **MODEL_EVENT)
     gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")

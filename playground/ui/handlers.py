@@ -30,12 +30,13 @@ from playground.engine import stream as engine_stream
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, on_space, spec_for
 from playground.models.fast.check import describe_record
-from playground.serving import memory
+from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget
 from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
+from strategies.registry import get_strategy
 
 if TYPE_CHECKING:
     from playground.charts.common import View
@@ -113,12 +114,58 @@ def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
 
     if spaces is None or not on_space():
         return decode
+    return GpuDecoder(store, budget)
 
-    @spaces.GPU(duration=120)
-    def decode_on_gpu(req: Request) -> Iterator[Trace]:
-        yield from engine_stream(store, req, None, budget)  # the GPU worker cannot report back to gr.Progress
 
-    return lambda req, progress=None: decode_on_gpu(req)
+def zero_gpu() -> bool:
+    """Whether this process runs on ZeroGPU (the `spaces` package reads $SPACES_ZERO_GPU)."""
+    return spaces is not None and bool(spaces.config.Config.zero_gpu)
+
+
+def request_rows(req: Request) -> int:
+    """Rows a step of ``req`` runs through the model (beams x prefixes); 1 where its params are refused."""
+    try:
+        return zerogpu.rows(get_strategy(req.strategy).params.from_dict(dict(req.params)))
+    except InvalidRequest:
+        return 1  # the run itself refuses it with the message, well within the floor
+
+
+class GpuDecoder:
+    """engine.stream on a Space under ``spaces.GPU`` (a no-op off ZeroGPU), declaring the duration
+    ``playground.serving.zerogpu`` sizes from the request; on ZeroGPU a run already made replays."""
+
+    def __init__(self, store: ModelStore, budget: Budget) -> None:
+        self.store, self.budget, self.per_token = store, budget, zerogpu.token_seconds()
+        self.replays = zerogpu.Replays() if zero_gpu() else None
+        self._on_gpu = spaces.GPU(duration=self.gpu_seconds)(self._stream)
+
+    def gpu_seconds(self, req: Request) -> int:
+        """The duration ``req`` declares (spaces.GPU calls this with the decorated function's inputs)."""
+        return zerogpu.gpu_seconds(request_rows(req), req.max_new_tokens, self.per_token, self.budget.seconds)
+
+    def note(self, req: Request) -> str:
+        """The estimate for the page's status; empty off ZeroGPU."""
+        if not zero_gpu():
+            return ""
+        return zerogpu.describe(self.gpu_seconds(req), request_rows(req), req.max_new_tokens)
+
+    def _stream(self, req: Request) -> Iterator[Trace]:
+        yield from engine_stream(self.store, req, None, self.budget)  # the GPU worker cannot report to gr.Progress
+
+    def __call__(self, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
+        if self.replays is None:
+            yield from self._on_gpu(req)
+            return
+        key = zerogpu.replay_key(dataclasses.asdict(req))
+        kept = self.replays.get(key)
+        if kept is not None:
+            yield kept
+            return
+        trace = None
+        for trace in self._on_gpu(req):
+            yield trace
+        if trace is not None:
+            self.replays.keep(key, trace, trace.finish_reason)
 
 
 def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
@@ -140,6 +187,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
                   max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}))
     decode = decoder or default_decoder(store)
+    note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     with_prompt = show_prompt(model, chat)
     for k, trace in enumerate(decode(req, progress)):
@@ -154,13 +202,13 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
         if redraw and step is not None:
             figures, views = _figures(d, step, compact), strategy_views(d, step)
             draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
-        yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False), step, figures, views,
+        yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step, figures, views,
                     final=False)
     if trace is None:
         return
     full = trace.to_dict()
     step = _final_step(full, final_step)
-    yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True), step,
+    yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
                 _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
 
 

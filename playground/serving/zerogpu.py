@@ -1,0 +1,99 @@
+"""What one run asks of ZeroGPU: the GPU seconds it declares, and replays of runs already made.
+
+On a ZeroGPU Space (Hugging Face's shared H200 slices) the decoding runs under
+``spaces.GPU(duration=...)``. The declared duration is checked against the visitor's
+remaining daily quota (2 minutes unauthenticated, 3.5 with a free account) before
+the run starts, and a shorter one gets a better place in the queue; the time used is
+what is charged. So each run declares what it needs:
+
+    clamp(FLOOR_SECONDS, rows x max_new_tokens x token_seconds, the time budget)
+
+rounded up to a whole second. ``rows`` is ``num_prefixes`` x ``num_beams`` for the
+beam-like strategies (``budget.ROW_PARAMS``), 1 otherwise; ``token_seconds`` is
+``$PLAYGROUND_GPU_TOKEN_SECONDS``. The time budget is the cap because the engine stops
+decoding there anyway (``budget``); with no budget the cap is ``UNCAPPED_SECONDS``.
+
+``Replays`` keeps the finished traces of runs made on the GPU, keyed by everything
+that decides them (model, strategy, params, seed, ...): decoding is deterministic for
+one seed, so a second identical request (an example clicked again) replays the first
+run's trace without asking for the GPU. This is the lazy example cache of a ZeroGPU
+Space; elsewhere nothing is replayed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from playground.serving.budget import ROW_PARAMS, env_number
+
+TOKEN_SECONDS_ENV = "PLAYGROUND_GPU_TOKEN_SECONDS"
+# SmolLM2-135M in float32 on one CPU thread here: 14.8 tokens/s through the engine (greedy and
+# sampling alike), about 0.067 s a token with every step recorded. A GPU slice decodes faster, so
+# until it is measured there this is an upper bound: a run never declares too little.
+DEFAULT_TOKEN_SECONDS = 0.07
+FLOOR_SECONDS = 10  # the GPU worker's start and the first step's kernels, for even a 1-token run
+UNCAPPED_SECONDS = 120  # no time budget ($PLAYGROUND_TIME_BUDGET=0): the old fixed declaration
+REPLAYS = 64  # finished runs kept for replay
+REPLAYED_REASONS = ("eos", "length")  # a run cut short (Stop, the time budget) is not replayed
+
+
+def token_seconds() -> float:
+    """``$PLAYGROUND_GPU_TOKEN_SECONDS`` (seconds per row per new token), else the default."""
+    return env_number(TOKEN_SECONDS_ENV, DEFAULT_TOKEN_SECONDS) or DEFAULT_TOKEN_SECONDS
+
+
+def rows(params: Any) -> int:
+    """Rows one step runs through the model: the product of the beam-like factors the params have."""
+    return math.prod(int(getattr(params, name)) for name in ROW_PARAMS if hasattr(params, name))
+
+
+def gpu_seconds(rows: int, max_new_tokens: int, per_token: float, budget_seconds: float | None,
+                floor: int = FLOOR_SECONDS) -> int:
+    """The duration a run declares: rows x tokens x cost, at least ``floor``, at most the budget."""
+    cap = math.ceil(budget_seconds) if budget_seconds else UNCAPPED_SECONDS
+    need = math.ceil(round(rows * max_new_tokens * per_token, 6))
+    return max(floor, min(need, max(cap, floor)))
+
+
+def describe(seconds: int, rows: int, max_new_tokens: int) -> str:
+    """The estimate as the page's status says it."""
+    shape = f"{rows} rows x {max_new_tokens} tokens" if rows > 1 else f"{max_new_tokens} tokens"
+    return f"ZeroGPU: up to {seconds} s of GPU for {shape}"
+
+
+def replay_key(fields: dict[str, Any]) -> str:
+    """One string for everything that decides a run (a request's fields)."""
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+class Replays:
+    """Finished runs by their key, the least recently used dropped past ``size``; thread-safe."""
+
+    def __init__(self, size: int = REPLAYS) -> None:
+        self.size = size
+        self._runs: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                self._runs.move_to_end(key)
+            return run
+
+    def keep(self, key: str, run: Any, finish_reason: str) -> None:
+        """Keep ``run`` if it ended by itself (end of sequence or max new tokens)."""
+        if finish_reason not in REPLAYED_REASONS:
+            return
+        with self._lock:
+            self._runs[key] = run
+            self._runs.move_to_end(key)
+            while len(self._runs) > self.size:
+                self._runs.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
