@@ -18,6 +18,7 @@ from playground.models.fast.check import weights_record
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
+from strategies.sampling.grammar import GrammarSpec, compile_grammar
 from playground.errors import InvalidRequest
 from strategies.registry import get_strategy
 
@@ -41,9 +42,12 @@ class Request:
     # "float32" keeps a programmatic request on the reference numbers; the CLI, the page and the API
     # default to "auto" (see playground.models.dtypes).
     dtype: str = "float32"
+    # the text must follow this grammar: {"kind": json|regex|choices|lark, "text": ...} (or a GrammarSpec)
+    grammar: Any = None
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
+        object.__setattr__(self, "grammar", GrammarSpec.from_dict(self.grammar))
         checks = (("seed", self.seed, 0, MAX_SEED), ("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS),
                   ("top_n", self.top_n, 1, MAX_TOP_N))
         for name, value, low, high in checks:
@@ -86,8 +90,10 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     prompt_ids = lm.encode(req.prompt, req.system, req.chat)
     lm.check_prompt_length(len(prompt_ids), req.max_new_tokens)
     forced = resolve_forced(lm, req.forced, req.max_new_tokens, spec.family, spec.name)
+    grammar = compile_grammar(req.grammar, lm) if req.grammar is not None else None
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced,
+                        grammar=grammar,
                         extra={"weights_check": weights_record(lm.check, lm.weights, passed_over)})
     return spec, params, ctx
 
@@ -105,6 +111,8 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
             trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
             trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
+            if req.grammar is not None:
+                trace.extra["grammar"] = req.grammar.to_dict()
             if ctx.lm.check is not None:
                 trace.timing.extra["weights_check_seconds"] = round(ctx.lm.check.seconds, 3)
             yield trace

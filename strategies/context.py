@@ -48,6 +48,7 @@ class DecodeContext:
     extra: dict[str, Any] = field(default_factory=dict)
     clock: Stopwatch = field(default_factory=Stopwatch)  # read ``clock.now()``, never time.perf_counter()
     forced: dict[int, int] = field(default_factory=dict)  # step -> token id to take there (strategies.forcing)
+    grammar: Any = None  # a CompiledGrammar the text must follow (strategies.sampling.grammar), or None
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A fresh generator seeded from the request (offset separates independent streams)."""

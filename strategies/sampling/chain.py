@@ -44,9 +44,9 @@ class ChainParams(Params):
 
     def validate(self) -> None:
         names = [n.strip() for n in self.order.split(",") if n.strip()]
-        if sorted(names) != sorted(STAGE_NAMES):
-            raise InvalidRequest(
-                f"order must list each of {', '.join(STAGE_NAMES)} once, got {self.order!r}")
+        if sorted(n for n in names if n != "grammar") != sorted(STAGE_NAMES) or names.count("grammar") > 1:
+            raise InvalidRequest(f"order must list each of {', '.join(STAGE_NAMES)} once (and grammar at most "
+                                 f"once, where a grammar goes: first when it is not named), got {self.order!r}")
         object.__setattr__(self, "order", ",".join(names))
 
 
@@ -59,7 +59,7 @@ def build_chain(p: ChainParams) -> list[Transform]:
         "top_p": lambda: TopP(p.top_p) if p.top_p < 1.0 else None,
         "min_p": lambda: MinP(p.min_p) if p.min_p > 0.0 else None,
     }
-    chain = [make[name]() for name in p.order.split(",")]
+    chain = [make[name]() for name in p.order.split(",") if name in make]
     return [t for t in chain if t is not None]
 
 

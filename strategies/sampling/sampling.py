@@ -13,6 +13,7 @@ import torch
 
 from playground.trace import Trace
 from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, record_chain
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.params import Params
@@ -26,8 +27,11 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     """The per-step loop: chain the last logits, select (or take a forced token), record, feed it back.
 
     ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
+    With a grammar stage in the chain, the run ends when the text is whole and the grammar allows
+    nothing more ("grammar complete"), or when it allows no token at all ("grammar: no token allowed").
     """
     lm = ctx.lm
+    grammar = grammar_of(chain)
     started = ctx.clock.now()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
     out = lm.forward(context)
@@ -36,6 +40,9 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     names = [t.name for t in chain]
     for i in range(ctx.max_new_tokens):
         record = record_chain(chain, out.logits[:, -1], context)
+        if grammar is not None and grammar.dead(record.decisions[chain.index(grammar)]):
+            reason = DEAD_END_REASON
+            break
         token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
                                          getattr(selector, "generator", None))
         # stateful stages (mirostat) learn the token the text got (forced or drawn) before it is recorded
@@ -51,6 +58,9 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
             finish(trace, ctx, started, reason, passes)
             yield trace
             return
+        if grammar is not None and grammar.stopped():
+            reason = GRAMMAR_REASON
+            break
         finish(trace, ctx, started, "running", passes)
         yield trace
         if i + 1 == ctx.max_new_tokens:
@@ -70,8 +80,9 @@ class GreedyParams(Params):
 
 @register("greedy", GreedyParams, "Take the most probable token at every step.")
 def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
-    trace = ctx.new_trace("greedy", params.to_dict(), ["greedy"])
-    yield from chain_loop(ctx, trace, [], Greedy())
+    chain = with_grammar([], grammar_stage(ctx))
+    trace = ctx.new_trace("greedy", params.to_dict(), [t.name for t in chain] + ["greedy"])
+    yield from chain_loop(ctx, trace, chain, Greedy())
 
 
 @register("sampling", SamplerParams,
@@ -79,7 +90,7 @@ def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
           "XTC, mirostat...) in a chosen order, then a multinomial draw.")
 def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
-    chain = build_sampler_chain(params, generator, ctx.lm)
+    chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
     yield from chain_loop(ctx, trace, chain, Multinomial(generator))
 
@@ -88,6 +99,6 @@ def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
           "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.")
 def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
-    chain = build_sampler_chain(params, generator, ctx.lm)
+    chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
     yield from chain_loop(ctx, trace, chain, GumbelMax(generator))

@@ -1,0 +1,388 @@
+"""Structured decoding: a grammar as one stage of the chain, with llguidance as the matcher.
+
+A grammar is given in one of four forms (``GRAMMAR_KINDS``):
+
+- ``json``: a JSON schema (``{"type": "object", "properties": {...}}``);
+- ``regex``: a regular expression the whole generated text must match (Rust ``regex`` syntax);
+- ``choices``: a JSON list of strings, or the strings separated by ``|``; the text is one of them;
+- ``lark``: a Lark grammar in llguidance's dialect (``start: ...``).
+
+At every step the ``grammar`` stage asks the matcher which tokens can continue a valid text and
+gives every other token a logit of -inf; the rest of the chain then sees the model's distribution
+renormalised over the allowed tokens. Its decision per step:
+
+- ``allowed`` [batch, vocab] bool: the mask (recorded as the candidate ids it allows);
+- ``allowed_count`` [batch]: how many tokens of the vocabulary it allows;
+- ``z`` [batch]: the feasible mass Z_t, the probability the stage's input gave the allowed tokens
+  (1: the grammar asks nothing of the model here; near 0: the grammar fights the model);
+- ``forced`` [batch]: exactly one token is allowed, so the grammar chose it, not the model;
+- ``complete`` [batch]: the text so far is already a whole valid text (end of text is allowed);
+- ``dead`` [batch]: no token can continue the text and it is not whole (a vocabulary that cannot
+  spell what the grammar asks); the loop ends the run there ("grammar: no token allowed").
+
+The mask allows a token whose bytes begin a valid continuation, even where the vocabulary has no
+token to finish it (the toy models' `` the`` under ``( there)+``): the next step then allows nothing
+but the end of text, and such a row is ``dead``.
+
+Constrained is not conditioned: choosing token by token under the mask draws each token from the
+model renormalised over what the grammar allows *now*, which is not the model's distribution over
+whole texts restricted to valid ones (Park et al. 2024, "Grammar-Aligned Decoding"); the sample
+many view shows the gap on the toy model.
+
+The matcher is llguidance (Microsoft's low-level guidance library, the one llama.cpp, vLLM and
+SGLang use). A model whose tokenizer llguidance cannot read directly (the toy models' word-level
+vocabulary) is described to it token by token, with forcing off (llguidance's fast-forward needs
+a tokenizer that can spell every byte string).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from playground.errors import InvalidRequest
+from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
+
+GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
+MAX_GRAMMAR_CHARS = 20_000
+MAX_CHOICES = 200
+GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the grammar allows no more
+DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
+
+EXAMPLES = {
+    "json": '{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, '
+            '"required": ["name", "age"], "additionalProperties": false}',
+    "regex": r"\d{4}-\d{2}-\d{2}",
+    "choices": "yes | no | maybe",
+    "lark": 'start: "The answer is " ANSWER "."\nANSWER: "yes" | "no"',
+}
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A grammar as a person gives it: its kind and its text (validated on construction)."""
+
+    kind: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in GRAMMAR_KINDS:
+            raise InvalidRequest(f"grammar kind must be one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise InvalidRequest(f"the {self.kind} grammar must not be empty")
+        if len(self.text) > MAX_GRAMMAR_CHARS:
+            raise InvalidRequest(f"the {self.kind} grammar must be at most {MAX_GRAMMAR_CHARS} characters, "
+                                 f"got {len(self.text)}")
+        if self.kind == "json":
+            schema_of(self.text)
+        if self.kind == "choices":
+            choices_of(self.text)
+
+    @classmethod
+    def from_dict(cls, value: Any) -> "GrammarSpec | None":
+        """``{"kind": ..., "text": ...}`` (or None / an empty text: no grammar) -> a spec."""
+        if value is None or value == {} or value == "":
+            return None
+        if isinstance(value, GrammarSpec):
+            return value
+        if not isinstance(value, dict) or set(value) - {"kind", "text"}:
+            raise InvalidRequest(f"grammar must be {{\"kind\": one of {', '.join(GRAMMAR_KINDS)}, "
+                                 f"\"text\": the grammar}}, got {value!r:.200}")
+        text = value.get("text") or ""
+        if not str(text).strip():
+            return None
+        return cls(str(value.get("kind", "")), str(text))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "text": self.text}
+
+    def lark(self, forcing: bool = True) -> str:
+        """The grammar in llguidance's Lark dialect (JSON and regex embedded as its own lexemes)."""
+        head = "" if forcing else '%llguidance {"no_forcing": true}\n'
+        if self.kind == "json":
+            return head + "start: %json " + json.dumps(schema_of(self.text)) + "\n"
+        if self.kind == "regex":
+            return head + "start: /" + self.text.replace("/", "\\/") + "/\n"
+        if self.kind == "choices":
+            return head + "start: " + " | ".join(json.dumps(c) for c in choices_of(self.text)) + "\n"
+        return head + self.text
+
+
+def schema_of(text: str) -> Any:
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequest(f"the JSON schema does not parse: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidRequest(f"a JSON schema must be an object, got {type(schema).__name__}")
+    return schema
+
+
+def choices_of(text: str) -> list[str]:
+    """'["yes", "no"]' or 'yes | no' -> ['yes', 'no'] (a JSON list keeps spaces and bars inside items)."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise InvalidRequest(f"grammar choices as a JSON list do not parse: {e.msg} at column {e.colno}") from None
+    else:
+        items = [s.strip() for s in stripped.split("|")]
+    if not isinstance(items, list) or not items or not all(isinstance(s, str) and s for s in items):
+        raise InvalidRequest(f"grammar choices must be non-empty strings separated by | or a JSON list of "
+                             f"strings, got {text!r:.200}")
+    if len(items) > MAX_CHOICES:
+        raise InvalidRequest(f"grammar choices must be at most {MAX_CHOICES}, got {len(items)}")
+    return items
+
+
+# --- the model's vocabulary as llguidance reads it --------------------------------------------------
+
+_TOKENIZERS: dict[int, tuple[Any, Any, bool]] = {}  # id(hf tokenizer) -> (it, LLTokenizer, forcing)
+
+
+class _Vocabulary:
+    """A tokenizer described token by token (what ``llguidance.TokenizerWrapper`` reads): every
+    token's bytes, the special ids, and a greedy longest-match encoder over those bytes."""
+
+    def __init__(self, tokenizer: Any, n_vocab: int, eos: int) -> None:
+        self.eos_token_id = eos
+        self.bos_token_id = getattr(tokenizer, "bos_token_id", None)
+        self.special_token_ids = sorted(int(i) for i in getattr(tokenizer, "all_special_ids", []) if i < n_vocab)
+        special = set(self.special_token_ids)
+        self.tokens = []
+        for i in range(n_vocab):
+            raw = tokenizer.convert_ids_to_tokens(i) if i < len(tokenizer) else None
+            if raw is None:
+                self.tokens.append(b"\xff<unused>")
+            elif i in special:
+                self.tokens.append(b"\xff" + raw.encode())
+            else:
+                self.tokens.append(_token_bytes(raw))
+        self._ids = {b: i for i, b in enumerate(self.tokens) if i not in special and b}
+        self._longest = max((len(b) for b in self._ids), default=1)
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        data = text if isinstance(text, bytes) else text.encode()
+        out, i = [], 0
+        while i < len(data):
+            for n in range(min(self._longest, len(data) - i), 0, -1):
+                hit = self._ids.get(data[i:i + n])
+                if hit is not None:
+                    out.append(hit)
+                    i += n
+                    break
+            else:
+                i += 1  # a byte no token spells: left out
+        return out
+
+
+def _token_bytes(raw: str) -> bytes:
+    if len(raw) == 6 and raw.startswith("<0x") and raw.endswith(">"):
+        return bytes([int(raw[3:5], 16)])
+    return raw.replace("▁", " ").encode()
+
+
+def llg_tokenizer(lm: Any) -> tuple[Any, bool]:
+    """llguidance's view of ``lm``'s vocabulary (built once per tokenizer, about a second for
+    49,152 tokens) and whether fast-forward forcing can be on for it."""
+    import llguidance
+    import llguidance.hf
+
+    tok = lm.tokenizer
+    hit = _TOKENIZERS.get(id(tok))
+    if hit is not None and hit[0] is tok:
+        return hit[1], hit[2]
+    eos = sorted(int(i) for i in lm.eos_ids)
+    try:
+        made, forcing = llguidance.hf.from_tokenizer(tok, n_vocab=lm.vocab_size, eos_token=eos), True
+    except ValueError:  # a decoder llguidance does not know (the toy models' Metaspace)
+        vocab = _Vocabulary(tok, lm.vocab_size, eos[0] if eos else 0)
+        made = llguidance.LLTokenizer(llguidance.TokenizerWrapper(vocab), n_vocab=lm.vocab_size, eos_token=eos)
+        forcing = False
+    _TOKENIZERS[id(tok)] = (tok, made, forcing)
+    return made, forcing
+
+
+@dataclass
+class CompiledGrammar:
+    """A grammar checked against one model's vocabulary; ``matcher()`` starts a fresh text."""
+
+    spec: GrammarSpec
+    tokenizer: Any
+    source: str
+
+    def matcher(self) -> Any:
+        import llguidance
+        return llguidance.LLMatcher(self.tokenizer, self.source, log_level=0)
+
+
+def compile_grammar(spec: GrammarSpec, lm: Any) -> CompiledGrammar:
+    """Check ``spec`` against ``lm``'s vocabulary; a grammar that fails to parse or exceeds
+    llguidance's limits is refused with llguidance's own message (which names the position)."""
+    import llguidance
+
+    tokenizer, forcing = llg_tokenizer(lm)
+    try:
+        source = llguidance.LLMatcher.grammar_from_lark(spec.lark(forcing))
+    except ValueError as e:
+        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {e}") from None
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(source, tokenizer)
+    if is_error:
+        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {messages[0].strip()}")
+    compiled = CompiledGrammar(spec, tokenizer, source)
+    first = compiled.matcher()
+    if first.is_error():
+        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {first.get_error().strip()}")
+    return compiled
+
+
+# --- the stage ---------------------------------------------------------------------------------------
+
+
+class Grammar(TransformBase):
+    """The grammar stage: one matcher per row of the batch (a beam hypothesis, a sample).
+
+    ``advance(parents, tokens)`` moves the rows on: row ``j`` of the next step continues row
+    ``parents[j]`` of this one with ``tokens[j]`` (copying a matcher when two rows share a parent,
+    as beams do when they fork). ``feed_back`` is ``advance`` with every row keeping its place.
+    """
+
+    name = "grammar"
+
+    def __init__(self, compiled: CompiledGrammar, rows: int = 1) -> None:
+        self.compiled = compiled
+        self.matchers = [compiled.matcher() for _ in range(rows)]
+        self._bitmask: torch.Tensor | None = None
+
+    @property
+    def spec(self) -> GrammarSpec:
+        return self.compiled.spec
+
+    def allowed(self, vocab: int, rows: list[int] | None = None) -> torch.Tensor:
+        """[rows, vocab] bool: the tokens each row's matcher allows next."""
+        import llguidance.torch as llt
+
+        matchers = self.matchers if rows is None else [self.matchers[r] for r in rows]
+        return allowed_mask(matchers, vocab, llt)
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        allowed = self.allowed(logits.shape[-1]).to(logits.device)
+        if allowed.shape[0] != logits.shape[0]:
+            raise RuntimeError(f"grammar has {allowed.shape[0]} rows for {logits.shape[0]} rows of logits")
+        return masked(logits, allowed, [m.is_accepting() for m in self.matchers], self.compiled.tokenizer.eos_tokens)
+
+    def feed_back(self, logits: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+        self.advance(list(range(len(self.matchers))), [int(t) for t in chosen.tolist()])
+
+    def advance(self, parents: list[int], tokens: list[int]) -> None:
+        """Row j of the next step: row ``parents[j]``'s text plus ``tokens[j]``. A token the grammar
+        does not allow (a forced one) is refused with a message that names it."""
+        self.keep(parents)
+        for m, token in zip(self.matchers, tokens):
+            if not m.consume_token(int(token)):
+                raise InvalidRequest(f"the grammar does not allow token {int(token)} here: "
+                                     f"{first_line(m.get_error())}")
+
+    def keep(self, rows: list[int]) -> None:
+        """Row j goes on as row ``rows[j]`` (its text unchanged); a row kept twice is copied."""
+        used: set[int] = set()
+        out = []
+        for r in rows:
+            out.append(self.matchers[r].deep_copy() if r in used else self.matchers[r])
+            used.add(r)
+        self.matchers = out
+
+    def dead(self, decision: Decision, row: int = 0) -> bool:
+        """Whether this stage's ``decision`` left row ``row`` nowhere to go (see the module docstring)."""
+        return bool(decision["dead"][row])
+
+    def stopped(self, row: int = 0) -> bool:
+        """The text of ``row`` is whole and the grammar allows nothing more after it."""
+        return self.matchers[row].is_stopped()
+
+    def accepting(self, row: int = 0) -> bool:
+        return self.matchers[row].is_accepting()
+
+    def along(self, tokens: list[int], vocab: int, row: int = 0) -> torch.Tensor:
+        """[len(tokens) + 1, vocab] bool: the masks before each of ``tokens`` and after the last, as the
+        text of ``row`` grows by them (a speculative draft); the matcher is left as it was. After a
+        token the grammar forbids, the remaining masks allow nothing."""
+        import llguidance.torch as llt
+
+        m = self.matchers[row]
+        masks, consumed = [], 0
+        for t in tokens:
+            masks.append(allowed_mask([m], vocab, llt)[0])
+            if not masks[-1][int(t)] or m.is_stopped() or not m.consume_token(int(t)):
+                break
+            consumed += 1
+        else:
+            masks.append(allowed_mask([m], vocab, llt)[0])
+        if consumed:
+            m.rollback(consumed)
+        while len(masks) < len(tokens) + 1:
+            masks.append(torch.zeros(vocab, dtype=torch.bool))
+        return torch.stack(masks)
+
+
+def masked(logits: torch.Tensor, allowed: torch.Tensor, complete: list[bool], eos: list[int]
+           ) -> tuple[torch.Tensor, Decision]:
+    """The grammar's decision on ``logits`` [batch, vocab] given its mask ``allowed`` [batch, vocab].
+
+    A row the mask leaves empty (an earlier stage cut every allowed token) keeps the end of text, so
+    the row stays a distribution; it is ``dead``, as is a row that allows only the end of text
+    before its text is whole."""
+    vocab = logits.shape[-1]
+    eos_ids = torch.tensor([e for e in eos if e < vocab], dtype=torch.long, device=logits.device)
+    done = torch.tensor(complete, dtype=torch.bool, device=logits.device)
+    allowed = allowed & torch.isfinite(logits)
+    counts = allowed.sum(-1)
+    only_end = counts == allowed[:, eos_ids].sum(-1)
+    dead = (counts == 0) | (only_end & ~done)
+    if bool((counts == 0).any()):
+        allowed = allowed.clone()
+        allowed[(counts == 0).nonzero().flatten()[:, None], eos_ids[None, :]] = True
+    probs = logits.float().softmax(-1)
+    z = torch.where(allowed, probs, torch.zeros_like(probs)).sum(-1)
+    out = logits.masked_fill(~allowed, NEG_INF)
+    return out, {"allowed": allowed, "allowed_count": counts, "z": z, "forced": counts == 1,
+                 "complete": done, "dead": dead}
+
+
+def allowed_mask(matchers: list[Any], vocab: int, llt: Any) -> torch.Tensor:
+    """[len(matchers), vocab] bool from llguidance's packed bitmask (32 tokens per int32)."""
+    bitmask = llt.allocate_token_bitmask(len(matchers), vocab)
+    for r, m in enumerate(matchers):
+        llt.fill_next_token_bitmask(m, bitmask, r)
+    bits = (bitmask.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1
+    return bits.flatten(1)[:, :vocab].bool()
+
+
+def first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "the matcher refused it"
+
+
+def grammar_stage(ctx: Any, rows: int = 1) -> Grammar | None:
+    """A fresh grammar stage for a run of ``ctx`` (a DecodeContext), ``rows`` texts at once; None
+    when the request has no grammar."""
+    return None if ctx.grammar is None else Grammar(ctx.grammar, rows)
+
+
+def with_grammar(chain: list, grammar: Grammar | None, order: str = "") -> list:
+    """``chain`` with the grammar stage placed where ``order`` names ``grammar`` (counted among the
+    stages that are on), or first when it does not: truncations then act on the allowed tokens."""
+    if grammar is None:
+        return list(chain)
+    names = [n.strip() for n in order.split(",") if n.strip()]
+    if "grammar" not in names:
+        return [grammar, *chain]
+    before = set(names[:names.index("grammar")])
+    at = sum(1 for t in chain if t.name in before)
+    return [*chain[:at], grammar, *chain[at:]]
+
+
+def grammar_of(chain: list) -> Grammar | None:
+    return next((t for t in chain if isinstance(t, Grammar)), None)
