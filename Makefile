@@ -1,7 +1,9 @@
 # make run   - set up .venv and start the playground on the default model
 # make test  - set up .venv (and Debian's chromium for the browser tests) and run every test
-# the Python the Space runs (README front matter: python_version); tests check that the two agree
-PYTHON ?= python3.11
+# The first of these that is Python >= 3.11 (numpy 2.4.6 needs it): the Space's (README front matter:
+# python_version, which tests/test_requirements.py holds first here), then 3.11, then python3.
+PYTHON_CANDIDATES := python3.12 python3.11 python3
+PYTHON ?= $(firstword $(foreach p,$(PYTHON_CANDIDATES),$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo $(p))))
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -9,6 +11,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install run test browser bench screenshots toy clean
 
 $(STAMP): requirements.txt tests/requirements.txt
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "no Python >= 3.11 found (tried $(PYTHON_CANDIDATES)); set PYTHON=" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt -r tests/requirements.txt

