@@ -1,11 +1,21 @@
-"""Stages that adapt to the distribution or to the text so far: dynamic temperature and mirostat v2.
+"""Stages that adapt to the distribution or to the text so far: dynamic temperature, mirostat v2 and
+adaptive-p.
 
 Decisions (per row unless a plain number):
 - dynamic_temperature: ``min``, ``max``, ``exponent``; ``entropy`` (nats), ``normalized`` (entropy /
   log of the number of tokens still alive) and ``t``: the temperature it divided by;
 - mirostat: ``tau``, ``eta``; ``mu`` (the surprise cap in bits it truncated at) and ``threshold`` =
   2^-mu (the probability at that surprise); after the token is chosen, ``feed_back`` adds
-  ``surprise`` (bits, of the chosen token on mirostat's own output) and ``mu_after``.
+  ``surprise`` (bits, of the chosen token on mirostat's own output) and ``mu_after``;
+- adaptive_p: ``target``, ``decay``; ``average`` (the running average of the chosen tokens'
+  probabilities before this step) and ``adapted`` = clamp(2 target - average, 0, 1), the probability
+  it favoured; after the token is chosen, ``feed_back`` adds ``chosen_prob`` (the chosen token's
+  probability on the distribution adaptive-p received) and ``average_after``.
+
+The stateful stages (mirostat, adaptive-p) learn from the tokens the selector drew, not from forced
+ones: a forced token (strategies/forcing.py) is what a prompt holding it would be, and a prompt
+teaches them nothing. So at a forced step ``hold`` records what the step was and keeps the state:
+forcing steps 0 .. f gives, from step f + 1 on, the run whose prompt holds those tokens.
 """
 from __future__ import annotations
 
@@ -14,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
+from strategies.sampling.transforms import NEG_INF, Decision, TransformBase, divide_by_temperature
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,7 @@ class DynamicTemperature(TransformBase):
         t = self.t_min + (self.t_max - self.t_min) * normalized.pow(self.exponent)
         decision = {"min": self.t_min, "max": self.t_max, "exponent": self.exponent, "entropy": ent,
                     "normalized": normalized, "t": t}
-        return logits / t.to(logits.dtype)[..., None], decision
+        return divide_by_temperature(logits, t.to(logits.dtype)[..., None]), decision
 
 
 @dataclass
@@ -49,28 +59,103 @@ class Mirostat(TransformBase):
     tau: mu <- mu - eta x (S(X) - tau), with S(X) = -log2 of X's probability on the truncated,
     renormalised distribution (llama.cpp documents the same update). mu starts at 2 tau.
 
-    Stateful: one object per decoding run, its ``mu`` ([batch], bits) advanced by ``feed_back``.
+    Stateful: one object per decoding run, its ``mu`` ([batch], bits) advanced by ``feed_back``. A
+    forced token does not move mu (``hold``): a prompt holding it would not have taught mu either.
+    ``generator`` (the request's, optional) lets ``samplers.feed_back`` tell a forced step; ``seen``
+    is its state when this stage ran.
     """
 
     tau: float
     eta: float
+    generator: torch.Generator | None = None
     mu: torch.Tensor | None = field(default=None)
+    seen: torch.Tensor | None = field(default=None, repr=False)
     name = "mirostat"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         if self.mu is None:
             # float32: a device without float64 (Apple's MPS) runs it too
             self.mu = torch.full(logits.shape[:-1], 2.0 * self.tau, dtype=torch.float32, device=logits.device)
+        if self.generator is not None:
+            self.seen = self.generator.get_state()
         probs = logits.softmax(dim=-1)
         threshold = torch.exp2(-self.mu).to(probs.dtype)
         remove = (probs < threshold[..., None]) & (logits < logits.amax(dim=-1, keepdim=True))
         decision = {"tau": self.tau, "eta": self.eta, "mu": self.mu.clone(), "threshold": threshold}
         return logits.masked_fill(remove, NEG_INF), decision
 
+    def _surprise(self, out: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        return -out.float().log_softmax(dim=-1).gather(-1, chosen.view(-1, 1))[..., 0] / math.log(2.0)
+
     def feed_back(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
         """``out``: the logits this stage returned [batch, vocab]; ``chosen``: [batch] ids drawn."""
-        logp = out.float().log_softmax(dim=-1).gather(-1, chosen.view(-1, 1))[..., 0]
-        surprise = -logp / math.log(2.0)
+        surprise = self._surprise(out, chosen)
         self.mu = decision["mu"] - self.eta * (surprise - self.tau)
         decision["surprise"] = surprise
         decision["mu_after"] = self.mu.clone()
+
+    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+        """A forced token: its surprise is recorded, mu stays."""
+        decision["surprise"] = self._surprise(out, chosen)
+        decision["mu_after"] = self.mu.clone()
+
+
+ADAPTIVE_P_WIDTH, ADAPTIVE_P_PEAK, ADAPTIVE_P_SHARPNESS = 0.3, 5.0, 10.0  # llama.cpp's fixed shape
+
+
+@dataclass
+class AdaptiveP(TransformBase):
+    """Adaptive-p (llama.cpp PR #17927, from MrJackSpade's adaptive-p; koboldcpp ships it too):
+    favour the tokens whose probability is near a target, steering the running average of the chosen
+    tokens' probabilities towards ``target``.
+
+    With p the distribution received and A the running average, the adapted target is
+    a = clamp(2 target - A, 0, 1) (too many probable picks lately: aim lower), and each live token's
+    logit becomes PEAK - SHARPNESS x d^2 / (1 + d), d = |p - a| / WIDTH (5, 10, 0.3: llama.cpp's
+    constants); a token an earlier stage cut stays cut. Once the token X is chosen, with its
+    probability p(X) on the distribution received: S <- p(X) + decay x S, W <- 1 + decay x W, A = S / W.
+    S and W start at target / (1 - decay) and 1 / (1 - decay), so A starts at the target.
+
+    llama.cpp's adaptive-p samples the token itself and must run last; here, as mirostat is fitted,
+    the stage returns the reshaped logits and the chain's selector draws from them: the same
+    distribution, and the chosen token fed back the same way. Its place in both presets is last.
+    A forced token does not move the average (``hold``), as llama.cpp's accept ignores a token it did
+    not select.
+    """
+
+    target: float
+    decay: float
+    generator: torch.Generator | None = None
+    weighted_sum: torch.Tensor | None = field(default=None)
+    total_weight: torch.Tensor | None = field(default=None)
+    seen: torch.Tensor | None = field(default=None, repr=False)
+    probs: torch.Tensor | None = field(default=None, repr=False)
+    name = "adaptive_p"
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        if self.weighted_sum is None:
+            shape = logits.shape[:-1]
+            self.weighted_sum = torch.full(shape, self.target / (1.0 - self.decay), device=logits.device)
+            self.total_weight = torch.full(shape, 1.0 / (1.0 - self.decay), device=logits.device)
+        if self.generator is not None:
+            self.seen = self.generator.get_state()
+        self.probs = logits.float().softmax(dim=-1)
+        average = self.weighted_sum / self.total_weight
+        adapted = (2.0 * self.target - average).clamp(0.0, 1.0)
+        d = (self.probs - adapted[..., None]).abs() / ADAPTIVE_P_WIDTH
+        shaped = ADAPTIVE_P_PEAK - ADAPTIVE_P_SHARPNESS * d * d / (1.0 + d)
+        out = torch.where(torch.isfinite(logits), shaped.to(logits.dtype), logits)
+        decision = {"target": self.target, "decay": self.decay, "average": average, "adapted": adapted}
+        return out, decision
+
+    def feed_back(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+        p = self.probs.gather(-1, chosen.view(-1, 1))[..., 0]
+        self.weighted_sum = p + self.decay * self.weighted_sum
+        self.total_weight = 1.0 + self.decay * self.total_weight
+        decision["chosen_prob"] = p
+        decision["average_after"] = self.weighted_sum / self.total_weight
+
+    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+        """A forced token: its probability is recorded, the average stays."""
+        decision["chosen_prob"] = self.probs.gather(-1, chosen.view(-1, 1))[..., 0]
+        decision["average_after"] = self.weighted_sum / self.total_weight

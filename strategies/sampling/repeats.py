@@ -16,6 +16,7 @@ A stage that would remove every token keeps the most probable one it received.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,15 +35,32 @@ def _spare_one(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return torch.where(empty[..., None], restored, out)
 
 
+FLOAT_MAX_LOG = 88.7228391  # log of float32's largest value: DRY's exponent is capped at it, as llama.cpp does
+
+
+def dry_exponent_cap(base: float) -> int | None:
+    """The largest exponent n - allowed_length DRY raises ``base`` to (None: no cap, base ~ 1), so
+    base^exponent stays below float32's largest value: llama.cpp's int(log(FLT_MAX) / log(base))."""
+    return int(FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else None
+
+
 @dataclass
 class DRY(TransformBase):
     """DRY, "don't repeat yourself" (p-e-w's sampler, as text-generation-webui and llama.cpp document
     it): a token that would extend a repeat of length n >= ``allowed_length`` (the end of the context
     already appeared earlier, followed by that token) has ``multiplier x base^(n - allowed_length)``
-    subtracted from its logit. A repeat never reaches across a sequence breaker: a token whose text
-    contains one of ``breakers`` (newline, colon, quote, asterisk by default) ends the match.
+    subtracted from its logit.
 
-    ``piece(id)`` gives a token's text; whether it breaks is cached per id.
+    Sequence breakers, as llama.cpp treats them: the repeating suffix starts after the last breaker in
+    the context, whether a single token's text holds it (newline, colon, quote, asterisk by default)
+    or it is written across several tokens ("###" as "##" then "#"); and a token whose own text holds
+    a breaker is never penalised (it would end the repeat).
+
+    Edges: the exponent is capped at ``dry_exponent_cap(base)`` (llama.cpp's clamp, so a repeat of any
+    length stays finite), and the penalty at the largest value of the logits' dtype, so a penalised
+    token keeps a finite logit: DRY pushes down, it never cuts.
+
+    ``piece(id)`` gives a token's text; pieces and whether a token breaks are cached per id.
     """
 
     multiplier: float
@@ -50,23 +68,58 @@ class DRY(TransformBase):
     allowed_length: int
     breakers: tuple[str, ...]
     piece: Callable[[int], str]
+    _pieces: dict[int, str] = field(default_factory=dict, repr=False)
     _breaks: dict[int, bool] = field(default_factory=dict, repr=False)
     name = "dry"
+
+    def _text(self, token_id: int) -> str:
+        text = self._pieces.get(token_id)
+        if text is None:
+            text = self._pieces[token_id] = self.piece(token_id)
+        return text
 
     def _is_breaker(self, token_id: int) -> bool:
         hit = self._breaks.get(token_id)
         if hit is None:
-            text = self.piece(token_id)
+            text = self._text(token_id)
             hit = self._breaks[token_id] = any(b in text for b in self.breakers)
         return hit
+
+    def _breaker_end(self, ids: list[int], k: int, width: int) -> int | None:
+        """The last token of a breaker that starts in token ``k``'s text and runs on into the tokens
+        after it (None when none does); ``width`` is the longest breaker's length in characters."""
+        head = self._text(ids[k])
+        text, ends = head, [len(head)]
+        while len(text) - len(head) < width - 1 and k + len(ends) < len(ids):
+            text += self._text(ids[k + len(ends)])
+            ends.append(len(text))
+        last = None
+        for b in self.breakers:
+            start = text.find(b)
+            while 0 <= start < len(head):
+                stop = start + len(b)
+                if stop <= len(text):
+                    token = k + next(j for j, e in enumerate(ends) if e >= stop)
+                    last = token if last is None else max(last, token)
+                start = text.find(b, start + 1)
+        return last
+
+    def _tail(self, ids: list[int]) -> int:
+        """How many tokens at the end of ``ids`` follow the last sequence breaker (all, when none)."""
+        width = max(len(b) for b in self.breakers) if self.breakers else 0
+        for k in range(len(ids) - 1, -1, -1):
+            if self._is_breaker(ids[k]):
+                return len(ids) - 1 - k
+            end = self._breaker_end(ids, k, width) if width > 1 else None
+            if end is not None:
+                return len(ids) - 1 - end
+        return len(ids)
 
     def _row(self, ids: list[int]) -> tuple[dict[int, int], tuple[int, int, int, int]]:
         """token -> the longest repeat it would extend; and (length, span start, span end, repeat
         start) of the longest repeat overall."""
         end = len(ids)
-        tail = 0  # the suffix that can repeat stops at the last breaker
-        while tail < end and not self._is_breaker(ids[end - 1 - tail]):
-            tail += 1
+        tail = self._tail(ids)  # the suffix that can repeat stops at the last breaker
         lengths: dict[int, int] = {}
         best = (0, -1, -1, -1)
         for j in range(1, end):  # ids[j] followed an earlier copy ending at j - 1
@@ -79,20 +132,30 @@ class DRY(TransformBase):
                 best = (n, j - n, j, end - n)
         return lengths, best
 
+    def _penalty(self, n: int, limit: float) -> float:
+        exponent = n - self.allowed_length
+        cap = dry_exponent_cap(self.base)
+        if cap is not None:
+            exponent = min(exponent, cap)
+        return min(self.multiplier * self.base ** exponent, limit)
+
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         penalty = torch.zeros_like(logits)
+        limit = float(torch.finfo(logits.dtype).max)
         spans = []
         for r, row in enumerate(context.tolist()):
             lengths, best = self._row(row)
             for token, n in lengths.items():
-                if n >= self.allowed_length:
-                    penalty[r, token] = self.multiplier * self.base ** (n - self.allowed_length)
+                if n >= self.allowed_length and not self._is_breaker(token):
+                    penalty[r, token] = self._penalty(n, limit)
             spans.append(best)
         span = torch.tensor(spans, dtype=torch.long, device=logits.device).view(-1, 4)
+        hit = (penalty > 0) & torch.isfinite(logits)  # a token cut before stays cut
         decision = {"multiplier": self.multiplier, "base": self.base, "allowed_length": self.allowed_length,
-                    "penalty": penalty, "ids": (penalty > 0) & torch.isfinite(logits), "match_length": span[:, 0],
+                    "penalty": penalty, "ids": hit, "match_length": span[:, 0],
                     "span_start": span[:, 1], "span_end": span[:, 2], "repeat_start": span[:, 3]}
-        return logits - penalty, decision
+        out = torch.where(hit, (logits - penalty).clamp(min=-limit), logits)
+        return out, decision
 
 
 @dataclass(frozen=True)

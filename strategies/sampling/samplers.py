@@ -1,21 +1,25 @@
 """The full sampler chain of the sampling strategies: every stage, its knobs, two preset orders.
 
 ``SamplerParams`` extends the shared ``ChainParams`` (penalty, temperature, top-k, top-p, min-p)
-with typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature, mirostat v2, no-repeat n-gram
-and bias by word. Each has a no-op value at which it drops out of the chain.
+with typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature, mirostat v2, no-repeat n-gram,
+bias by word, top-H, p-less and adaptive-p. Each has a no-op value at which it drops out of the chain.
 
 ``order`` names the stages in the order they run, or a preset:
 - ``transformers``: the order ``generate`` applies its processors and warpers in (sequence bias,
   repetition penalty, no-repeat n-gram; then temperature, top-k, top-p, min-p, typical, epsilon,
-  eta), the stages it lacks placed beside their kin;
+  eta; top-H right after temperature, where transformers 5.x puts ``TopHLogitsWarper``), the stages
+  it lacks placed beside their kin (p-less beside min-p);
 - ``llama.cpp``: llama.cpp's default sampler chain
-  ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature``, with mirostat last (there
-  it replaces the tail of the chain) and the stages it lacks beside their kin.
+  ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature``, with mirostat and adaptive-p
+  last (there they pick the token, so they must end the chain) and the stages it lacks beside their
+  kin (top-H beside typical, p-less beside min-p).
 Stages an order leaves out follow the listed ones, in the transformers order.
 
-Two stages need more than logits: XTC draws its coin from the request's generator, and mirostat
-keeps a state (mu) that ``feed_back`` advances with the chosen token; so the chain is built once per
-run, with that generator and the model (DRY reads token text, word bias encodes words).
+Three stages need more than logits: XTC draws its coin from the request's generator, and mirostat
+and adaptive-p keep a state (mu; a running average) that ``feed_back`` advances with the chosen token;
+so the chain is built once per run, with that generator and the model (DRY reads token text, word bias
+encodes words). A forced step (strategies/forcing.py) takes nothing from them: XTC's coin is taken
+back and the states stay (``hold``), so forcing a prefix is the run whose prompt holds it.
 """
 from __future__ import annotations
 
@@ -27,17 +31,19 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
-from strategies.sampling.adaptive import DynamicTemperature, Mirostat
+from strategies.sampling.adaptive import AdaptiveP, DynamicTemperature, Mirostat
 from strategies.sampling.chain import ChainParams, ChainRecord, build_chain
 from strategies.params import param
 from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
-from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
+from strategies.sampling.truncations import XTC, Epsilon, Eta, PLess, TopH, TopNSigma, TypicalP
 
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
-                     "top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat"),
-    "llama.cpp": ("word_bias", "penalty", "no_repeat_ngram", "dry", "top_nsigma", "top_k", "typical_p", "top_p",
-                  "min_p", "xtc", "epsilon", "eta", "dynamic_temperature", "temperature", "mirostat"),
+                     "top_h", "top_k", "top_p", "min_p", "p_less", "typical_p", "epsilon", "eta", "top_nsigma",
+                     "xtc", "mirostat", "adaptive_p"),
+    "llama.cpp": ("word_bias", "penalty", "no_repeat_ngram", "dry", "top_nsigma", "top_k", "typical_p", "top_h",
+                  "top_p", "min_p", "p_less", "xtc", "epsilon", "eta", "dynamic_temperature", "temperature",
+                  "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
 DEFAULT_BREAKERS = '"\\n", ":", "\\"", "*"'
@@ -50,7 +56,7 @@ def expand_order(order: str) -> str:
     if text in PRESETS:
         return ",".join(PRESETS[text])
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in SAMPLER_STAGES]
+    unknown = [n for n in names if n not in SAMPLER_STAGES and n != "grammar"]  # grammar: where a grammar goes
     if unknown or len(set(names)) != len(names):
         raise InvalidRequest(f"order must be {' or '.join(PRESETS)}, or stage names each at most once from "
                              f"{', '.join(SAMPLER_STAGES)}; got {order!r}")
@@ -93,7 +99,9 @@ class SamplerParams(ChainParams):
     """Every stage of the sampling chain (see the module docstring for the order)."""
 
     typical_p: float = param(1.0, "Locally typical: keep the tokens whose surprise is closest to the entropy, "
-                             "up to this mass. 1 = off.", low=0.0, high=1.0, low_open=True, noop=1.0, step=0.01)
+                             "up to this mass; it can cut the most probable token (when its surprise is far "
+                             "from the entropy), as transformers does. 1 = off.", low=0.0, high=1.0,
+                             low_open=True, noop=1.0, step=0.01)
     epsilon_cutoff: float = param(0.0, "Epsilon: drop tokens with probability below this. 0 = off.",
                                   low=0.0, high=1.0, high_open=True, noop=0.0, step=0.0005, ui_max=0.05)
     eta_cutoff: float = param(0.0, "Eta: drop tokens below min(eta, √eta·exp(−entropy)). 0 = off.",
@@ -121,12 +129,22 @@ class SamplerParams(ChainParams):
                                      low=0.0, high=100.0, low_open=True, step=0.05, ui_max=4.0)
     mirostat_tau: float = param(0.0, "Mirostat v2: target surprise in bits (5 is common). 0 = off.",
                                 low=0.0, high=100.0, noop=0.0, step=0.1, ui_max=10.0)
-    mirostat_eta: float = param(0.1, "Mirostat v2: learning rate of mu.", low=0.0, high=1.0, low_open=True,
-                                step=0.01)
+    mirostat_eta: float = param(0.1, "Mirostat v2: learning rate of mu. A forced token does not move mu (a "
+                                "prompt holding it would not).", low=0.0, high=1.0, low_open=True, step=0.01)
     no_repeat_ngram_size: int = param(0, "Ban any token that would repeat an n-gram of this size. 0 = off.",
                                       low=0, high=100, noop=0, step=1, ui_max=10)
     word_bias: str = param("", "Bias by word: 'word=bias' comma-separated; a word alone (or =-inf) is banned. "
                            "Empty = off.", noop="")
+    top_h: float = param(0.0, "Top-H: keep the top tokens while their cumulative entropy stays at most h × the "
+                         "entropy (over the top 100, as transformers computes it). 0 = off.", low=0.0, high=1.0,
+                         noop=0.0, step=0.01)
+    p_less: bool = param(False, "p-less: keep the tokens with p ≥ Σp², the chance two draws agree; no parameter, "
+                         "the top token always passes. Off = off.", noop=False)
+    adaptive_p_target: float = param(-1.0, "Adaptive-p: favour tokens near this probability, steering the average "
+                                     "of the chosen tokens' probabilities to it; runs last. Negative = off.",
+                                     low=-1.0, high=1.0, noop=-1.0, step=0.01)
+    adaptive_p_decay: float = param(0.9, "Adaptive-p: decay of the running average (history about 1/(1 − decay) "
+                                    "tokens). A forced token does not move it.", low=0.0, high=0.99, step=0.01)
     order: str = param("transformers", "Order of the stages: transformers, llama.cpp, or stage names "
                        "comma-separated (stages left out follow in the transformers order).")
 
@@ -176,7 +194,11 @@ EXTRA_STAGES: dict[str, tuple[Callable[[Any], bool], Callable[[Any, Any, Any], A
     "dynamic_temperature": (lambda p: (p.dynatemp_min, p.dynatemp_max) != (1.0, 1.0),
                             lambda p, g, lm: DynamicTemperature(p.dynatemp_min, p.dynatemp_max,
                                                                 p.dynatemp_exponent)),
-    "mirostat": (lambda p: p.mirostat_tau > 0, lambda p, g, lm: Mirostat(p.mirostat_tau, p.mirostat_eta)),
+    "mirostat": (lambda p: p.mirostat_tau > 0, lambda p, g, lm: Mirostat(p.mirostat_tau, p.mirostat_eta, g)),
+    "top_h": (lambda p: p.top_h > 0, lambda p, g, lm: TopH(p.top_h)),
+    "p_less": (lambda p: bool(p.p_less), lambda p, g, lm: PLess()),
+    "adaptive_p": (lambda p: p.adaptive_p_target >= 0,
+                   lambda p, g, lm: AdaptiveP(p.adaptive_p_target, p.adaptive_p_decay, g)),
     "no_repeat_ngram": (lambda p: p.no_repeat_ngram_size > 0,
                         lambda p, g, lm: NoRepeatNGram(p.no_repeat_ngram_size)),
     "word_bias": (lambda p: bool(p.word_bias.strip()),
@@ -202,9 +224,23 @@ def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = No
     return [t for t in chain if t is not None]
 
 
+def forced_step(chain: list) -> bool:
+    """Whether the token about to be fed back was forced rather than drawn. A free step's selector
+    (multinomial, Gumbel) always draws from the request's generator, and ``forcing.choose`` puts the
+    generator back at a forced step; so after a forced step the generator is exactly where the chain
+    left it: the state the last stage holding it saw (``seen``). Stages without a generator: never."""
+    watchers = [t for t in chain if getattr(t, "seen", None) is not None]
+    return bool(watchers) and torch.equal(watchers[-1].generator.get_state(), watchers[-1].seen)
+
+
 def feed_back(chain: list, record: ChainRecord, chosen: torch.Tensor) -> None:
     """Tell the stateful stages which tokens were chosen ([batch] ids); each adds what it learned to
-    the decision it recorded in ``record``, and advances its state for the next step."""
+    the decision it recorded in ``record``, and advances its state for the next step. A forced token
+    teaches nothing: the stages that define ``hold`` record the step and keep their state (XTC takes
+    its coin back), as if the token had been in the prompt."""
+    forced = forced_step(chain)
     for i, t in enumerate(chain):
-        if hasattr(t, "feed_back"):
+        if forced and hasattr(t, "hold"):
+            t.hold(record.logits[i + 1], chosen, record.decisions[i])
+        elif hasattr(t, "feed_back"):
             t.feed_back(record.logits[i + 1], chosen, record.decisions[i])

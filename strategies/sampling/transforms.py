@@ -2,7 +2,8 @@
 as one reads transformers' ``LogitsProcessor``), and the five classic stages.
 
 The stages beyond these keep the same contract: truncations.py (typical-p, epsilon, eta, top-nσ,
-XTC), repeats.py (DRY, no-repeat n-gram, word bias) and adaptive.py (dynamic temperature, mirostat).
+XTC, top-H, p-less), repeats.py (DRY, no-repeat n-gram, word bias) and adaptive.py (dynamic
+temperature, mirostat, adaptive-p).
 The decisions of the stages here:
 
 - penalty: ``penalty``; ``touched`` [batch] (distinct ids penalised); ``ids`` [batch, vocab] bool;
@@ -14,7 +15,10 @@ The decisions of the stages here:
 - min_p: ``min_p``; ``top_prob`` [batch]; ``threshold`` [batch] = min_p x top_prob.
 
 Edge cases, each documented here once:
-- temperature 0 means greedy: only the argmax keeps a finite logit;
+- temperature 0 means greedy: only the argmax keeps a finite logit; a temperature so small that
+  logits / t overflows is the same limit computed safely, (logits - max) / t (softmax is unchanged
+  by the shift): the argmax and its ties keep logit 0, the rest -inf or far below;
+- a penalty below 1 that would push a positive logit past the dtype's largest value stops there;
 - top_k is clamped to the vocabulary; 0 disables it;
 - top_p = 1 and min_p = 0 and repetition_penalty = 1 disable their transform.
 """
@@ -34,8 +38,9 @@ class TransformBase:
     """One stage of a chain: a small pure object that makes one decision on the distribution it receives.
 
     Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]`` long (every token
-    so far, prompt included). A stage never modifies its input, and keeps at least one token (the
-    most probable one).
+    so far, prompt included). A stage never modifies its input, and keeps at least one token: the
+    most probable one, except for typical-p (the most typical one, as transformers keeps) and XTC
+    (the least probable of its top tokens); see strategies/sampling/truncations.py.
 
     A subclass sets ``name`` (the stage's name in the trace and in a chain's order) and implements
     ``decide(logits, context) -> (new_logits, decision)``. ``apply`` is ``decide`` with the decision
@@ -54,6 +59,15 @@ class TransformBase:
         return self.decide(logits, context)[0]
 
 
+def divide_by_temperature(logits: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
+    """logits / t; where that overflows a live logit (t near 0), (logits - max) / t, the same softmax."""
+    out = logits / t
+    if bool((torch.isfinite(logits) & ~torch.isfinite(out)).any()):
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        out = torch.where(shifted == 0, torch.zeros_like(shifted), shifted / t)  # never 0 / 0 (t rounds to 0)
+    return out
+
+
 @dataclass(frozen=True)
 class RepetitionPenalty(TransformBase):
     """Penalise every token already in the context (prompt included).
@@ -68,6 +82,8 @@ class RepetitionPenalty(TransformBase):
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         seen = torch.gather(logits, 1, context)
         seen = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
+        top = torch.finfo(seen.dtype).max
+        seen = torch.where(seen == float("inf"), torch.full_like(seen, top), seen)  # a penalty near 0
         touched = torch.zeros_like(logits, dtype=torch.bool).scatter(1, context, True)
         return logits.scatter(1, context, seen), {"penalty": self.penalty, "touched": touched.sum(-1),
                                                   "ids": touched}
@@ -84,7 +100,7 @@ class Temperature(TransformBase):
         if self.t == 0:
             top = logits.argmax(dim=-1, keepdim=True)
             return torch.full_like(logits, NEG_INF).scatter(1, top, logits.gather(1, top)), {"t": 0.0}
-        return logits / self.t, {"t": self.t}
+        return divide_by_temperature(logits, self.t), {"t": self.t}
 
 
 @dataclass(frozen=True)

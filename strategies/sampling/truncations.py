@@ -1,8 +1,11 @@
-"""Truncations beyond top-k / top-p / min-p: typical-p, epsilon, eta, top-nσ and XTC.
+"""Truncations beyond top-k / top-p / min-p: typical-p, epsilon, eta, top-nσ, XTC, top-H and p-less.
 
 Shapes and contract as ``TransformBase`` (strategies/sampling/transforms.py) states them:
 ``decide(logits [batch, vocab], context [batch, seq]) -> (new logits, decision)``, the input never
-modified, the most probable token always kept. Decisions (per row unless a plain number):
+modified, at least one token kept. Every stage here keeps the most probable token but two: typical-p
+keeps the most *typical* one, which need not be the most probable (transformers' rule too), and XTC,
+whose whole point is to remove the top tokens (it keeps the least probable of those above its
+threshold). Decisions (per row unless a plain number):
 
 - typical_p: ``p``; ``entropy``; ``rank`` (tokens kept); ``mass`` (their mass); ``cumulative``
   [batch, vocab]: the mass up to each token in typical's own ranking (by |-log p - H|);
@@ -11,11 +14,14 @@ modified, the most probable token always kept. Decisions (per row unless a plain
 - top_nsigma: ``n``; ``max_logit``, ``sigma``, ``threshold_logit`` = max - n sigma, and
   ``threshold_prob``: the probability a token at that logit has on the stage's input;
 - xtc: ``probability``, ``threshold``; ``coin`` (the uniform drawn); ``acted`` (bool);
-  ``removed`` (how many top tokens it removed).
+  ``removed`` (how many top tokens it removed);
+- top_h: ``h``; ``entropy`` (nats, of the top-100 distribution), ``tau`` = h x entropy; ``rank`` (tokens
+  kept);
+- p_less: ``threshold`` = sum p^2 (the collision probability of the distribution received); ``rank``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,7 +37,11 @@ def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
 class TypicalP(TransformBase):
     """Locally typical sampling (Meister et al. 2022, "Locally Typical Sampling", TACL): rank tokens by
     how far their surprise -log p is from the entropy H, and keep the closest ones until their mass
-    reaches p (the token that crosses p is kept, with its ties)."""
+    reaches p (the token that crosses p is kept, with its ties).
+
+    The most typical token is always kept, not the most probable: when the top token's surprise is
+    far from the entropy (p = [0.3, 0.1 x 7], mass 0.15 keeps one 0.1 token and cuts the 0.3 one), it
+    is cut, exactly as transformers' ``TypicalLogitsWarper`` cuts it."""
 
     p: float
     name = "typical_p"
@@ -110,26 +120,94 @@ class TopNSigma(TransformBase):
         return logits.masked_fill(remove, NEG_INF), decision
 
 
-@dataclass(frozen=True)
+@dataclass
 class XTC(TransformBase):
     """Exclude top choices (XTC, as documented by text-generation-webui and llama.cpp): with
     probability ``probability``, remove every token whose probability is at least ``threshold``
     except the least probable of them. It acts only when two or more tokens pass the threshold, so a
-    threshold above 0.5 never acts. The coin is one uniform per row from the request's generator,
-    drawn at every step whether or not the stage then acts."""
+    threshold above 0.5 never acts. Only tokens still alive pass: a token an earlier stage cut
+    (probability 0) never counts, so at threshold 0 XTC keeps the least probable live token. Exactly
+    one token is kept, as in llama.cpp: of several tied at the least passing probability, the one with
+    the lowest id.
+
+    The coin is one uniform per row from the request's generator, drawn at every step whether or not
+    the stage then acts. At a forced step (strategies/forcing.py) the coin is taken back:
+    ``hold`` returns the generator to its state before the draw, so a forced step draws nothing.
+    ``seen`` is the generator's state after the draw (how ``samplers.feed_back`` tells a forced step).
+    """
 
     probability: float
     threshold: float
     generator: torch.Generator
+    before: torch.Tensor | None = field(default=None, repr=False)
+    seen: torch.Tensor | None = field(default=None, repr=False)
     name = "xtc"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        self.before = self.generator.get_state()
         coin = torch.rand(logits.shape[:-1], generator=self.generator, device=logits.device)
+        self.seen = self.generator.get_state()
         probs = logits.softmax(dim=-1)
-        above = probs >= self.threshold
+        above = (probs >= self.threshold) & torch.isfinite(logits)
         acted = (coin < self.probability) & (above.sum(-1) >= 2)
         least = probs.masked_fill(~above, float("inf")).amin(dim=-1, keepdim=True)
-        remove = above & (probs > least) & acted[..., None]
+        spared = (above & (probs == least)).to(torch.uint8).argmax(dim=-1, keepdim=True)  # the lowest id
+        remove = (above & acted[..., None]).scatter(-1, spared, False)
         decision = {"probability": self.probability, "threshold": self.threshold, "coin": coin, "acted": acted,
                     "removed": remove.sum(-1)}
+        return logits.masked_fill(remove, NEG_INF), decision
+
+    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+        """A forced step: the coin is taken back (the generator returns to its state before the draw)."""
+        if self.before is not None:
+            self.generator.set_state(self.before)
+
+
+@dataclass(frozen=True)
+class TopH(TransformBase):
+    """Top-H ("Top-H Decoding: Adapting the Creativity and Coherence with
+    Bounded Entropy in Text Generation", NeurIPS 2025, arXiv 2509.02510), as transformers 5.x's
+    ``TopHLogitsWarper`` computes it: among the 100 most probable tokens (renormalised), keep the
+    leading ones while the cumulative entropy sum(-p log p) of those kept stays at most
+    tau = h x H, H the entropy of that top-100 distribution; the most probable token is always kept.
+    Ties at the 100th place are broken as ``torch.topk`` breaks them."""
+
+    h: float
+    top_n: int = 100
+    name = "top_h"
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        n = min(self.top_n, logits.shape[-1])
+        head, idx = torch.topk(logits, n, dim=-1, largest=True, sorted=True)
+        dist = torch.distributions.Categorical(logits=head)
+        probs = dist.probs
+        entropy = dist.entropy()
+        tau = entropy * self.h
+        running = torch.cumsum(-probs * torch.log(probs), dim=-1)  # NaN past a -inf logit: not kept
+        keep_sorted = running <= tau[..., None]
+        keep_sorted[..., 0] = True
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(1, idx, keep_sorted)
+        decision = {"h": self.h, "entropy": entropy, "tau": tau, "rank": keep.sum(-1)}
+        return logits.masked_fill(~keep, NEG_INF), decision
+
+
+@dataclass(frozen=True)
+class PLess(TransformBase):
+    """p-less sampling ("p-less Sampling: A Robust Hyperparameter-Free Approach for
+    LLM Decoding", arXiv 2509.23234, ICLR 2026): keep the tokens whose probability is at least
+    L = sum_i p_i^2, the collision probability of the distribution received (the chance that two
+    independent draws agree). No parameter.
+
+    Ties and tokens kept, the paper's rule: a token exactly at L is kept (p >= L), and no minimum count
+    is set because none is needed: L <= max p (sum p_i^2 <= max p x sum p_i), so the most probable token
+    (with its ties) always passes. Float rounding can put L a hair above max p when one token holds
+    nearly all the mass; the most probable token is then kept as the bound says it must be."""
+
+    name = "p_less"
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        probs = logits.float().softmax(dim=-1)
+        threshold = probs.square().sum(-1, keepdim=True)
+        remove = _keep_top(probs < threshold, logits)
+        decision = {"threshold": threshold[..., 0], "rank": (~remove & torch.isfinite(logits)).sum(-1)}
         return logits.masked_fill(remove, NEG_INF), decision
