@@ -5,7 +5,8 @@ Environment: PORT or GRADIO_SERVER_PORT (default 7860), GRADIO_SERVER_NAME (defa
 page opens; "none" to skip), PLAYGROUND_DEVICE (cpu, cuda, mps), PLAYGROUND_HUB=1 (list hub models
 in the model menu; on a Space they are listed anyway). The limits of a public server
 (PLAYGROUND_MODELS, PLAYGROUND_MAX_MODEL_GB, PLAYGROUND_MEMORY_GB, PLAYGROUND_MAX_MODELS,
-PLAYGROUND_TIME_BUDGET, PLAYGROUND_MAX_ROW_TOKENS) are listed in the README's Space section.
+PLAYGROUND_TIME_BUDGET, PLAYGROUND_MAX_ROW_TOKENS, and on ZeroGPU PLAYGROUND_GPU_TOKEN_SECONDS) are
+listed in the README's Space section. On ZeroGPU the kept models load onto cuda here, before serving.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ pytest.importorskip("spaces", reason="the `spaces` package (tests/requirements.t
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
+from playground.models import DEFAULT_MODEL, OFFLINE  # noqa: E402
 from playground.serving import zerogpu  # noqa: E402
 from playground.serving.budget import Budget  # noqa: E402
 from playground.ui import handlers  # noqa: E402
@@ -227,6 +228,16 @@ def test_gpu_seconds_clamps_between_the_floor_and_the_budget():
     assert zerogpu.gpu_seconds(4, 512, 0.07, None) == zerogpu.UNCAPPED_SECONDS
     assert zerogpu.gpu_seconds(1, 100, 0.1, 60) == 10  # 10.000000000000002 is 10, not 11
     assert zerogpu.gpu_seconds(1, 500, 0.1, 5) == 10  # a budget under the floor still gets the floor
+
+
+def test_the_space_preloads_the_default_models_but_not_the_gated_one():
+    front = (ROOT / "README.md").read_text(encoding="utf-8").split("---", 2)[1]
+    block = front.split("preload_from_hub:", 1)[1]
+    repos = [line.split()[1] for line in block.splitlines() if line.strip().startswith("- ")]
+    listed = [line.split()[1] for line in front.split("models:", 1)[1].split("preload_from_hub:")[0].splitlines()
+              if line.strip().startswith("- ")]
+    assert OFFLINE[DEFAULT_MODEL].hub_id in repos and set(repos) <= set(listed)
+    assert OFFLINE["gemma3-270m"].hub_id not in repos  # gated: it downloads on first use with HF_TOKEN
 
 
 def test_replays_keep_only_runs_that_ended_by_themselves():
