@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install run test browser bench screenshots toy clean
 
 $(STAMP): requirements.txt tests/requirements.txt
-	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "no Python >= 3.11 found (tried $(PYTHON_CANDIDATES)); set PYTHON=" >&2; exit 1; }
+	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "no Python >= 3.11 found (tried $(PYTHON_CANDIDATES)); make PYTHON=/path/to/python3.11 or newer" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements.txt -r tests/requirements.txt
