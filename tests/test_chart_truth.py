@@ -38,7 +38,7 @@ from strategies.recording import make_step
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
 
 TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
-               "no_repeat_ngram", "word_bias")
+               "no_repeat_ngram", "word_bias", "top_h", "p_less")
 TOL = 1e-5  # the trace keeps 6 significant digits
 
 
@@ -79,6 +79,9 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
         mirostat_tau=round(rng.uniform(0.5, 6.0), 3) if some() else 0.0,
         no_repeat_ngram_size=rng.randint(1, 3) if some() else 0,
         word_bias=words if some() else "",
+        top_h=round(rng.uniform(0.05, 1.0), 3) if some() else 0.0,
+        p_less=some(),
+        adaptive_p_target=round(rng.uniform(0.0, 1.0), 3) if some() else -1.0,
         order=",".join(order))
 
 
@@ -130,6 +133,10 @@ def check(case: Case, basis: str = "chain") -> None:
         elif name == "penalty":
             marked = stage_points(fd, "penalty", "ids") or {}
             assert set(marked) == set(bars) & set(case.context)
+        elif name == "adaptive_p":  # a reshaping: the first step aims at the target itself
+            d_ = rec["decision"]
+            assert d_["average"] == pytest.approx(case.params.adaptive_p_target, abs=1e-6)
+            assert d_["adapted"] == pytest.approx(case.params.adaptive_p_target, abs=1e-6)
         elif name == "dry":
             marked = stage_points(fd, "dry", "ids") or {}
             changed = (logits[k] != logits[k - 1]) & kept_in
@@ -277,6 +284,35 @@ def _check_typical(rec, fd, heights, bars, entering, kept_in, kept_out, case) ->
             assert (before < case.params.typical_p) == bool(kept_out[tok])
 
 
+def _check_top_h(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    from transformers.generation.logits_process import TopHLogitsWarper
+    logits_in = torch.where(kept_in, entering.log(), torch.tensor(-math.inf))
+    theirs = TopHLogitsWarper(case.params.top_h)(torch.zeros(1, 1, dtype=torch.long), logits_in[None].clone())[0]
+    assert rec["kept_count"] == int(torch.isfinite(theirs).sum()) == rec["decision"]["rank"]
+    kept_probs = entering[kept_out]
+    assert rec["decision"]["cut_prob"] == pytest.approx(float(kept_probs.min()), rel=1e-4, abs=1e-12)
+    shapes = stage_shapes(fd, "top_h")
+    if not shapes:  # a cut beyond the last bar: every bar the stage received, it kept
+        assert all(kept_out[tok] for tok in heights)
+        return
+    [line] = shapes
+    if is_vertical(line):
+        assert line["x0"] == int(kept_out.sum()) - 0.5
+        for tok, bar in bars.items():
+            assert (bar["x"] < line["x0"]) == bool(kept_out[tok])
+    else:
+        assert is_horizontal(line) and line["y0"] == rec["decision"]["cut_prob"]
+        for tok, y in heights.items():
+            if y > line["y0"] * (1 + TOL):
+                assert kept_out[tok], (tok, y)
+            elif y < line["y0"] * (1 - TOL):
+                assert not kept_out[tok], (tok, y)
+
+
+def _check_p_less(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    _level("p_less", rec, fd, heights, entering, kept_out, float(entering.double().square().sum()))
+
+
 def _check_ban(name: str):
     def check_ban(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
         marked = set(stage_points(fd, name, "ids") or {})
@@ -293,7 +329,7 @@ def _check_ban(name: str):
 CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p, "epsilon": _check_epsilon,
           "eta": _check_eta, "mirostat": _check_mirostat, "xtc": _check_xtc,
           "typical_p": _check_typical, "no_repeat_ngram": _check_ban("no_repeat_ngram"),
-          "word_bias": _check_ban("word_bias")}
+          "word_bias": _check_ban("word_bias"), "top_h": _check_top_h, "p_less": _check_p_less}
 
 
 def random_cases(n: int, seed: int, vocab: int) -> list[Case]:

@@ -1,5 +1,5 @@
-"""Views of the sampler stages that change from step to step: mirostat's mu, the dynamic
-temperature, XTC's coin. Drawn from each step's recorded decisions. Pure: no torch, no gradio."""
+"""Views of the sampler stages that change from step to step: mirostat's mu, adaptive-p's running
+average, the dynamic temperature, XTC's coin. Drawn from each step's recorded decisions. Pure: no torch, no gradio."""
 from __future__ import annotations
 
 from typing import Any
@@ -57,6 +57,33 @@ def mirostat_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
     return _frame(fig, "Mirostat: μ per step (bits)", "bits", selected)
 
 
+def adaptive_p_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
+    """Adaptive-p's running average of the chosen tokens' probabilities before each step, the
+    probability it aimed at (2 target − average, clamped), the chosen token's probability, and the
+    target: the average is steered to the target (llama.cpp PR #17927)."""
+    series = stage_series(trace, "adaptive_p")
+    if not series:
+        return None
+    steps = [i for i, _ in series]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps, y=[d.get("average") for _, d in series], mode="lines+markers",
+                             name="running average (before the step)", line=dict(color=MIROSTAT, width=2.5),
+                             customdata=_labels(trace, steps),
+                             hovertemplate="average %{y:.3f}<extra>%{customdata}</extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=[d.get("adapted") for _, d in series], mode="lines",
+                             name="aimed at (2 target − average)", line=dict(color=XTC, width=1.5, dash="dash"),
+                             hovertemplate="aimed at p %{y:.3f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=steps, y=[d.get("chosen_prob") for _, d in series], mode="markers",
+                             name="probability of the chosen token", marker=dict(color=INK, size=6, symbol="x"),
+                             hovertemplate="chosen p %{y:.3f}<extra></extra>"))
+    target = series[0][1].get("target")
+    if target is not None:
+        fig.add_hline(y=target, name="adaptive-p target", line=dict(color=MIROSTAT, dash="dot", width=2),
+                      annotation=dict(text=f"target {target:g}", font=dict(color=MIROSTAT)),
+                      annotation_position="top left")
+    return _frame(fig, "Adaptive-p: running average per step", "probability", selected)
+
+
 def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
     """The dynamic temperature used at each step, and XTC's coin with whether it acted."""
     temps, coins = stage_series(trace, "dynamic_temperature"), stage_series(trace, "xtc")
@@ -82,7 +109,8 @@ def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
 
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     out = []
-    for title, make in (("Mirostat μ", mirostat_figure), ("Adaptive stages", adaptive_figure)):
+    for title, make in (("Mirostat μ", mirostat_figure), ("Adaptive-p average", adaptive_p_figure),
+                        ("Adaptive stages", adaptive_figure)):
         fig = make(trace, step)
         if fig is not None:
             out.append(View(title, fig))

@@ -16,7 +16,7 @@ threshold). Decisions (per row unless a plain number):
 - xtc: ``probability``, ``threshold``; ``coin`` (the uniform drawn); ``acted`` (bool);
   ``removed`` (how many top tokens it removed);
 - top_h: ``h``; ``entropy`` (nats, of the top-100 distribution), ``tau`` = h x entropy; ``rank`` (tokens
-  kept);
+  kept); ``cut_prob``: the probability of the least probable token kept, on the distribution received;
 - p_less: ``threshold`` = sum p^2 (the collision probability of the distribution received); ``rank``.
 """
 from __future__ import annotations
@@ -187,7 +187,9 @@ class TopH(TransformBase):
         keep_sorted = running <= tau[..., None]
         keep_sorted[..., 0] = True
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(1, idx, keep_sorted)
-        decision = {"h": self.h, "entropy": entropy, "tau": tau, "rank": keep.sum(-1)}
+        last = idx.gather(1, keep_sorted.sum(-1, keepdim=True) - 1)  # the kept tokens lead the ranking
+        cut_prob = logits.softmax(-1).gather(1, last)[..., 0]  # on the whole distribution received
+        decision = {"h": self.h, "entropy": entropy, "tau": tau, "rank": keep.sum(-1), "cut_prob": cut_prob}
         return logits.masked_fill(~keep, NEG_INF), decision
 
 
