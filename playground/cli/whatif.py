@@ -1,7 +1,11 @@
 """``python -m playground sample`` and ``python -m playground score``: the "what if" questions.
 
-    sample --model M --strategy S --prompt P --n N --tokens K [--json] [--one-by-one] [strategy flags]
-    score  --model M --text T [--prompt P] [--raw] [--json]
+    sample --model M --strategy S --prompt P --n N --tokens K [--json] [--one-by-one] [grammar flag] [strategy flags]
+    score  --model M --text T [--prompt P] [--raw] [--json] [grammar flag]
+
+A grammar flag (``--grammar-json``, ``--grammar-regex``, ``--grammar-choices``, ``--grammar-lark``;
+playground.cli.grammar_flags): sample draws under the grammar's mask and sets the frequencies beside
+both the masked reference and P(y | y valid); score says at which token the text leaves the grammar.
 
 Bad input exits with status 2 and one line naming the value and the allowed range (``main`` in
 ``playground.cli`` turns InvalidRequest into that line).
@@ -14,6 +18,7 @@ import sys
 from typing import Callable, Sequence
 
 from playground.cli.flags import strategy_params, strategy_parser
+from playground.cli.grammar_flags import add_grammar_flags, grammar_of_args
 from playground.engine import Request
 from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, check_size, sample_many
@@ -29,7 +34,7 @@ def _common(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    return p
+    return add_grammar_flags(p)
 
 
 def sample_parser() -> argparse.ArgumentParser:
@@ -50,7 +55,7 @@ def cmd_sample(argv: Sequence[str]) -> int:
     check_size(args.n, args.tokens, args.seed)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=strategy_params(args),
                   seed=args.seed, max_new_tokens=args.tokens, system=args.system,
-                  chat=False if args.raw else None)
+                  chat=False if args.raw else None, grammar=grammar_of_args(args))
     result = sample_many(ModelStore(args.device), req, args.n, batched=not args.one_by_one, progress=_progress)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else sample_table(result))
     return 0
@@ -72,7 +77,25 @@ def sample_table(result: dict) -> str:
     if test:
         lines.append(f"chi-square {test['statistic']:.3f}, df {test['df']}, p = {test['p_value']:.4g}; "
                      f"total variation {result['tv_distance']:.4f}")
+    if result.get("grammar"):
+        lines += gap_lines(result["grammar"])
     return "\n".join(lines)
+
+
+def gap_lines(gap: dict) -> list[str]:
+    """Constrained is not conditioned: each valid text's frequency, masked and conditional probability."""
+    if not gap["enumerated"]:
+        return [gap["note"]]
+    lines = ["valid texts: frequency, masked sampling's exact probability, P(y | y valid)",
+             f"{'freq':>7} {'masked':>9} {'P(y|ok)':>9}  text"]
+    for v in gap["valid"][:30]:
+        lines.append(f"{v['frequency']:>7.3f} {v['masked']:>9.4g} {v['conditional']:>9.4g}  {v['text']!r}")
+    for name in ("masked", "conditional"):
+        test = gap[f"chi_square_{name}"]
+        if test:
+            lines.append(f"against {name}: chi-square {test['statistic']:.4g}, df {test['df']}, "
+                         f"p = {test['p_value']:.4g}; total variation {gap[f'tv_{name}']:.4f}")
+    return lines + [gap["meaning"]]
 
 
 def score_parser() -> argparse.ArgumentParser:
@@ -85,7 +108,7 @@ def score_parser() -> argparse.ArgumentParser:
 def cmd_score(argv: Sequence[str]) -> int:
     args = score_parser().parse_args(argv)
     trace = score(ModelStore(args.device), args.model, args.text, args.prompt, args.system,
-                  False if args.raw else None, progress=_progress)
+                  False if args.raw else None, progress=_progress, grammar=grammar_of_args(args))
     result = summary(trace)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else score_table(result))
     return 0
@@ -100,6 +123,11 @@ def score_table(result: dict) -> str:
             lines.append(f"{t['prob']:>9.4g} {t['rank']:>6} {t['surprisal']:>7.3f}  {t['text']!r}  ({t['greedy']!r})")
     lines.append(f"perplexity {result['perplexity']:.4g}, total log-probability {result['total_logprob']:.4g} "
                  f"({result['mode']})")
+    g = result.get("grammar")
+    if g:
+        lines.append(f"the text leaves the grammar at token {g['leaves_at']} ({g['token']!r}): {g['message']}"
+                     if g["leaves_at"] is not None else
+                     f"the text stays in the grammar{' and is a whole valid text' if g['whole'] else ' (not yet whole)'}")
     return "\n".join(lines)
 
 

@@ -49,10 +49,14 @@ def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[in
 
 def branch_settings(trace: dict[str, Any], step: Any, token: int | str) -> dict[str, Any]:
     """The run settings of a branch (engine.Request's and ui.generate's keywords): ``trace``'s model,
-    strategy, prompt, parameters, seed and weights' dtype, and the branch's forced path."""
-    return dict(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],
-                params=dict(trace["params"]), seed=trace["seed"], dtype=trace.get("dtype") or "auto",
-                forced=branch_forced(trace, step, token))
+    strategy, prompt, parameters, seed and weights' dtype, its grammar when it has one (a forced token
+    the grammar forbids is then refused by the run, naming the token), and the branch's forced path."""
+    settings = dict(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],
+                    params=dict(trace["params"]), seed=trace["seed"], dtype=trace.get("dtype") or "auto",
+                    forced=branch_forced(trace, step, token))
+    if trace.get("grammar"):
+        settings["grammar"] = dict(trace["grammar"])
+    return settings
 
 
 def path_text(path: dict[int, int]) -> str:
@@ -63,9 +67,9 @@ def path_text(path: dict[int, int]) -> str:
 
 
 def signature(trace: dict[str, Any]) -> str:
-    """What two runs of one tree share: model, strategy, parameters, seed and the prompt's ids."""
+    """What two runs of one tree share: model, strategy, parameters, seed, the prompt's ids and the grammar."""
     return json.dumps([trace.get("model"), trace.get("strategy"), trace.get("params"), trace.get("seed"),
-                       trace.get("prompt_ids")], sort_keys=True, default=str)
+                       trace.get("prompt_ids"), trace.get("grammar")], sort_keys=True, default=str)
 
 
 def _within(small: dict[int, int], big: dict[int, int]) -> bool:

@@ -50,6 +50,7 @@ from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
 from strategies.sampling.samplers import extra_stages_on
 from strategies.sampling.transforms import Temperature
 
@@ -57,6 +58,11 @@ MAX_SAMPLES = 1000
 MAX_TOKENS = 64
 ROWS_PER_PASS = 256  # bounds the KV cache of one pass (about 0.5 GB for SmolLM2 and a short prompt)
 MIN_EXPECTED = 5.0
+GAP_MEANING = ("Masked sampling picks each token among those the grammar allows in proportion to what the "
+               "model gives it now, blind to how likely the model finds the rest of the text; so it does not "
+               "draw from the model's own distribution restricted to valid texts, and the gap between the "
+               "sampled and the conditional bars is that bias (Park et al. 2024).")
+MAX_VALID = 200  # valid texts enumerated for P(y | y valid); a grammar that allows more has no conditional
 BATCHED = {"greedy": lambda g: Greedy(), "sampling": Multinomial, "gumbel": GumbelMax}
 
 Outcome = tuple[int, ...]
@@ -126,13 +132,20 @@ def reference_chain(strategy: str, params: Any) -> list | None:
 
 @torch.inference_mode()
 def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], Any], prompt_ids: list[int],
-              seeds: list[int], max_new_tokens: int) -> list[Sample]:
+              seeds: list[int], max_new_tokens: int, grammar: CompiledGrammar | None = None, order: str = ""
+              ) -> list[Sample]:
     """One batched decode: sample r is the run with seed ``seeds[r]`` (see the module docstring).
 
     The rows of each forward pass are the distinct texts so far, not the samples: samples that
     drew the same tokens share a row (and its KV cache row), so the first steps, where most samples
     agree, cost a few rows instead of N. Finished samples leave the batch.
+
+    With a ``grammar``, one grammar stage (placed by ``order``) holds a matcher per row, moved on
+    with the rows; a sample ends, as its single run does, when its text is whole and the grammar
+    allows nothing more, or when the grammar allows no token (that step draws nothing).
     """
+    stage = None if grammar is None else Grammar(grammar, 1)
+    chain = with_grammar(chain, stage, order)
     selectors = [make_selector(_generator(lm, s)) for s in seeds]
     out = lm.forward(torch.tensor([prompt_ids], device=lm.device))
     logits, cache = out.logits[:, -1], out.cache  # one row: every sample starts from the prompt
@@ -142,8 +155,9 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
     logprobs = [0.0] * len(seeds)
     alive = list(range(len(seeds)))
     for i in range(max_new_tokens):
-        final = apply_chain(chain, logits, context)
+        final, dead = chain_with_dead(chain, stage, logits, context)
         final_logp = final.log_softmax(-1)
+        alive = [r for r in alive if not dead[row_of[r]]]
         for r in alive:
             token = int(selectors[r].select(final[row_of[r]:row_of[r] + 1])[0][0])
             drawn[r].append(token)
@@ -154,12 +168,36 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
         rows: dict[tuple[int, int], int] = {}  # (parent row, token) -> new row
         for r in alive:
             row_of[r] = rows.setdefault((row_of[r], drawn[r][-1]), len(rows))
+        if stage is not None:  # texts the grammar now holds whole and closed end here, as a run does
+            stage.advance([p for p, _ in rows], [t for _, t in rows])
+            stopped = [stage.stopped(j) for j in range(len(rows))]
+            alive = [r for r in alive if not stopped[row_of[r]]]
+            if not alive:
+                break
+            kept = sorted({row_of[r] for r in alive})
+            stage.keep(kept)
+            renumber = {old: new for new, old in enumerate(kept)}
+            rows = {k: renumber[v] for k, v in rows.items() if v in renumber}
+            for r in alive:
+                row_of[r] = renumber[row_of[r]]
         parents = torch.tensor([p for p, _ in rows], device=lm.device)
         new = torch.tensor([[t] for _, t in rows], device=lm.device)
         cache.reorder_cache(parents)
         context = torch.cat([context[parents], new], dim=1)
         logits = lm.forward(new, cache).logits[:, -1]
     return [Sample(s, [tuple(d)], [lp]) for s, d, lp in zip(seeds, drawn, logprobs)]
+
+
+def chain_with_dead(chain: list, stage: Grammar | None, logits: torch.Tensor, context: torch.Tensor
+                    ) -> tuple[torch.Tensor, list[bool]]:
+    """The chained logits, and per row whether the grammar stage left it nowhere to go (no grammar:
+    never)."""
+    if stage is None:
+        return apply_chain(chain, logits, context), [False] * logits.shape[0]
+    at = chain.index(stage)
+    x = apply_chain(chain[:at], logits, context)
+    x, decision = stage.decide(x, context)
+    return apply_chain(chain[at + 1:], x, context), [bool(d) for d in decision["dead"].tolist()]
 
 
 def _generator(lm: Any, seed: int) -> torch.Generator:
@@ -170,12 +208,13 @@ def _generator(lm: Any, seed: int) -> torch.Generator:
 
 
 def draw_batched(lm: Any, chain: list, strategy: str, prompt_ids: list[int], seeds: list[int],
-                 max_new_tokens: int, progress: Progress) -> list[Sample]:
+                 max_new_tokens: int, progress: Progress, grammar: CompiledGrammar | None = None,
+                 order: str = "") -> list[Sample]:
     samples: list[Sample] = []
     for start in range(0, len(seeds), ROWS_PER_PASS):
         progress(start / len(seeds), f"sampling rows {start} to {min(len(seeds), start + ROWS_PER_PASS) - 1}")
         samples += draw_rows(lm, chain, BATCHED[strategy], prompt_ids, seeds[start:start + ROWS_PER_PASS],
-                             max_new_tokens)
+                             max_new_tokens, grammar, order)
     return samples
 
 
@@ -204,41 +243,134 @@ def _sample_of(trace: Any, seed: int) -> Sample:
 
 
 @torch.inference_mode()
-def enumerate_outcomes(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau: float
-                       ) -> dict[Outcome, float]:
+def enumerate_outcomes(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau: float,
+                       grammar: CompiledGrammar | None = None, order: str = "") -> dict[Outcome, float]:
     """Every outcome with chained probability >= ``tau``, with its log-probability (float64 sums).
 
     One batched forward per step over the surviving prefixes: each prefix keeps a row of the KV
-    cache (reordered from its parent's row), so a step runs one new token per prefix.
+    cache (reordered from its parent's row), so a step runs one new token per prefix. With a
+    ``grammar`` the chain is the masked one a grammar run draws from (see ``expand``).
     """
+    return expand(lm, prompt_ids, chain, max_new_tokens, tau, grammar, order)[0]
+
+
+@torch.inference_mode()
+def expand(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau: float,
+           grammar: CompiledGrammar | None = None, order: str = "", limit: int | None = None
+           ) -> tuple[dict[Outcome, float], dict[Outcome, str], bool]:
+    """(outcome -> chained log-probability, outcome -> how it ends, whether the enumeration is whole).
+
+    How an outcome ends: "eos", "length" (``max_new_tokens`` reached), and with a grammar "complete"
+    (the grammar holds the text whole and allows nothing more: the run stops there, drawing nothing)
+    or "dead" (the grammar allows no token: the run stops, drawing nothing). ``tau = 0`` expands every
+    token of non-zero probability; ``limit`` caps the prefixes kept at a step (more: not whole).
+    """
+    stage = None if grammar is None else Grammar(grammar, 1)
+    chain = with_grammar(chain, stage, order)
     prompt = torch.tensor([prompt_ids], device=lm.device)
     out = lm.forward(prompt)
     cache, logits = out.cache, out.logits[:, -1]
     frontier: list[tuple[Outcome, float]] = [((), 0.0)]
     done: dict[Outcome, float] = {}
+    ends: dict[Outcome, str] = {}
+    floor = math.log(tau) if tau > 0 else -math.inf
     for depth in range(max_new_tokens):
         context = torch.cat([prompt.expand(len(frontier), -1),
                              torch.tensor([list(p) for p, _ in frontier], dtype=torch.long,
                                           device=lm.device).view(len(frontier), depth)], dim=1)
-        step_logp = apply_chain(chain, logits, context).log_softmax(-1).double()
+        final, dead = chain_with_dead(chain, stage, logits, context)
+        step_logp = final.log_softmax(-1).double()
         total = step_logp + torch.tensor([lp for _, lp in frontier], dtype=torch.float64,
                                          device=step_logp.device)[:, None]
-        rows, cols = (total >= math.log(tau)).nonzero(as_tuple=True)
+        keep = (total >= floor) & torch.isfinite(total)
+        for r, is_dead in enumerate(dead):
+            if is_dead:
+                keep[r] = False
+                if frontier[r][1] >= floor:
+                    done[frontier[r][0]], ends[frontier[r][0]] = frontier[r][1], "dead"
+        rows, cols = keep.nonzero(as_tuple=True)
         nxt, parents = [], []
         for r, c, lp in zip(rows.tolist(), cols.tolist(), total[rows, cols].tolist()):
             ids = frontier[r][0] + (c,)
             if c in lm.eos_ids or depth + 1 == max_new_tokens:
-                done[ids] = lp
+                done[ids], ends[ids] = lp, "eos" if c in lm.eos_ids else "length"
             else:
                 nxt.append((ids, lp))
                 parents.append(r)
+        if stage is not None and nxt:
+            stage.advance(parents, [ids[-1] for ids, _ in nxt])
+            open_rows = []
+            for j, (ids, lp) in enumerate(nxt):
+                if stage.stopped(j):
+                    done[ids], ends[ids] = lp, "complete"
+                else:
+                    open_rows.append(j)
+            stage.keep(open_rows)
+            nxt, parents = [nxt[j] for j in open_rows], [parents[j] for j in open_rows]
         if not nxt:
-            break
+            return done, ends, True
+        if limit is not None and len(nxt) > limit:
+            return done, ends, False
         frontier = nxt
         cache.reorder_cache(torch.tensor(parents, device=lm.device))
         last = torch.tensor([[ids[-1]] for ids, _ in frontier], device=lm.device)
         logits = lm.forward(last, cache).logits[:, -1]
-    return done
+    return done, ends, True
+
+
+@torch.inference_mode()
+def text_logprob(lm: Any, prompt_ids: list[int], chain: list, ids: list[int]) -> float:
+    """The chained log-probability (no grammar) of ``ids`` after the prompt: one forward pass over
+    the whole text, the chain applied at each position to the context before it."""
+    full = torch.tensor([prompt_ids + ids], device=lm.device)
+    logits = lm.forward(full).logits[0, len(prompt_ids) - 1:len(prompt_ids) - 1 + len(ids)]
+    total = 0.0
+    for i, token in enumerate(ids):
+        final = apply_chain(chain, logits[i:i + 1], full[:, :len(prompt_ids) + i])
+        total += float(final.double().log_softmax(-1)[0, token])
+    return total
+
+
+def grammar_gap(lm: Any, prompt_ids: list[int], chain: list, grammar: CompiledGrammar, order: str,
+                max_new_tokens: int, counts: dict[Outcome, int], n: int) -> dict[str, Any]:
+    """Constrained is not conditioned: the samples beside two exact distributions over the whole
+    valid texts y (every one enumerated; at most MAX_VALID):
+
+    - ``masked``: what masked sampling draws, the product of the local distributions renormalised
+      over the tokens the grammar allows at each step (the run's own reference);
+    - ``conditional``: P(y | y valid), the model's probability of the text y followed by the end of
+      text (teacher-forced through the chain without the grammar), renormalised over the valid texts
+      (Park et al. 2024, "Grammar-Aligned Decoding").
+
+    With a chi-square of the sampled counts against each."""
+    masked, ends, whole = expand(lm, prompt_ids, chain, max_new_tokens, 0.0, grammar, order, MAX_VALID)
+    valid = [ids for ids in masked if ends[ids] in ("eos", "complete")]
+    out: dict[str, Any] = {"enumerated": whole and len(valid) <= MAX_VALID, "valid": [], "limit": MAX_VALID}
+    if not out["enumerated"]:
+        out["note"] = (f"the grammar allows more than {MAX_VALID} texts within {max_new_tokens} tokens: "
+                       f"no exact P(y | y valid)")
+        return out
+    eos = min(lm.eos_ids)
+    model = {ids: text_logprob(lm, prompt_ids, chain, list(ids) + ([] if ends[ids] == "eos" else [eos]))
+             for ids in valid}
+    finite = [v for v in model.values() if math.isfinite(v)]
+    top = max(finite, default=0.0)
+    mass = sum(math.exp(v - top) for v in finite)
+    conditional = {ids: (math.exp(v - top) / mass if math.isfinite(v) else 0.0) for ids, v in model.items()}
+    masked_p = {ids: math.exp(lp) for ids, lp in masked.items()}
+    test_masked, tv_masked = goodness_of_fit(counts, masked_p, n)
+    test_conditional, tv_conditional = goodness_of_fit(counts, {k: v for k, v in conditional.items() if v > 0}, n)
+    rows = []
+    for ids in valid:
+        rows.append({"text": lm.decode(list(ids)), "pieces": [lm.piece(i) for i in ids], "ids": list(ids),
+                     "count": counts.get(ids, 0), "frequency": counts.get(ids, 0) / n, "masked": masked_p[ids],
+                     "conditional": conditional[ids], "model": math.exp(model[ids])})
+    rows.sort(key=lambda r: (-r["masked"], -r["conditional"], r["ids"]))
+    out.update(valid=rows, valid_mass=sum(math.exp(v) for v in finite),
+               invalid_frequency=1.0 - sum(r["count"] for r in rows) / n,
+               chi_square_masked=test_masked, tv_masked=tv_masked,
+               chi_square_conditional=test_conditional, tv_conditional=tv_conditional)
+    return out
 
 
 def goodness_of_fit(counts: dict[Outcome, int], exact: dict[Outcome, float], n: int) -> tuple[dict | None, float]:
@@ -281,12 +413,14 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     if req.forced:
         raise InvalidRequest("sample many takes no forced tokens; put the prefix in the prompt instead")
     lm, seeds = ctx.lm, list(range(req.seed, req.seed + n))
+    grammar, order = ctx.grammar, getattr(params, "order", "")
     started = time.perf_counter()
     chain = reference_chain(spec.name, params)
     # the batched path draws through the five stages of the plain chain; other stages run one by one
     use_batch = batched and spec.name in BATCHED and (spec.name == "greedy" or chain is not None)
     if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
-        samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress)
+        samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress,
+                               grammar, order)
     else:
         samples = draw_one_by_one(store, req, seeds, progress)
     sampled = time.perf_counter()
@@ -294,22 +428,29 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     for s in samples:
         tally.add(s)
     exact = {} if chain is None else enumerate_outcomes(lm, ctx.prompt_ids, chain, ctx.max_new_tokens,
-                                                        MIN_EXPECTED / n)
+                                                        MIN_EXPECTED / n, grammar, order)
     test, tv = goodness_of_fit(tally.counts, {k: math.exp(v) for k, v in exact.items()}, n) \
         if chain is not None else (None, None)
+    gap = None
+    if grammar is not None and chain is not None:
+        progress(0.95, "enumerating the valid texts")
+        gap = dict(grammar_gap(lm, ctx.prompt_ids, chain, grammar, order, ctx.max_new_tokens, tally.counts, n),
+                   spec=grammar.spec.to_dict(), meaning=GAP_MEANING)
     seconds = time.perf_counter() - started
     return {"model": lm.key, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
             "prompt_ids": list(ctx.prompt_ids), "seed": req.seed, "n": n, "tokens": ctx.max_new_tokens,
-            "batched": use_batch, "reference": _reference_name(spec.name, chain),
+            "batched": use_batch, "reference": _reference_name(spec.name, chain, grammar is not None),
             "outcomes": _outcomes(lm, tally, exact, n),
-            "chi_square": test, "tv_distance": tv, "tau": MIN_EXPECTED / n,
+            "chi_square": test, "tv_distance": tv, "tau": MIN_EXPECTED / n, "grammar": gap,
             "timing": {"seconds": round(seconds, 3), "sampling_seconds": round(sampled - started, 3),
                        "samples_per_second": round(n / (sampled - started), 2) if sampled > started else None}}
 
 
-def _reference_name(strategy: str, chain: list | None) -> str:
+def _reference_name(strategy: str, chain: list | None, grammar: bool = False) -> str:
     if chain is None:
         return "none (no exact enumeration for this strategy)"
+    if grammar:
+        return _reference_name(strategy, chain) + ", masked by the grammar"
     if strategy == "speculative":
         return "the target's chained distribution"
     if strategy == "stochastic_beam":

@@ -14,6 +14,13 @@ The context:
 - otherwise ("raw"): the prompt's own tokens, or with no prompt the special tokens the tokenizer
   puts in front of a text (a BOS); when it puts none, the text's first token is the context and
   is not scored (nothing predicts it).
+
+With a grammar (``{"kind": json|regex|choices|lark, "text": ...}``) a fresh matcher reads the scored
+tokens one by one: each step inside the grammar records ``grammar_allowed`` (how many tokens it
+allowed there) and ``grammar_z`` (the model's probability of those tokens), and
+``trace["score"]["grammar"]`` says where the text leaves it: ``leaves_at`` (the first scored token the
+matcher refuses, None when it takes them all) with llguidance's message, and ``whole`` (the text is
+a complete valid text of the grammar).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
 from playground.trace import Trace, rnd
 from strategies.recording import make_step
+from strategies.sampling.grammar import Grammar, GrammarSpec, compile_grammar, first_line
 
 
 def text_ids(lm: LM, text: str) -> list[int]:
@@ -57,8 +65,10 @@ def split_context(lm: LM, text: str, prompt: str, system: str, chat: bool | None
 
 @torch.inference_mode()
 def score(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
-          chat: bool | None = None, top_n: int = 20, progress: Progress | None = None) -> Trace:
+          chat: bool | None = None, top_n: int = 20, progress: Progress | None = None, grammar: Any = None
+          ) -> Trace:
     """Teacher-force ``text`` (after ``prompt``) through ``model``; see the module docstring."""
+    spec = GrammarSpec.from_dict(grammar)
     for name, value in (("text", text), ("prompt", prompt), ("system prompt", system)):
         if not isinstance(value, str):
             raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
@@ -67,6 +77,7 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
     if not text.strip():
         raise InvalidRequest("text must not be empty")
     lm = store.get(model, progress)
+    compiled = None if spec is None else compile_grammar(spec, lm)
     context, scored, mode = split_context(lm, text, prompt, system, chat)
     unscored = context if mode == "raw" and not prompt.strip() and context == text_ids(lm, text)[:1] else []
     if len(context) + len(scored) > lm.max_context:
@@ -81,6 +92,7 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
         step.extra.update(_token_fields(lm, row, token))
         trace.steps.append(step)
         trace.tokens.append(tok)
+    walk = None if compiled is None else grammar_walk(Grammar(compiled), logits, scored, trace, lm)
     trace.text = lm.decode(unscored + scored)
     trace.finish_reason = "scored"
     trace.timing.target_forward_passes = 1
@@ -88,7 +100,25 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
     trace.extra["score"] = {"mode": mode, "tokens": len(scored), "total_logprob": rnd(total),
                             "perplexity": rnd(math.exp(-total / len(scored))),
                             "unscored": [{"id": i, "text": lm.piece(i)} for i in unscored]}
+    if walk is not None:
+        trace.extra["grammar"] = spec.to_dict()
+        trace.extra["score"]["grammar"] = walk
     return trace
+
+
+def grammar_walk(stage: Grammar, logits: torch.Tensor, scored: list[int], trace: Trace, lm: LM) -> dict[str, Any]:
+    """Feed ``scored`` to the grammar's matcher token by token (``logits``: the model's rows before
+    each); record the mask's size and mass on each step it reaches; where the text leaves it."""
+    matcher = stage.matchers[0]
+    for i, (row, token) in enumerate(zip(logits, scored)):
+        allowed = stage.allowed(row.shape[-1])[0].to(row.device)
+        step = trace.steps[i]
+        step.extra["grammar_allowed"] = int(allowed.sum())
+        step.extra["grammar_z"] = rnd(float(row.float().softmax(-1)[allowed].sum()))
+        if not matcher.consume_token(int(token)) or not bool(allowed[token]):
+            reason = first_line(matcher.get_error()) if matcher.is_error() else "the grammar does not allow it here"
+            return {"leaves_at": i, "token": lm.piece(token), "message": reason, "whole": False}
+    return {"leaves_at": None, "token": None, "message": "", "whole": bool(matcher.is_accepting())}
 
 
 def _token_fields(lm: LM, logits: torch.Tensor, token: int) -> dict[str, Any]:
@@ -109,5 +139,12 @@ def summary(trace: Trace) -> dict[str, Any]:
                        "logprob": rnd(token.logprob), "rank": step.extra["rank"],
                        "surprisal": step.extra["surprisal"], "entropy": rnd(step.entropy),
                        "greedy": step.extra["greedy_text"]})
-    return {"model": trace.model, "prompt": trace.prompt, "text": trace.text, "mode": section["mode"],
-            "tokens": tokens, "perplexity": section["perplexity"], "total_logprob": section["total_logprob"]}
+    out = {"model": trace.model, "prompt": trace.prompt, "text": trace.text, "mode": section["mode"],
+           "tokens": tokens, "perplexity": section["perplexity"], "total_logprob": section["total_logprob"]}
+    if "grammar" in section:
+        lead = len(section["unscored"])
+        for step, t in zip(trace.steps, tokens[lead:]):
+            t["grammar_allowed"] = step.extra.get("grammar_allowed")
+            t["grammar_z"] = step.extra.get("grammar_z")
+        out["grammar"] = section["grammar"]
+    return out
