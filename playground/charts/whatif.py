@@ -8,13 +8,16 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from playground.charts.common import escape
 from playground.charts.figures import prob_color, show_token
-from playground.charts.palette import EXACT, SAMPLED
+from playground.charts.palette import EXACT, GUIDE, SAMPLED
 
 
 def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
     """Each outcome's sampled frequency next to its exact probability (the ``top`` most frequent or
-    most probable), and one bar pair for everything else; the title carries the test."""
+    most probable), and one bar pair for everything else; the title carries the test. With a
+    grammar whose valid texts were all enumerated, a third bar: P(y | y valid), the model's own
+    distribution restricted to the valid texts (the recorded number, never recomputed here)."""
     outcomes = sorted(result["outcomes"], key=lambda o: (-max(o["frequency"], o["probability"] or 0.0), o["ids"]))
     shown, rest = outcomes[:top], outcomes[top:]
     labels = [_label(o) for o in shown]
@@ -30,10 +33,20 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
     if any(p is not None for p in exact):
         fig.add_bar(x=labels, y=exact, name="exact probability", marker_color=EXACT,
                     hovertemplate="%{x}<br>exact %{y:.4f}<extra></extra>")
+    conditional = _conditional(result)
+    if conditional:
+        fig.add_bar(x=labels, y=[conditional.get(tuple(o["ids"])) for o in shown] + ([None] if rest else []),
+                    name="P(y | y valid): the model restricted to valid texts", marker_color=GUIDE,
+                    hovertemplate="%{x}<br>P(y | y valid) %{y:.4g}<extra></extra>")
     fig.update_layout(title=_title(result), barmode="group", yaxis_title="share of samples",
                       xaxis_tickangle=-30, height=440, margin=dict(t=70, b=120),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
     return fig
+
+
+def _conditional(result: dict[str, Any]) -> dict[tuple[int, ...], float]:
+    gap = result.get("grammar") or {}
+    return {tuple(v["ids"]): v["conditional"] for v in gap.get("valid") or []} if gap.get("enumerated") else {}
 
 
 def _label(o: dict[str, Any]) -> str:
@@ -44,6 +57,12 @@ def _label(o: dict[str, Any]) -> str:
 def _title(result: dict[str, Any]) -> str:
     test = result.get("chi_square")
     head = f"{result['n']} samples of {result['tokens']} tokens · {result['strategy']}"
+    gap = result.get("grammar") or {}
+    if gap.get("chi_square_masked") and gap.get("chi_square_conditional"):
+        return (f"{head} · constrained is not conditioned<br><sup>chi-square against masked sampling's exact "
+                f"p = {gap['chi_square_masked']['p_value']:.3g} · against P(y | y valid) "
+                f"p = {gap['chi_square_conditional']['p_value']:.3g} (total variation "
+                f"{gap['tv_conditional']:.3f})</sup>")
     if test:
         return (f"{head}<br><sup>chi-square p = {test['p_value']:.3g} ({test['bins']} bins) · "
                 f"total variation {result['tv_distance']:.3f} · reference: {result['reference']}</sup>")
@@ -61,9 +80,33 @@ def sample_table_html(result: dict[str, Any], top: int = 30) -> str:
     more = len(result["outcomes"]) - top
     foot = f"<p>… {more} more outcomes in the JSON.</p>" if more > 0 else ""
     timing = result["timing"]
-    return (f"<p>{'Rows of one batched pass' if result['batched'] else 'One run per seed'}, "
+    return (f"{gap_html(result)}<p>{'Rows of one batched pass' if result['batched'] else 'One run per seed'}, "
             f"{timing['seconds']} s.</p><table class='pg-table'><tr><th>count</th><th>frequency</th>"
             f"<th>exact</th><th>first seed</th><th>outcome</th></tr>{''.join(rows)}</table>{foot}")
+
+
+def gap_html(result: dict[str, Any], top: int = 30) -> str:
+    """With a grammar: the sentence on what the gap means, both tests, and each valid text's frequency,
+    masked-sampling probability, P(y | y valid) and the model's own probability ("" without one)."""
+    gap = result.get("grammar")
+    if not gap:
+        return ""
+    if not gap.get("enumerated"):
+        return f"<p class='pg-grammar-gap'>{escape(gap.get('note', ''))}</p>"
+    tests = []
+    for name, label in (("masked", "masked sampling's exact probabilities"), ("conditional", "P(y | y valid)")):
+        test = gap.get(f"chi_square_{name}")
+        if test:
+            tests.append(f"against {label}: chi-square {test['statistic']:.4g}, df {test['df']}, "
+                         f"p = {test['p_value']:.3g}, total variation {gap[f'tv_{name}']:.3f}")
+    rows = [f"<tr><td>{v['count']}</td><td>{v['frequency']:.4f}</td><td>{v['masked']:.4g}</td>"
+            f"<td>{v['conditional']:.4g}</td><td>{v['model']:.3g}</td>"
+            f"<td><code>{''.join(show_token(p) for p in v['pieces'])}</code></td></tr>" for v in gap["valid"][:top]]
+    return (f"<p class='pg-grammar-gap'><b>Constrained is not conditioned.</b> {escape(gap['meaning'])}</p>"
+            f"<p>{escape('; '.join(tests))}. The model gives the valid texts {gap['valid_mass']:.4g} of its "
+            f"probability in all.</p><table class='pg-table'><tr><th>count</th><th>frequency</th>"
+            f"<th>masked sampling</th><th>P(y | y valid)</th><th>model P(y)</th><th>valid text</th></tr>"
+            f"{''.join(rows)}</table>")
 
 
 def score_html(summary: dict[str, Any]) -> str:
@@ -78,7 +121,13 @@ def score_html(summary: dict[str, Any]) -> str:
                     f"{show_token(t['text'])}</code></td><td>{t['prob']:.4f}</td><td>{t['rank']}</td>"
                     f"<td>{t['surprisal']:.2f}</td><td>{t['entropy']:.2f}</td>"
                     f"<td><code>{show_token(t['greedy'])}</code></td></tr>")
-    return (f"<p><b>perplexity {summary['perplexity']:.4g}</b> · total log-probability "
+    g = summary.get("grammar")
+    where = "" if not g else (
+        f"<p class='pg-grammar-gap'>The text leaves the grammar at token {g['leaves_at']} "
+        f"(<code>{show_token(g['token'])}</code>): {escape(g['message'])}</p>" if g["leaves_at"] is not None else
+        f"<p class='pg-grammar-gap'>The text stays in the grammar"
+        f"{' and is a whole valid text' if g['whole'] else ' but is not yet a whole valid text'}.</p>")
+    return (f"{where}<p><b>perplexity {summary['perplexity']:.4g}</b> · total log-probability "
             f"{summary['total_logprob']:.4g} · scored {'as the answer to the prompt' if summary['mode'] == 'chat' else 'raw'}"
             f"</p><table class='pg-table'><tr><th>token</th><th>prob</th><th>rank</th><th>surprisal (bits)</th>"
             f"<th>entropy (nats)</th><th>greedy</th></tr>{''.join(rows)}</table>")

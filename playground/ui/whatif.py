@@ -33,23 +33,27 @@ if TYPE_CHECKING:
 
 def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any],
                      seed: Any, n: Any, tokens: Any, system: str = "", chat: bool | None = None,
-                     batched: bool = True, progress: Progress | None = None
+                     batched: bool = True, progress: Progress | None = None, grammar: Any = None
                      ) -> tuple[go.Figure, str, dict[str, Any]]:
-    """(frequency vs exact bars, outcome table HTML, the sample-many result)."""
+    """(frequency vs exact bars, outcome table HTML, the sample-many result). With a ``grammar``
+    ({"kind", "text"}) the bars add P(y | y valid) and the table says what the gap means."""
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=_int("tokens", tokens, 1, MAX_TOKENS), system=system or "", chat=chat)
+                  max_new_tokens=_int("tokens", tokens, 1, MAX_TOKENS), system=system or "", chat=chat,
+                  grammar=grammar)
     result = sample_many(store, req, n, batched, progress)
     return sample_figure(result), sample_table_html(result), result
 
 
 def score_view(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
-               chat: bool | None = None, progress: Progress | None = None
+               chat: bool | None = None, progress: Progress | None = None, grammar: Any = None
                ) -> tuple[str, str, dict[str, Any], int, tuple[go.Figure, go.Figure, go.Figure]]:
     """(coloured text, summary table, trace dict, the selected step, that step's three charts).
-    The selected step is the most surprising token."""
-    trace = score(store, model, text, prompt, system or "", chat, progress=progress)
+    The selected step is the most surprising token (with a grammar the text leaves: that token)."""
+    trace = score(store, model, text, prompt, system or "", chat, progress=progress, grammar=grammar)
     d = trace.to_dict()
     step = max(range(len(trace.steps)), key=lambda i: trace.steps[i].extra["surprisal"] or 0.0)
+    leaves = (trace.extra["score"].get("grammar") or {}).get("leaves_at")
+    step = step if leaves is None else leaves
     return charts.token_html(d, step), score_html(summary(trace)), d, step, charts.step_figures(d, step)
 
 
@@ -59,6 +63,12 @@ def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.
     if trace is None or k is None:
         return None
     return (charts.token_html(trace, k), *charts.step_figures(trace, k))
+
+
+def grammar_value(kind: Any, text: Any) -> dict[str, str] | None:
+    """The sidebar's grammar controls as a Request's grammar: None for "none" or an empty text."""
+    kind = str(kind or "none").strip()
+    return None if kind == "none" or not str(text or "").strip() else {"kind": kind, "text": str(text)}
 
 
 def _int(name: str, value: Any, low: int, high: int) -> int:
@@ -124,13 +134,20 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         n, tokens, batched = values[len(config):]
         fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
-                                         bool(batched), events.progress(progress))
+                                         bool(batched), events.progress(progress),
+                                         grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")))
         yield [plot_value(fig), table]
 
-    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, progress: Any = None
+    # the sidebar's grammar, where the page has its controls
+    grammar_inputs = [c for c in (getattr(page, "grammar_kind", None), getattr(page, "grammar_text", None))
+                      if c is not None]
+    grammar_inputs = grammar_inputs if len(grammar_inputs) == 2 else []
+
+    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, *grammar: Any, progress: Any = None
                  ) -> Iterator[list[Any]]:
         tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
-                                                   events.progress(progress))
+                                                   events.progress(progress), grammar_value(*grammar)
+                                                   if grammar else None)
         yield [tokens, table, trace, *map(plot_value, figs)]
 
     def on_score_click(trace: dict[str, Any] | None, evt: gr.EventData) -> list[Any]:
@@ -140,7 +157,8 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     w.sample_run.click(handler(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
                        [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
-    w.score_run.click(handler(on_score, 5, True), [page.model, page.prompt, page.system, page.chat, w.score_text],
+    w.score_run.click(handler(on_score, 5 + len(grammar_inputs), True),
+                      [page.model, page.prompt, page.system, page.chat, w.score_text, *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.score_tokens.click(on_score_click, w.score_trace, [w.score_tokens, *w.score_plots], **QUIET)
