@@ -115,6 +115,13 @@ AGREE, DISAGREE = SLATE_400, RED_600  # the contrastive pick against expert gree
 OUTLINE = BLACK  # the chosen token's outline and the alpha line
 OVERRIDDEN = RED_200  # text where the contrast changed the pick (HTML)
 
+# Structured decoding (grammar.py; the grammar's marks in figures.py)
+FEASIBLE = BLUE_600  # Z_t where the grammar leaves the model enough of its mass
+FIGHTING = RED_600  # Z_t below LOW_Z: the grammar is fighting the model
+FIGHTING_BAND = rgba(RED_500, 0.10)  # the band below LOW_Z
+GRAMMAR_FORCED = VIOLET_600  # a step where the grammar allowed one token, and its mark in the text
+DISALLOWED = RED_700  # the cross on a token the grammar does not allow
+
 # What if (whatif.py)
 SAMPLED, EXACT = TABLEAU_BLUE, TABLEAU_ORANGE  # sampled frequency, exact probability
 

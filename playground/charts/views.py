@@ -10,10 +10,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from playground.charts import beam, contrastive, eagle, samplers, speculative
+from playground.charts import beam, contrastive, eagle, grammar, samplers, speculative
 from playground.charts.common import View
 
-FAMILIES = (beam, contrastive, eagle, samplers, speculative)  # in the order the page shows their views
+FAMILIES = (grammar, beam, contrastive, eagle, samplers, speculative)  # in the order the page shows their views
 
 
 def strategy_views(trace: dict[str, Any], step: int | None = None) -> list[View]:
