@@ -23,6 +23,12 @@ def entropy_of(logp: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return -(p * logp.nan_to_num(neginf=0.0)).sum(-1)
 
 
+def varentropy_of(logp: torch.Tensor, p: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
+    """The variance of the surprisal -log p under p, in nats^2: sum p (-log p - H)^2 (entropix's
+    varentropy); tokens with p = 0 count as 0. ``ent`` is H, the entropy of the same distribution."""
+    return (p * (logp.nan_to_num(neginf=0.0) + ent[..., None]) ** 2).sum(-1)
+
+
 def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: int, top_n: int) -> list[int]:
     """The step's top-n by the model's own probability, the top-n after the chain, and the chosen
     token; ordered by final probability, then raw probability. Inputs are [vocab]."""
@@ -70,8 +76,13 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
             alive = torch.isfinite(logits)
             recorded.append(Stage(name, logits.float().softmax(-1)[idx].tolist(), alive[idx].tolist(),
                                   int(alive.sum()), decision_record(decision, ids, idx)))
+    final_ent, raw_ent = entropy_of(final_logp, final_probs), entropy_of(raw_logp, raw_probs)
+    # per step, for the entropy map: the spread of the surprisal, and how many tokens the chain left
+    extra = {"varentropy": rnd(float(varentropy_of(final_logp, final_probs, final_ent))),
+             "raw_varentropy": rnd(float(varentropy_of(raw_logp, raw_probs, raw_ent))),
+             "kept_count": int(torch.isfinite(final).sum())}
     step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
-                entropy=float(entropy_of(final_logp, final_probs)), raw_entropy=float(entropy_of(raw_logp, raw_probs)))
+                entropy=float(final_ent), raw_entropy=float(raw_ent), extra=extra)
     token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))
     return step, token
 

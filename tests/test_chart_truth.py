@@ -13,7 +13,9 @@ expected value is computed here from the decoder's logits after each stage with 
   equal to their formula on the received distribution; XTC's line with everything above it removed
   but the least probable, when its recorded coin acted; typical's running mass in its own ranking;
   DRY, n-gram and word-bias marks on exactly the tokens the stage changed;
-- and this holds whichever distribution the bars show (the model's own, entering the cuts, final).
+- and this holds whichever distribution the bars show (the model's own, entering the cuts, final);
+- the entropy map's point is the step's recorded entropy and varentropy, those of the raw logits,
+  with the decoder's kept count.
 
 200 cases on a 50-token vocabulary with random logits, and 30 on SmolLM2's real logits (49,152
 tokens; fewer cases, each is a full-vocabulary chain plus two figures).
@@ -30,6 +32,7 @@ import torch
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
 from word_lm import WordLM
+from playground.charts import entropy_map
 from playground.charts import figures as charts
 from playground.charts.palette import CUT, KEPT
 from playground.trace import Trace
@@ -142,6 +145,18 @@ def check(case: Case, basis: str = "chain") -> None:
             changed = (logits[k] != logits[k - 1]) & kept_in
             assert set(marked) == {tok for tok in bars if changed[tok]}
             assert rec["decision"]["ids"] == [i for i in ids if changed[i]]
+
+    # the entropy map: the step's recorded entropy and varentropy of the model's own distribution, which
+    # are those of the raw logits, coloured by the decoder's kept count
+    raw = logits[0].double().log_softmax(-1)
+    p_raw = raw.exp()
+    h = float(-(p_raw * raw.nan_to_num(neginf=0.0)).sum())
+    v = float((p_raw * (raw.nan_to_num(neginf=0.0) + h) ** 2).sum())
+    [dots] = entropy_map.entropy_map_figure(d).data
+    assert (dots.x[0], dots.y[0], dots.customdata[0][2]) == (s["raw_entropy"], s["raw_varentropy"], s["kept_count"])
+    assert s["raw_entropy"] == pytest.approx(h, rel=1e-4, abs=1e-6)
+    assert s["raw_varentropy"] == pytest.approx(v, rel=1e-3, abs=1e-5)
+    assert s["kept_count"] == int(alive[-1].sum())
 
     panels = waterfall_panels(fig_dict(charts.waterfall_figure(d, 0)))
     assert [p["name"] for p in panels] == ["raw", *names] if names else len(panels) == 1

@@ -313,7 +313,7 @@ def test_examples_are_valid_configurations():
 @pytest.mark.skipif(not png_export_available(), reason="PNG export needs kaleido and a Chromium")
 def test_server_side_png_export_writes_one_image_per_chart(chain_trace):
     paths = export_pngs(chain_trace, 0, scale=1)
-    assert len(paths) == 3
+    assert len(paths) == 4  # the step's three charts and the entropy map
     for path in paths:
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"

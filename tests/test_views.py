@@ -3,8 +3,9 @@ from playground.engine import Request, run
 from playground.charts.views import strategy_views
 
 
-def test_sampling_trace_has_no_family_views(store):
-    assert strategy_views(run(store, Request("toy", "sampling", "1 2", seed=1, max_new_tokens=3)).to_dict()) == []
+def test_sampling_trace_has_no_family_views_but_the_entropy_map(store):
+    views = strategy_views(run(store, Request("toy", "sampling", "1 2", seed=1, max_new_tokens=3)).to_dict())
+    assert [v.title for v in views] == ["Entropy map"]
 
 
 def test_contrastive_step_view_follows_the_selected_step(store):

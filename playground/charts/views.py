@@ -10,10 +10,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from playground.charts import beam, contrastive, eagle, grammar, samplers, speculative
+from playground.charts import (beam, contrastive, eagle, entropy_map,
+                              samplers, speculative, stage_warnings)
 from playground.charts.common import View
 
-FAMILIES = (grammar, beam, contrastive, eagle, samplers, speculative)  # in the order the page shows their views
+# in the order the page shows their views
+FAMILIES = (beam, contrastive, eagle, stage_warnings, samplers, speculative, entropy_map)
 
 
 def strategy_views(trace: dict[str, Any], step: int | None = None) -> list[View]:

@@ -25,7 +25,7 @@ def layout(page: Page) -> None:
                    gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
                    gr.Number(share.DEFAULT_MAX_NEW_TOKENS, label="max_new_tokens", precision=0),
                    gr.Textbox("", label="system"), gr.Textbox("auto", label="chat"),
-                   gr.Textbox("auto", label="dtype")]
+                   gr.Textbox("auto", label="dtype"), gr.Textbox("", label="grammar")]
     page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
     page.api_trigger = gr.Button(visible=False)
 
@@ -41,9 +41,10 @@ list_strategies.__signature__ = inspect.Signature([], return_annotation=str)  # 
 
 
 def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str, params_json: str, seed: Any,
-                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto"
+                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto", grammar: str = ""
                         ) -> Iterator[tuple[str, str]]:
-    """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON)."""
+    """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON).
+    ``grammar``: "" (none) or a JSON object ``{"kind": json|regex|choices|lark, "text": ...}``."""
     try:
         params = json.loads(params_json or "{}")
     except json.JSONDecodeError as err:
@@ -54,12 +55,27 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
     if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
         raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
     req = Request(model=model, strategy=strategy, prompt=prompt, params=params, seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto")
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto",
+                  grammar=grammar_of(grammar))
     trace = None
     for trace in decoder(req, None):
         yield trace.text, ""
     if trace is not None:
         yield trace.text, trace.to_json()
+
+
+def grammar_of(text: str) -> dict[str, Any] | None:
+    """/generate's grammar argument: "" is none, else a JSON object the request validates."""
+    if not (text or "").strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200} '
+                             f"({err.msg})") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200}')
+    return value
 
 
 def plain_refusals(stream: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
@@ -73,9 +89,10 @@ def plain_refusals(stream: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str
 
 
 def wire(page: Page, decode: Decoder) -> None:
-    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype")
+    names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype", "grammar")
     page.api_trigger.click(
         handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names),
         page.api_in, page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
-        "token, then (text, trace JSON). params is a JSON object of the strategy's parameters.", **MODEL_EVENT)
+        "token, then (text, trace JSON). params is a JSON object of the strategy's parameters; grammar (empty: "
+        "none) a JSON object {\"kind\": json|regex|choices|lark, \"text\": ...} the text must follow.", **MODEL_EVENT)
     gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")

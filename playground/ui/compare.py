@@ -8,6 +8,7 @@ import gradio as gr
 
 from playground.ui import events
 from playground.ui.components import run_config
+from playground.ui.controls import grammar_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler
 from playground.ui.handlers import compare, show_prompt
@@ -54,7 +55,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
         for k, (fa, fb) in enumerate(compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
                               cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
                               cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
-                              progress=events.progress(progress), decoder=decode, dtype=dtype)):
+                              progress=events.progress(progress), decoder=decode, dtype=dtype,
+                              grammar=grammar_request(cfg["grammar_kind"], cfg["grammar_text"]))):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
             done = all(f is None or f.final for f in (fa, fb))
             views = [u for side, f in zip(sides, (fa, fb))

@@ -9,7 +9,7 @@ import gradio as gr
 
 from playground.engine import MAX_SEED
 from playground.ui import share
-from playground.ui.controls import strategy_summary
+from playground.ui.controls import NO_GRAMMAR, grammar_placeholder, strategy_summary
 from playground.ui.events import is_chat_model
 
 if TYPE_CHECKING:
@@ -67,12 +67,16 @@ class Page:
     whatif: WhatIf
     branches: BranchPanel
     forced: gr.Textbox
+    grammar_box: gr.Accordion
+    grammar_kind: gr.Dropdown
+    grammar_text: gr.Textbox
 
     @property
     def config_inputs(self) -> list[gr.Component]:
         """Everything a share link carries, in ``split_config``'s order."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
-                *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced]
+                *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced,
+                self.grammar_kind, self.grammar_text]
 
     @property
     def run_inputs(self) -> list[gr.Component]:
@@ -85,17 +89,19 @@ class Page:
         n = len(self.panel.components)
         model, strategy, prompt, system, chat, seed, max_new = values[:7]
         b_strategy = values[7 + n]
+        forced, grammar_kind, grammar_text = values[-3:]
         return dict(model=model, strategy=strategy, prompt=prompt, system=system, chat=chat, seed=seed,
                     max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
-                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-1]),
-                    forced=values[-1] or "")
+                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-3]),
+                    forced=forced or "", grammar_kind=grammar_kind or NO_GRAMMAR, grammar_text=grammar_text or "")
 
     @property
     def restore_outputs(self) -> list[Any]:
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
-                self.tabs, self.run_flag, self.mode, self.forced]
+                self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
+                self.grammar_text]
 
     def apply_config(self, cfg: share.Config) -> list[Any]:
         """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order."""
@@ -107,17 +113,20 @@ class Page:
                 *self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
                 *self.compare_panel.visibility(cfg.compare_strategy), strategy_summary(cfg.compare_strategy),
                 gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
-                "compare" if cfg.run == "compare" else "generate", cfg.forced]
+                "compare" if cfg.run == "compare" else "generate", cfg.forced,
+                gr.update(open=True) if cfg.grammar_kind else gr.skip(), cfg.grammar_kind or NO_GRAMMAR,
+                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind))]
 
 
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
-                run: str = "generate", forced: str = "") -> str:
+                run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "") -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address."""
+    kind = "" if grammar_kind in (None, "", NO_GRAMMAR) else grammar_kind
     cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
                        params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
-                       forced=(forced or "").strip())
+                       forced=(forced or "").strip(), grammar_kind=kind, grammar_text=(grammar_text or "") if kind else "")
     return share.encode(cfg)
 
 

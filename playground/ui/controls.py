@@ -15,6 +15,8 @@ from playground.serving.model_keys import KeyPolicy
 from playground.ui.events import QUIET
 from strategies.params import describe
 from strategies.registry import all_strategies, get_strategy
+from strategies.sampling.grammar import EXAMPLES as GRAMMAR_EXAMPLES
+from strategies.sampling.grammar import GRAMMAR_KINDS
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, expand_order
 
 if TYPE_CHECKING:
@@ -197,3 +199,38 @@ def model_choices(policy: KeyPolicy | None = None) -> list[tuple[str, str]]:
     if on_space() or os.environ.get("PLAYGROUND_HUB") == "1":
         choices += [(f"{hub} (hub)", hub) for hub in HUB_MODELS]
     return [(label, key) for label, key in choices if policy.permits(key)]
+
+
+# --- the grammar (structured decoding): one group of the sidebar, for every strategy -----------------
+
+NO_GRAMMAR = "none"
+GRAMMAR_CHOICES = (NO_GRAMMAR, *GRAMMAR_KINDS)
+GRAMMAR_PLACEHOLDERS = {"json": GRAMMAR_EXAMPLES["json"], "regex": GRAMMAR_EXAMPLES["regex"],
+                        "choices": GRAMMAR_EXAMPLES["choices"] + '   or   [" once upon a time", " a hill rose high"]',
+                        "lark": GRAMMAR_EXAMPLES["lark"]}
+GRAMMAR_HELP = """The text must follow a grammar. At every step the grammar stage (first in the chain) removes
+every token that cannot continue a valid text and the model's distribution is renormalised over the rest;
+the Z chart shows how much of the model's probability the allowed tokens had.
+
+- **json**: a JSON schema, e.g. `{"type": "object", "properties": {"age": {"type": "integer"}}}`;
+- **regex**: a regular expression the whole text matches, e.g. `\\d{4}-\\d{2}-\\d{2}`;
+- **choices**: the text is one of them: `yes | no | maybe` (spaces around each are trimmed), or a JSON
+  list that keeps them: `[" once", " a hill"]`;
+- **lark**: a Lark grammar in llguidance's dialect, starting at `start:`.
+
+Constrained is not conditioned: token-by-token masking does not sample the model's distribution over
+valid texts. With speculative decoding, drafts the grammar forbids are rejected before verification: the
+output follows the *constrained* target, not the target itself."""
+
+
+def grammar_request(kind: Any, text: Any) -> dict[str, str] | None:
+    """The grammar controls' values as a Request's ``grammar``: None for "none" or an empty text."""
+    kind = str(kind or NO_GRAMMAR).strip()
+    if kind == NO_GRAMMAR or not str(text or "").strip():
+        return None
+    return {"kind": kind, "text": str(text)}
+
+
+def grammar_placeholder(kind: Any) -> str:
+    """The text box's placeholder for ``kind``: an example of that kind ("" for none)."""
+    return GRAMMAR_PLACEHOLDERS.get(str(kind), "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from playground.ui import share
+from strategies.sampling.grammar import EXAMPLES as GRAMMAR
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ def examples() -> list[Example]:
     toy = dict(model="toy", prompt="1 2", max_new_tokens=12, seed=4)
     gemma = dict(model="gemma3-270m", prompt="The best way to learn a new language is", max_new_tokens=40)
     hot = dict(model="smollm2-135m", prompt="Write one sentence about the ocean.", seed=7, max_new_tokens=40)
+    smol = dict(model="smollm2-135m", seed=0, max_new_tokens=40)
     return [
         Example("Toy 70/30 · greedy", cfg(strategy="greedy", run="generate", **toy),
                 "greedy always takes ' a' (p 0.7): the 30% branch is never seen."),
@@ -59,4 +61,25 @@ def examples() -> list[Example]:
         Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
                                             run="generate", **{**hot, "max_new_tokens": 120}),
                 "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+        Example("JSON schema · SmolLM2", cfg(strategy="greedy", prompt="Give a JSON object for a person named Ada, 36.",
+                                             grammar_kind="json", grammar_text=GRAMMAR["json"], run="generate",
+                                             **smol),
+                "every token must continue a JSON object with a string name and an integer age: the Z chart "
+                "shows where the schema took probability away from the model, hatched bars where it chose."),
+        Example("Choice · yes / no / maybe", cfg(strategy="greedy", prompt="Is the sea salty? Answer yes, no or maybe.",
+                                                 grammar_kind="choices", grammar_text=GRAMMAR["choices"],
+                                                 run="generate", **{**smol, "max_new_tokens": 8}),
+                "the answer is one of three words; the distribution crosses out every other token."),
+        Example("Date regex", cfg(strategy="greedy", prompt="When did the Berlin Wall fall? Answer with a date.",
+                                  grammar_kind="regex", grammar_text=GRAMMAR["regex"], run="generate",
+                                  **{**smol, "max_new_tokens": 16}),
+                "the text must match `\\d{4}-\\d{2}-\\d{2}`: only digits and dashes are allowed, so where the model "
+                "wanted words (red bars) it writes digits; the regex checks the form, not that the date is real."),
+        Example("Toy · constrained ≠ conditioned", cfg(strategy="sampling", params={"temperature": 1.0},
+                                                       grammar_kind="choices",
+                                                       grammar_text='[" a hill rose high", " the hill rose high"]',
+                                                       run="generate", **{**toy, "seed": 1}),
+                "two valid texts: ' the hill rose high' has over 99.9% of the model's probability of the two, but the "
+                "mask lets the first step take ' a' (p 0.7) and then forces ' hill' (Z 6e-05, red): masked "
+                "sampling ends on the text the model almost never writes 7 times in 10."),
     ]

@@ -9,6 +9,7 @@ import gradio as gr
 from playground.charts import figures as charts
 from playground.ui import branches, events
 from playground.ui.components import run_config
+from playground.ui.controls import grammar_request
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, plot_component
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
@@ -56,6 +57,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
                                           cfg["seed"], cfg["max_new_tokens"], cfg["system"],
                                           chat_flag(cfg["model"], cfg["chat"]), progress=events.progress(progress),
                                           decoder=decode, dtype=dtype, forced=forced,
+                                          grammar=grammar_request(cfg["grammar_kind"], cfg["grammar_text"]),
                                           final_step=max(forced) if forced else "uncertain"), theme, seed_update)
 
     def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[list[Any]]:

@@ -37,6 +37,7 @@ from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from strategies.registry import get_strategy
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON
 
 if TYPE_CHECKING:
     from playground.charts.common import View
@@ -87,9 +88,12 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
     timing = trace.get("timing") or {}
     chain = " → ".join(trace.get("chain") or []) or trace.get("strategy", "")
     state = {"eos": "finished at end-of-sequence", "length": "reached max new tokens",
-             "stopped": "stopped",
+             "stopped": "stopped", GRAMMAR_REASON: "finished: the grammar is complete",
+             DEAD_END_REASON: "stopped: the grammar allows no token here",
              OUT_OF_TIME: "stopped: this server's time budget per run is used up"
              }.get(trace.get("finish_reason", ""), "generating…")
+    if final and state == "generating…" and trace.get("finish_reason") not in ("", "running", None):
+        state = f"ended: {trace['finish_reason']}"  # a reason this line has no words for
     if not final and state != "generating…":
         state = "generating…"
     model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
@@ -172,7 +176,8 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
              seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
              final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
-             dtype: str = "auto", forced: dict[int, int | str] | None = None) -> Iterator[Frame]:
+             dtype: str = "auto", forced: dict[int, int | str] | None = None,
+             grammar: dict[str, str] | None = None) -> Iterator[Frame]:
     """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
@@ -182,10 +187,12 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     ``forced``: step -> token (id or text) the run takes there (a branch; strategies.forcing).
     ``compact``: charts for a half-width column (compare).
     ``dtype``: the weights' dtype (playground.models.dtypes: auto, float32, bfloat16).
+    ``grammar``: ``{"kind": json|regex|choices|lark, "text": ...}`` the text must follow, or None.
     Raises InvalidRequest (and its ModelUnavailable) with the validation message.
     """
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}))
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}),
+                  grammar=grammar)
     decode = decoder or default_decoder(store)
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
@@ -241,13 +248,15 @@ def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_
             strategy_b: str, params_b: dict[str, Any], seed: int = 0,
             max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
             progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-            decoder: Decoder | None = None, dtype: str = "auto") -> Iterator[tuple[Frame | None, Frame | None]]:
+            decoder: Decoder | None = None, dtype: str = "auto", grammar: dict[str, str] | None = None
+            ) -> Iterator[tuple[Frame | None, Frame | None]]:
     """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
-    side by side. Both end on step 0, where the two saw the same context. Errors name the side."""
+    side by side. Both end on step 0, where the two saw the same context. Errors name the side.
+    ``grammar`` constrains both."""
     strategies = {"A": strategy_a, "B": strategy_b}
     runs = {side: generate(store, model, strategies[side], prompt, params, seed, max_new_tokens, system, chat,
                            progress, refresh_seconds, final_step="first", decoder=decoder, compact=True,
-                           dtype=dtype)
+                           dtype=dtype, grammar=grammar)
             for side, params in (("A", params_a), ("B", params_b))}
     last: dict[str, Frame | None] = {"A": None, "B": None}
     live = set(runs)

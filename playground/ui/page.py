@@ -26,7 +26,8 @@ from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DTYPES
 from playground.ui import api, compare, explore, share, whatif
 from playground.ui.components import Page, share_query
-from playground.ui.controls import build_panel, default_strategy, model_choices, strategies_in_order, strategy_summary
+from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, NO_GRAMMAR, build_panel, default_strategy,
+                                    grammar_placeholder, model_choices, strategies_in_order, strategy_summary)
 from playground.ui.events import QUIET, is_chat_model
 from playground.ui.examples import examples
 
@@ -108,6 +109,14 @@ def _sidebar(page: Page) -> None:
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
         page.panel = build_panel("p", default)
+    with gr.Accordion("Grammar (structured output)", open=False, elem_id="pg-grammar") as page.grammar_box:
+        page.grammar_kind = gr.Dropdown(list(GRAMMAR_CHOICES), value=NO_GRAMMAR, label="Grammar kind",
+                                        elem_id="pg-grammar-kind",
+                                        info="none: free text; json: a JSON schema; regex: a regular expression; "
+                                             "choices: one of a list; lark: a Lark grammar.")
+        page.grammar_text = gr.Textbox("", label="Grammar", lines=3, max_lines=12, elem_id="pg-grammar-text",
+                                       placeholder="", info="The schema, expression, choices or Lark grammar.")
+        gr.Markdown(GRAMMAR_HELP, elem_classes=["pg-summary", "pg-grammar-help"])
     page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
                           info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
     page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",
@@ -154,6 +163,8 @@ def _wire_controls(page: Page) -> None:
                       [page.model, page.chat], [page.chat, page.system], **QUIET)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
                      **QUIET)
+    page.grammar_kind.change(lambda k: gr.update(placeholder=grammar_placeholder(k)), page.grammar_kind,
+                             page.grammar_text, **QUIET)
     # a person picking another model gets a prompt that model can take (a share link keeps its own)
     page.model.input(prompt_for_model, [page.model, page.prompt], page.prompt, **QUIET)
     # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh

@@ -1,8 +1,8 @@
 """The page's whole configuration <-> a URL query string, for "copy link" and its restore.
 
 A link names the model, the strategy and every one of its parameters, the prompt, the
-seed and the budget, the forced tokens of a branch (``force=0:9,3:12``, step:token id), plus the
-Compare tab's second strategy. Parameters of the first
+seed and the budget, the forced tokens of a branch (``force=0:9,3:12``, step:token id), the
+grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second strategy. Parameters of the first
 strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
@@ -19,6 +19,7 @@ from strategies.forcing import parse_path
 from playground.errors import InvalidRequest
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
+from strategies.sampling.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, GrammarSpec
 
 RUN_MODES = ("", "generate", "compare")
 DEFAULT_STRATEGY = "sampling"
@@ -43,6 +44,8 @@ class Config:
     compare_params: dict[str, Any] = field(default_factory=dict)
     run: str = ""
     forced: str = ""  # a branch's forced tokens, "step:id,step:id" (playground.whatif.branches)
+    grammar_kind: str = ""  # "" (none) or one of json, regex, choices, lark (strategies.sampling.grammar)
+    grammar_text: str = ""  # the schema, expression, choices or Lark grammar
 
 
 def strategy_defaults(strategy: str) -> dict[str, Any]:
@@ -62,6 +65,8 @@ def encode(config: Config) -> str:
     items += [(f"p.{k}", _text(v)) for k, v in config.params.items()]
     if config.forced:
         items.append(("force", config.forced))
+    if config.grammar_kind and config.grammar_text.strip():
+        items += [("grammar", config.grammar_kind), ("grammar_text", config.grammar_text[:MAX_GRAMMAR_CHARS])]
     items.append(("b", config.compare_strategy))
     items += [(f"b.{k}", _text(v)) for k, v in config.compare_params.items()]
     if config.run:
@@ -100,6 +105,8 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
             cfg.forced = pairs["force"].strip()
         except InvalidRequest as err:
             warnings.append(f"ignored force: {err}")
+    if "grammar" in pairs or "grammar_text" in pairs:
+        cfg.grammar_kind, cfg.grammar_text = _grammar_part(pairs, warnings)
     if pairs.get("run", "") in RUN_MODES:
         cfg.run = pairs.get("run", "")
     else:
@@ -107,11 +114,29 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.strategy, cfg.params = _strategy_part(pairs, "strategy", "p.", cfg.strategy, cfg.params, warnings)
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
-    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force"}
+    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
+             "grammar", "grammar_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
             warnings.append(f"ignored unknown link key {key!r}")
     return cfg, warnings
+
+
+def _grammar_part(pairs: dict[str, str], warnings: list[str]) -> tuple[str, str]:
+    """(kind, text) of the link's grammar, checked as a request checks it; ("", "") with a warning
+    when the kind is unknown or the text does not parse (an empty text or kind "none": no grammar)."""
+    kind, text = pairs.get("grammar", "").strip(), pairs.get("grammar_text", "")
+    if kind in ("", "none") or not text.strip():
+        return "", ""
+    if kind not in GRAMMAR_KINDS:
+        warnings.append(f"ignored grammar: its kind must be one of {', '.join(GRAMMAR_KINDS)}, got {kind!r}")
+        return "", ""
+    try:
+        GrammarSpec(kind, text)
+    except InvalidRequest as err:
+        warnings.append(f"ignored grammar: {err}")
+        return "", ""
+    return kind, text
 
 
 def _strategy_part(pairs: dict[str, str], key: str, prefix: str, strategy: str, params: dict[str, Any],
