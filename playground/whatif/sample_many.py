@@ -297,6 +297,8 @@ def expand(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau
             else:
                 nxt.append((ids, lp))
                 parents.append(r)
+        if limit is not None and len(nxt) > limit:
+            return done, ends, False
         if stage is not None and nxt:
             stage.advance(parents, [ids[-1] for ids, _ in nxt])
             open_rows = []
@@ -309,8 +311,6 @@ def expand(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau
             nxt, parents = [nxt[j] for j in open_rows], [parents[j] for j in open_rows]
         if not nxt:
             return done, ends, True
-        if limit is not None and len(nxt) > limit:
-            return done, ends, False
         frontier = nxt
         cache.reorder_cache(torch.tensor(parents, device=lm.device))
         last = torch.tensor([[ids[-1]] for ids, _ in frontier], device=lm.device)
