@@ -15,7 +15,10 @@ decision: it draws the record, over the distribution the stage received.
   between, or an earlier cut renormalised), that distribution is drawn as the stage's own
   markers and the line sits on them; the marker is filled where the stage kept the token;
 - the waterfall colours each panel from that stage's kept flags, never from p == 0
-  (float32 softmax underflows to 0 for tokens the decoder kept).
+  (float32 softmax underflows to 0 for tokens the decoder kept);
+- the grammar stage (structured decoding) truncates too: the bars show what it received, the tokens
+  it does not allow (not in its recorded ``allowed``) are crossed and their labels struck through,
+  and a token it forced (the only one allowed) says so in the title and in the text.
 
 A new stage gets its marks by recording its decision and adding one ``Mark`` here.
 
@@ -35,7 +38,8 @@ from plotly.subplots import make_subplots
 from playground.charts.common import escape
 from playground.charts.stage_warnings import stage_warnings
 from playground.charts.palette import (BANNED, BUTTON_BACKGROUND, BUTTON_BORDER, CHOSEN, CLEAR, CONFIDENT, CUMULATIVE,
-                                       CUT, ENTROPY, EPSILON, ETA, FINAL, INK, KEPT, MIN_P, MIROSTAT, NOTE_BACKGROUND,
+                                       CUT, DISALLOWED, ENTROPY, EPSILON, ETA, FINAL, GRAMMAR_FORCED, INK, KEPT,
+                                       MIN_P, MIROSTAT, NOTE_BACKGROUND,
                                        NSIGMA, PENALISED, RAW, SLOW_INK, SURPRISING, TEMPLATE, TOP_K, TYPICAL, UNSURE,
                                        XTC, rgb, rgba)
 
@@ -50,7 +54,9 @@ class Mark:
               right axis, with a line at ``decision[key]``;
       "rank": a vertical cut after the stage's ``kept_count`` bars when the bars are the stage's
               input and the tokens it kept are the leading bars; else a "level" line at ``decision[key]``;
-      "ids": the bars of the candidate ids listed in ``decision[key]`` are marked.
+      "ids": the bars of the candidate ids listed in ``decision[key]`` are marked;
+      "mask": the bars of the candidate ids *not* listed in ``decision[key]`` are crossed (a grammar:
+              its record lists what it allows).
     label: the line's text, formatted with the decision's fields; summary: the waterfall panel's.
     cuts: an "ids" stage that removes the tokens it marks (a ban) rather than reweighting them.
     """
@@ -95,6 +101,8 @@ STAGE_MARKS: dict[str, Mark] = {
     "p_less": Mark("level", "threshold", "p-less: p ≥ Σp² = {threshold:.3g}", "p ≥ Σp² = {threshold:.3g}",
                    EPSILON),
     "word_bias": Mark("ids", "ids", "biased by word", "{banned} banned", BANNED, cuts=True),
+    "grammar": Mark("mask", "allowed", "not allowed by the grammar (Z {z:.3g} · {allowed_count:,} allowed)",
+                    "{allowed_count:,} allowed · Z {z:.3g}", DISALLOWED),
 }
 STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages that draw no mark
                    "dynamic_temperature": "T {t:.3g} · H/log N {normalized:.2f}",
@@ -137,6 +145,25 @@ def _fmt(p: float) -> str:
 
 def _stages(step: dict[str, Any]) -> list[dict[str, Any]]:
     return list(step.get("stages") or [])
+
+
+def grammar_decision(step: dict[str, Any]) -> dict[str, Any] | None:
+    """The grammar stage's recorded decision at ``step``; None when its chain has no grammar."""
+    return next((st.get("decision") or {} for st in _stages(step) if st["name"] == "grammar"), None)
+
+
+def disallowed_ids(step: dict[str, Any]) -> set[int]:
+    """The step's candidate ids the grammar stage did not allow (its record lists those it allows)."""
+    d = grammar_decision(step)
+    if d is None or d.get("allowed") is None:
+        return set()
+    allowed = set(d["allowed"])
+    return {c["id"] for c in step["candidates"] if c["id"] not in allowed}
+
+
+def grammar_forced(step: dict[str, Any]) -> bool:
+    """The grammar allowed exactly one token at ``step`` (as recorded)."""
+    return bool((grammar_decision(step) or {}).get("forced"))
 
 
 def _truncates(stage: dict[str, Any]) -> bool:
@@ -218,6 +245,8 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     ticks = [show_token(cands[i]["text"]) for i in shown]
     if chosen_i is not None and shown[-1] == chosen_i and len(shown) > top:
         ticks[-1] = f"#{order.index(chosen_i) + 1} {ticks[-1]}"
+    banned = disallowed_ids(s)  # not allowed by the grammar: struck through
+    ticks = [f"<s>{t}</s>" if cands[i]["id"] in banned else t for t, i in zip(ticks, shown)]
     bars = _Bars(cands, shown, bar_probs, ticks)
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
@@ -229,9 +258,11 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
         _add_cumulative(fig, bars)
 
     forced = bool(s.get("forced"))
+    by_grammar = grammar_forced(s)
     if chosen_i is not None:
         j = shown.index(chosen_i)
-        fig.add_annotation(x=j, y=bar_probs[chosen_i], text="forced" if forced else "chosen", showarrow=True,
+        fig.add_annotation(x=j, y=bar_probs[chosen_i], text="forced" if forced or by_grammar else "chosen",
+                           showarrow=True,
                            arrowhead=2, arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
     if forced:
         _add_strategy_choice(fig, s, shown, bar_probs)
@@ -242,6 +273,10 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
              f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
     if forced:
         title += f"<br><sup>a branch: the strategy would have taken {show_token(s.get('strategy_choice_text', '?'))}</sup>"
+    elif by_grammar:
+        z = (grammar_decision(s) or {}).get("z")
+        title += ("<br><sup>forced by the grammar: the only token it allows here"
+                  + (f" (the model gave it {_fmt(float(z))})" if z is not None else "") + "</sup>")
     # every marker stays on the chart: the after-chain probabilities are renormalised, often above the bars
     top_bar = max([bar_probs[i] for i in shown] + [_prob(cands[i]["prob"]) for i in shown]
                   + [_prob(cands[i]["raw_prob"]) for i in shown] + heights or [1.0])
@@ -455,7 +490,23 @@ def _add_ids(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[
     return []
 
 
-_DRAW = {"level": _add_level, "rank": _add_rank, "mass": _add_mass, "ids": _add_ids}
+def _add_mask(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
+    """A cross on the bars of the tokens the stage does not allow (absent from its recorded list)."""
+    allowed = set(view.decision.get(mark.key) or [])
+    pos = [j for j, i in enumerate(bars.shown) if bars.cands[i]["id"] not in allowed]
+    if pos:
+        fig.add_trace(go.Scatter(
+            x=pos, y=[bars.probs[bars.shown[j]] for j in pos], mode="markers",
+            name=_described(mark.label, view.decision) or f"not allowed by {_display(view.name)}",
+            meta={"stage": view.name, "role": "disallowed"},
+            marker=dict(symbol="x-thin", size=13, line=dict(width=3, color=mark.color), color=mark.color),
+            customdata=[[bars.cands[bars.shown[j]]["id"]] for j in pos], text=[bars.ticks[j] for j in pos],
+            hovertemplate="<b>%{text}</b><br>not allowed by the " + _display(view.name) + "<extra></extra>"),
+            secondary_y=False)
+    return []
+
+
+_DRAW = {"level": _add_level, "rank": _add_rank, "mass": _add_mass, "ids": _add_ids, "mask": _add_mask}
 
 
 def _add_cumulative(fig: go.Figure, bars: _Bars) -> None:
@@ -490,9 +541,12 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
     chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
     if chosen_i is not None and chosen_i not in rows:
         rows.append(chosen_i)
-    labels = [show_token(cands[i]["text"]) for i in rows]
+    banned = disallowed_ids(s)
+    labels = [f"<s>{show_token(cands[i]['text'])}</s>" if cands[i]["id"] in banned else show_token(cands[i]["text"])
+              for i in rows]
     selector = (trace.get("chain") or ["?"])[-1]
-    titles = [f"{k + 1}. {_display(st['name'])}<br>" + " · ".join(filter(None, (_summary(st), f"{st['kept_count']} kept")))
+    titles = [f"{k + 1}. {_display(st['name'])}<br>"
+              + " · ".join(filter(None, (_summary(st), "" if st["name"] == "grammar" else f"{st['kept_count']} kept")))
               for k, st in enumerate(stages)]
     fig = make_subplots(rows=1, cols=len(stages), shared_yaxes=True, subplot_titles=titles,
                         horizontal_spacing=0.02 if len(stages) > 4 else 0.04)
@@ -622,10 +676,15 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         if forced:
             tip += ("\nforced (a branch): the strategy would have taken "
                     f"{steps[i].get('strategy_choice_text', '?')!r}")
+        by_grammar = aligned and grammar_forced(steps[i])
+        if by_grammar:
+            tip += "\nforced by the grammar: the only token it allowed here"
         classes = ("pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
-                   + (" pg-forced" if forced else ""))
+                   + (" pg-forced" if forced else "") + (" pg-grammar-forced" if by_grammar else ""))
         text = escape(tok["text"]).replace("\n", "↵<br>")
         style = f"background:{prob_color(p_raw)}"
+        if by_grammar and not forced:
+            style += f";border-bottom:3px dotted {GRAMMAR_FORCED}"
         if i in repeats:
             style += f";text-decoration:underline {repeats[i]} {PENALISED} 2px"
             tip += "\nDRY: " + ("the earlier copy of the repeat" if repeats[i] == "dotted" else "the repeat")
@@ -675,7 +734,7 @@ def legend_html() -> str:
     return ('<div class="pg-legend"><span>model p of each token:</span><span>0</span>'
             f'<span class="pg-ramp" style="background:linear-gradient(90deg, {stops})"></span><span>1</span>'
             '<span class="pg-hint">hover a token for its rank and alternatives · click it to inspect that step'
-            ' · dashed underline: forced by a branch</span></div>')
+            ' · dashed underline: forced by a branch · dotted: forced by the grammar</span></div>')
 
 
 # --- figures as one export ----------------------------------------------------------------------
