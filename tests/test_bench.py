@@ -17,6 +17,9 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
     "bench_speculative.py": [r"toy: plain / speculative wall-clock ratio, .*: \d+\.\d+x"],
     "bench_sample_many.py": [r"ratio sample many / one by one \d+\.\d+",
                              r"replayed seeds that wrote another text than their batched row: \d+ of 3"],
+    "bench_grammar.py": [r"greedy +regex: .* grammar / plain per-step ratio \d+\.\d+",
+                         r"sampling +regex: .* grammar / plain per-step ratio \d+\.\d+",
+                         r"the tokenizer's set-up \d+\.\d+ s"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
 }
 QUICK = {  # the short run of each; the load test's own --quick is a minute of load and a fault drill
