@@ -10,6 +10,12 @@ exactly the run whose prompt already holds those ``f + 1`` tokens, with the same
 drawing from the fresh generator at the same text. (Forcing only step ``f`` keeps steps ``0 .. f - 1``
 as the unforced run wrote them, and its step ``f + 1`` takes the draw the unforced run used at ``f``.)
 
+The stages of the chain keep the rule: XTC's coin, drawn inside the chain before the token is
+chosen, is taken back at a forced step, and the stateful stages (mirostat's mu, adaptive-p's running
+average) do not learn from a forced token, since a prompt holding it would not have taught them
+(strategies.sampling.samplers.feed_back). With them on, forcing a prefix is still the run whose prompt
+holds it.
+
 A forced step records ``forced: true``, ``strategy_choice`` (the id the strategy would have
 taken, on the same distribution) and its text; the token's log-probability is the forced token's
 under the chained distribution (-inf, written as null, when the chain had cut it).

@@ -104,8 +104,8 @@ def test_every_new_stage_runs_on_a_device_without_float64(store):
     from test_no_float64 import RefuseFloat64
     params = dict(typical_p=0.95, epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=2.0, xtc_probability=0.5,
                   dry_multiplier=0.8, dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=4.0,
-                  no_repeat_ngram_size=4, word_bias="hill=-1")
+                  no_repeat_ngram_size=4, word_bias="hill=-1", top_h=0.9, p_less=True, adaptive_p_target=0.3)
     store.get("toy")
     with RefuseFloat64():
         t = trace_of(store, params, n=6)
-    assert len(t["tokens"]) >= 1 and len(t["steps"][0]["stages"]) == 11
+    assert len(t["tokens"]) >= 1 and len(t["steps"][0]["stages"]) == 14
