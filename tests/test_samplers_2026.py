@@ -221,7 +221,8 @@ def test_min_p_or_top_p_before_top_nsigma_warns(store):
     w = next(w for w in stage_warnings.stage_warnings(hf) if w.stage == "min_p")
     alive = [next(st for i, st in enumerate(s["stages"]) if s["stages"][i + 1]["name"] == "top_nsigma")["kept_count"]
              for s in hf["steps"]]
-    assert f"on {min(alive)} to {max(alive)} tokens" in w.text
+    counts = f"{min(alive)}" if min(alive) == max(alive) else f"{min(alive)} to {max(alive)}"
+    assert f"σ on {counts} tokens" in w.text
     llama = toy_trace(store, {"min_p": 0.05, "top_nsigma": 1.0, "temperature": 3.0, "order": "llama.cpp"})
     assert not any(k == "before_nsigma" for k, _ in kinds(llama))
     view = next(v for v in strategy_views(hf, 0) if v.title == "Stages that fight")

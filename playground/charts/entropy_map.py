@@ -43,6 +43,7 @@ def entropy_map_figure(trace: dict[str, Any], selected: int | None = None) -> go
     fig = go.Figure(go.Scatter(
         x=[p[1] for p in pts], y=[p[2] for p in pts], mode="markers", name="generated tokens",
         marker=dict(size=10, color=[math.log10(max(k, 1)) for k in kept], colorscale=COLORSCALE, showscale=True,
+                    cmin=0, cmax=max(1.0, math.log10(max(kept))),  # from one token kept
                     colorbar=dict(title=dict(text="tokens kept"), tickvals=[0, 1, 2, 3, 4, 5],
                                   ticktext=["1", "10", "100", "1k", "10k", "100k"])),
         customdata=[[step, label, k] for step, label, k in zip(steps, labels, kept)],

@@ -70,9 +70,10 @@ def _before_nsigma(steps: list[dict[str, Any]]) -> list[StageWarning]:
                 at.append(i)
                 alive.append(s["stages"][names.index("top_nsigma") - 1]["kept_count"])
         if at:
+            counts = f"{min(alive)}" if min(alive) == max(alive) else f"{min(alive)} to {max(alive)}"
             out.append(StageWarning("before_nsigma", name, f"{name} runs before top_nsigma: top-nσ measured its σ on "
-                                                           f"{min(alive)} to {max(alive)} tokens, not the whole "
-                                                           f"distribution (put top_nsigma first)", tuple(at)))
+                                                           f"{counts} tokens, not the whole distribution (put "
+                                                           f"top_nsigma first)", tuple(at)))
     return out
 
 
