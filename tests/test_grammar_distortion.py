@@ -14,6 +14,8 @@ import math
 import pytest
 import torch
 
+from playground.charts.figures import show_token
+from playground.charts.whatif import sample_figure, sample_table_html
 from playground.cli.whatif import sample_table
 from playground.engine import Request
 from playground.whatif.sample_many import sample_many
@@ -72,3 +74,15 @@ def test_the_cli_table_shows_both_references_and_what_the_gap_means(result):
     table = sample_table(result)
     assert "P(y | y valid)" in table and "against conditional: chi-square" in table
     assert "blind to how likely the model finds the rest of the text" in table
+
+
+def test_the_page_draws_the_recorded_conditional_beside_the_samples_and_says_what_the_gap_means(result):
+    fig = sample_figure(result)
+    bars = {t.name: t for t in fig.data}
+    conditional = next(t for name, t in bars.items() if name.startswith("P(y | y valid)"))
+    by_label = dict(zip(conditional.x, conditional.y))
+    for v in result["grammar"]["valid"]:
+        assert by_label["".join(show_token(p) for p in v["pieces"])] == v["conditional"]
+    assert "constrained is not conditioned" in fig.layout.title.text
+    html = sample_table_html(result)
+    assert "Constrained is not conditioned." in html and "P(y | y valid)" in html
