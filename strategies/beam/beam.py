@@ -50,7 +50,8 @@ from strategies.beam.prune import PruneRules, prune
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
 from strategies.params import Params, param
-from strategies.recording import entropy, finish
+from strategies.recording import decision_record, entropy, finish
+from strategies.sampling.grammar import INCOMPLETE_REASON, Grammar, constrain_rows, ends_whole
 from strategies.registry import register
 
 EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
@@ -175,6 +176,8 @@ class StepRecord:
     raw_entropy: list[float]
     with_mass: list[int]  # [row] tokens of the vocabulary with a finite log-probability
     tempered: bool  # the search's log-probabilities differ from the model's
+    own_stage: str = "temperature"  # the stage that made them differ ("grammar" under a grammar)
+    decisions: list[dict[str, Any]] | None = None  # [row] the grammar's decision, under a grammar
     entered: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     # (row, token) that won a beam slot and was kept or finished -> (own, raw) log-probabilities
 
@@ -232,8 +235,10 @@ class Counters:
 class BeamSearch:
     """Runs beam searches that share a model, parameters, a tree and counters."""
 
-    def __init__(self, lm: Any, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20):
+    def __init__(self, lm: Any, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20,
+                 grammar: Any = None):
         self.lm, self.params, self.tree = lm, params, tree
+        self.grammar = grammar  # a CompiledGrammar every hypothesis follows, or None
         self.max_total = max_total  # generated tokens allowed, prefix included
         self.top_n = top_n
         self.eos = frozenset(int(e) for e in lm.eos_ids)
@@ -253,6 +258,7 @@ class Pool:
     tokens: list[int]
     logprobs: list[float]  # of the last token
     stops: list[bool]  # ends the hypothesis (EOS, or the length limit)
+    invalid: list[bool] = field(default_factory=list)  # ends at the length limit with a text the grammar refuses
     score_list: list[float] = field(init=False)  # scores as floats
 
     def __post_init__(self) -> None:
@@ -268,6 +274,11 @@ class BeamRun:
         self.in_beam: list[tuple[float, int]] = []  # keep_slot: finished hypotheses holding a slot (score, node)
         self.records: list[StepRecord] = []
         self.stopped_by = ""
+        self.grammar: Grammar | None = None
+        if search.grammar is not None:  # one matcher per running hypothesis, past the start's prefix
+            self.grammar = Grammar(search.grammar, 1)
+            for token in start.ids[len(start.ids) - start.offset:] if start.offset else []:
+                self.grammar.advance([0], [token])
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -283,8 +294,9 @@ class BeamRun:
         parents: list[int | None] = [start.parent]
         scores = torch.tensor([start.score], dtype=torch.float32, device=logits.device)
         for t in range(s.max_total - start.offset):
-            logprobs = logits.log_softmax(-1)  # [b, vocab]
-            kept, width = self._step(start.offset + t, logprobs, scores, parents)
+            raw = logits.log_softmax(-1)  # [b, vocab]
+            logprobs, decisions = (raw, None) if self.grammar is None else constrain_rows(self.grammar, raw, False)
+            kept, width = self._step(start.offset + t, logprobs, scores, parents, raw, decisions)
             yield self._leader(kept)
             if not kept:  # nothing runs on: the length limit, EOS everywhere, or every slot finished
                 self.stopped_by = "length" if start.offset + t + 1 >= s.max_total else "all_ended"
@@ -297,6 +309,8 @@ class BeamRun:
             if not p.keep_slot and not self._can_improve(scores[:1], gen_len):
                 self.stopped_by = "no_improvement"
                 return
+            if self.grammar is not None:
+                self.grammar.advance([row for _, row, _, _ in kept], [tok for _, _, tok, _ in kept])
             cache = self._reorder(cache, [row for _, row, _, _ in kept], len(parents))
             parents = [node for node, _, _, _ in kept]
             tokens = torch.tensor([[tok] for _, _, tok, _ in kept], device=lm.device)
@@ -311,12 +325,19 @@ class BeamRun:
         vocab = logprobs.shape[-1]
         total = logprobs + scores[:, None]  # [b, vocab] cumulative scores of every continuation
         pool_scores, flat = total.view(-1).topk(min(s.pool_size, total.numel()))
-        toks = (flat % vocab).tolist()
+        finite = torch.isfinite(pool_scores)
+        if not bool(finite.all()):  # a grammar (or a cut) leaves fewer continuations than the pool holds
+            pool_scores, flat = pool_scores[finite], flat[finite]
+        toks, rows = (flat % vocab).tolist(), (flat // vocab).tolist()
         last = step + 1 >= s.max_total
-        return Pool(pool_scores, (flat // vocab).tolist(), toks, logprobs.view(-1)[flat].tolist(),
-                    [last or tok in s.eos for tok in toks])
+        invalid = [False] * len(toks)
+        if last and self.grammar is not None:
+            invalid = [not ends_whole(self.grammar, r, tok) for r, tok in zip(rows, toks)]
+        return Pool(pool_scores, rows, toks, logprobs.view(-1)[flat].tolist(),
+                    [last or tok in s.eos for tok in toks], invalid)
 
     def _step(self, step: int, logprobs: torch.Tensor, scores: torch.Tensor, parents: list[int | None],
+              raw: torch.Tensor | None = None, decisions: list[dict[str, Any]] | None = None,
               ) -> tuple[list[tuple[int, int, int, torch.Tensor]], int]:
         """Rank the pool, fill the beam by the finishing rule, prune, record the nodes.
 
@@ -324,7 +345,10 @@ class BeamRun:
         wide it would have been without pruning.
         """
         p = self.search.params
-        self.records.append(record_step(parents, scores, logprobs, logprobs, self.search.top_n))
+        self.records.append(record_step(parents, scores, logprobs, logprobs if raw is None else raw,
+                                        self.search.top_n))
+        if decisions is not None:
+            self.records[-1].own_stage, self.records[-1].decisions = "grammar", decisions
         pool = self._pool(step, logprobs, scores)
         slots = self._keep_slot_fill(pool, step) if p.keep_slot else self._transformers_fill(pool)
         active = [j for j, slot in enumerate(slots) if slot == "active"]
@@ -339,7 +363,9 @@ class BeamRun:
         are offered to the finished set. One label per pool candidate."""
         k, out, running = self.search.params.num_beams, [], 0
         for j, stop in enumerate(pool.stops):
-            if stop:
+            if pool.invalid[j]:
+                out.append("invalid")
+            elif stop:
                 out.append("finish" if j < k else "below_pool")
             else:
                 out.append("active" if running < k else "below_beam")
@@ -351,14 +377,14 @@ class BeamRun:
         by raw score; the older ones first on ties. One label per pool candidate."""
         k = self.search.params.num_beams
         entries = [(score, "held", i) for i, (score, _) in enumerate(self.in_beam)]
-        entries += [(score, "new", j) for j, score in enumerate(pool.score_list)]
+        entries += [(score, "new", j) for j, score in enumerate(pool.score_list) if not pool.invalid[j]]
         chosen = {(kind, i) for _, kind, i in sorted(entries, key=lambda e: -e[0])[:k]}
         for i, (_, node) in enumerate(self.in_beam):
             if ("held", i) not in chosen:
                 self.search.tree.set_status(node, "fell_off", f"finished, pushed out of the {k} beams at step {step}")
         self.in_beam = [h for i, h in enumerate(self.in_beam) if ("held", i) in chosen]
-        return [("finish" if stop else "active") if ("new", j) in chosen else "below_beam"
-                for j, stop in enumerate(pool.stops)]
+        return [("finish" if stop else "active") if ("new", j) in chosen else
+                ("invalid" if pool.invalid[j] else "below_beam") for j, stop in enumerate(pool.stops)]
 
     def _add_nodes(self, step: int, pool: Pool, slots: list[str], decisions: dict[int, Any],
                    parents: list[int | None]) -> list[tuple[int, int, int, torch.Tensor]]:
@@ -387,6 +413,8 @@ class BeamRun:
                 else:
                     offers.append((penalised[j], sc, node))
                     offered[node] = (row, tok, lp)
+            elif slot == "invalid":
+                tree.add(*args, "fell_off", "not a whole text of the grammar at the length limit", None, j, where)
             elif slot == "below_pool":  # transformers only finishes endings among the pool's first k
                 tree.add(*args, "fell_off", f"{self._why(tok)}, ranked below the pool's first {k}", None, j, where)
             else:
@@ -495,7 +523,11 @@ def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[
         alive = [True] * len(ids)  # before the selection every listed continuation has a finite logit
         stages = [Stage("raw", [math.exp(r) for r in raws], alive, rec.with_mass[row])]
         if rec.tempered:
-            stages.append(Stage("temperature", [math.exp(lp) for lp in lps], alive, rec.with_mass[row]))
+            decision = {}
+            if rec.decisions is not None:
+                decision = decision_record(rec.decisions[row], ids, torch.tensor(ids))
+            stages.append(Stage(rec.own_stage, [math.exp(lp) for lp in lps],
+                                [math.isfinite(lp) for lp in lps], rec.with_mass[row], decision))
         stages.append(Stage(selector, [math.exp(lp) if i in entered else 0.0 for i, lp in zip(ids, lps)],
                             [i in entered for i in ids], len(entered)))
         steps.append(Step(prompt_len + node["step"], node["token_id"], cands, stages, entropy=rec.entropy[row],
@@ -507,6 +539,13 @@ def finished_records(lm: Any, tree: BeamTree, items: list[tuple[float | None, fl
     eos = lm.eos_ids
     return [hypothesis_record(tree, node, score, pen, lm.decode,
                               eos=tree.nodes[node]["token_id"] in eos) for pen, score, node in items]
+
+
+def end_reason(trace: Trace, lm: Any, best: int | None, grammar: Any) -> str:
+    """Why a search's run ended: its best hypothesis's end, or, under a grammar, that none was whole."""
+    if best is None and grammar is not None:
+        return INCOMPLETE_REASON
+    return "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
 
 
 def publish(trace: Trace, lm: Any, tree: BeamTree, best: int | None, finished: list[dict[str, Any]],
@@ -532,9 +571,9 @@ def beam_section_extra(params: BeamParams) -> dict[str, Any]:
 def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     lm = ctx.lm
     started = ctx.clock.now()
-    trace = ctx.new_trace("beam", params.to_dict(), ["beam"])
+    trace = ctx.new_trace("beam", params.to_dict(), ["grammar", "beam"] if ctx.grammar is not None else ["beam"])
     tree = BeamTree(lm.piece, "beam")
-    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n)
+    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar)
     run = search.run(BeamStart(list(ctx.prompt_ids)))
     extra = beam_section_extra(params)
     for current in run:
@@ -545,6 +584,6 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     publish(trace, lm, tree, best, finished_records(lm, tree, run.results()),
             search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids), "beam")
-    reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
+    reason = end_reason(trace, lm, best, ctx.grammar)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace

@@ -27,8 +27,9 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Step, Trace, rnd
+from strategies.sampling.grammar import grammar_of, grammar_stage, with_grammar
 from strategies.beam.beam import (BeamParams, BeamSearch, BeamStart, StepRecord, beam_section_extra, best_path_steps,
-                             finished_records, publish)
+                                  end_reason, finished_records, publish)
 from strategies.beam.tree import BeamTree
 from strategies.sampling.chain import ChainParams, build_chain, record_chain
 from strategies.sampling.transforms import Transform
@@ -90,6 +91,7 @@ def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, cou
     stochastic beam of ``count`` rows over the chain's distribution; largest perturbed score first."""
     if length == 0:
         return [Prefix()]
+    grammar = grammar_of(chain)
     lm, names = ctx.lm, [t.name for t in chain]
     generator = cpu_generator(ctx.seed)
     out = lm.forward(torch.tensor([ctx.prompt_ids], device=lm.device))
@@ -100,6 +102,9 @@ def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, cou
         context = torch.tensor([list(ctx.prompt_ids) + p.ids for p in running], device=lm.device)
         record = record_chain(chain, logits, context)
         drawn = record.logits[-1].float().log_softmax(-1)  # the chain's distribution; -inf where it cut
+        if grammar is not None:  # a row the grammar leaves nowhere to go draws nothing
+            dead = record.decisions[chain.index(grammar)]["dead"]
+            drawn = drawn.masked_fill(dead[:, None], float("-inf"))
         raw = logits.float().log_softmax(-1)
         _, g = perturb_children([p.phi for p in running], [p.g for p in running], drawn, generator)
         children = largest_children(g, count)
@@ -116,6 +121,8 @@ def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, cou
         running = grown
         if not running:
             break
+        if grammar is not None:
+            grammar.advance([p.row for p in running], [p.ids[-1] for p in running])
         cache.reorder_cache(torch.tensor([p.row for p in running], device=lm.device))
         logits = lm.forward(torch.tensor([[p.ids[-1]] for p in running], device=lm.device), cache).logits[:, -1]
         search.counters.forward_passes += 1
@@ -139,10 +146,10 @@ def place(tree: BeamTree, prefixes: list[Prefix]) -> None:
 def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]:
     lm = ctx.lm
     started = ctx.clock.now()
-    chain = build_chain(params.chain_params())
+    chain = with_grammar(build_chain(params.chain_params()), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("sample_beam", params.to_dict(), [t.name for t in chain] + [SELECTOR, "beam"])
     tree = BeamTree(lm.piece, "sample_beam")
-    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n)
+    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar)
     length = min(params.prefix_tokens, ctx.max_new_tokens)
     prefixes = sample_prefixes(ctx, chain, length, params.num_prefixes, search)
     place(tree, prefixes)
@@ -153,7 +160,10 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     records: dict[int, tuple[int, list[StepRecord]]] = {}
     for i, pre in enumerate(prefixes):
         if pre.ended or length == ctx.max_new_tokens:
-            finished.append(_prefix_as_hypothesis(tree, pre, params))
+            if pre.ended or ctx.grammar is None or grammar_stage(ctx, 1, pre.ids).accepting():
+                finished.append(_prefix_as_hypothesis(tree, pre, params))
+            else:
+                tree.set_status(pre.node, "fell_off", "not a whole text of the grammar at the length limit")
             continue
         run = search.run(BeamStart(list(ctx.prompt_ids) + pre.ids, pre.score, pre.node, length, i))
         for current in run:
@@ -163,12 +173,12 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
         records[i] = (length, run.records)
         finished.extend(run.results())
     finished.sort(key=lambda h: -(h[1] if params.keep_slot else h[0]))  # stable: earlier trees first on ties
-    best = finished[0][2]
+    best = finished[0][2] if finished else None
     extra["trees"] = [_tree_summary(tree, i, pre, finished) for i, pre in enumerate(prefixes)]
     publish(trace, lm, tree, best, finished_records(lm, tree, finished), search.counters.to_dict(tree), **extra)
-    winner = prefixes[tree.nodes[best]["tree"]]
+    winner = prefixes[tree.nodes[best]["tree"]] if best is not None else Prefix()
     trace.steps = winner.steps + best_path_steps(lm, tree, records, best, len(ctx.prompt_ids), "beam")
-    reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
+    reason = end_reason(trace, lm, best, ctx.grammar)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace
 

@@ -34,7 +34,8 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.beam.beam import MAX_BEAMS, StepRecord, best_path_steps, publish, record_step
+from strategies.beam.beam import MAX_BEAMS, StepRecord, best_path_steps, end_reason, publish, record_step
+from strategies.sampling.grammar import constrain_rows, ends_whole, grammar_stage
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
 from strategies.params import Params, param
@@ -130,7 +131,7 @@ class Item:
 def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterator[Trace]:
     lm, k, temperature = ctx.lm, params.num_beams, params.temperature
     started = ctx.clock.now()
-    trace = ctx.new_trace("stochastic_beam", params.to_dict(), [SELECTOR])
+    trace = ctx.new_trace("stochastic_beam", params.to_dict(), ([] if ctx.grammar is None else ["grammar"]) + [SELECTOR])
     tree = BeamTree(lm.piece, "stochastic_beam")
     search = _Search(ctx, params, tree)
     extra: dict[str, Any] = {"num_beams": k, "temperature": temperature}
@@ -149,8 +150,7 @@ def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterato
     best = done[0].node if done else None
     publish(trace, lm, tree, best, finished, search.counters(), **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids), SELECTOR)
-    reason = "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
-    finish(trace, ctx, started, reason, search.passes)
+    finish(trace, ctx, started, end_reason(trace, lm, best, ctx.grammar), search.passes)
     yield trace
 
 
@@ -163,6 +163,7 @@ class _Search:
         self.done: list[Item] = []  # finished hypotheses in the beam
         self.records: list[StepRecord] = []
         self.passes = self.expanded = self.reorders = 0
+        self.grammar = grammar_stage(ctx)  # one matcher per running prefix, under a grammar
 
     @torch.inference_mode()
     def __iter__(self) -> Iterator[int | None]:
@@ -173,7 +174,7 @@ class _Search:
         running = [Item(-1, 0.0, 0.0, 0.0)]  # the root: phi = G = 0
         for t in range(self.ctx.max_new_tokens):
             running = self._step(t, logits, running, last=t + 1 == self.ctx.max_new_tokens)
-            yield max(self.done + running, key=lambda it: it.g).node
+            yield max(self.done + running, key=lambda it: it.g).node if self.done or running else None
             if not running:
                 return
             rows = [it.row for it in running]
@@ -190,19 +191,26 @@ class _Search:
         k, tree, eos, temperature = self.params.num_beams, self.tree, self.ctx.lm.eos_ids, self.params.temperature
         raw = logits.float().log_softmax(-1)  # [b, vocab]
         logprobs = raw if temperature == 1.0 else (logits.float() / temperature).log_softmax(-1)
+        decisions = None
+        if self.grammar is not None:  # sampled over what the grammar allows, renormalised row by row
+            logprobs, decisions = constrain_rows(self.grammar, logprobs, True)
         parents = [None if it.node < 0 else it.node for it in running]
         phi = [it.phi for it in running]
         self.records.append(record_step(parents, torch.tensor(phi, dtype=torch.float32), logprobs, raw,
                                         self.ctx.top_n))
+        if decisions is not None:
+            self.records[-1].own_stage, self.records[-1].decisions = "grammar", decisions
         child_phi, g = perturb_children(phi, [it.g for it in running], logprobs, self.generator)
         pool = largest_children(g, 2 * k)
+        if last and self.grammar is not None:  # at the length limit only whole texts of the grammar can end
+            pool = [c for c in pool if ends_whole(self.grammar, c[1], c[2])]
         held, chosen = gumbel_top_k([it.g for it in self.done], pool, k)
         for i, it in enumerate(self.done):
             if i not in held:
                 tree.set_status(it.node, "fell_off", f"finished, displaced by {k} larger perturbed scores at "
                                 f"step {step}")
         self.done = [it for i, it in enumerate(self.done) if i in held]
-        ids = torch.tensor([[row, tok] for _, row, tok in pool], device=logits.device)
+        ids = torch.tensor([[row, tok] for _, row, tok in pool], device=logits.device, dtype=torch.long).view(-1, 2)
         lps = logprobs[ids[:, 0], ids[:, 1]].tolist()
         raws = raw[ids[:, 0], ids[:, 1]].tolist()
         record, new_running = self.records[-1], []
@@ -220,6 +228,9 @@ class _Search:
                 self.done.append(Item(node, cphi, pg, model_score))
             elif status == "kept":
                 new_running.append(Item(node, cphi, pg, model_score, row))
+        if self.grammar is not None and new_running:
+            self.grammar.advance([it.row for it in new_running],
+                                 [tree.nodes[it.node]["token_id"] for it in new_running])
         return new_running
 
     def counters(self) -> dict[str, Any]:

@@ -50,6 +50,7 @@ MAX_GRAMMAR_CHARS = 20_000
 MAX_CHOICES = 200
 GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the grammar allows no more
 DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
+INCOMPLETE_REASON = "grammar: no whole text within max_new_tokens"  # a search found no valid text
 
 EXAMPLES = {
     "json": '{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, '
@@ -255,7 +256,7 @@ class Grammar(TransformBase):
     def __init__(self, compiled: CompiledGrammar, rows: int = 1) -> None:
         self.compiled = compiled
         self.matchers = [compiled.matcher() for _ in range(rows)]
-        self._bitmask: torch.Tensor | None = None
+        self.pinned: tuple[torch.Tensor, list[bool]] | None = None  # a mask given from outside (``along``)
 
     @property
     def spec(self) -> GrammarSpec:
@@ -269,10 +270,14 @@ class Grammar(TransformBase):
         return allowed_mask(matchers, vocab, llt)
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        eos = self.compiled.tokenizer.eos_tokens
+        if self.pinned is not None:  # a position of a speculative draft: the mask ``along`` computed
+            mask, complete = self.pinned
+            return masked(logits, mask.to(logits.device).expand_as(logits), complete, eos)
         allowed = self.allowed(logits.shape[-1]).to(logits.device)
         if allowed.shape[0] != logits.shape[0]:
             raise RuntimeError(f"grammar has {allowed.shape[0]} rows for {logits.shape[0]} rows of logits")
-        return masked(logits, allowed, [m.is_accepting() for m in self.matchers], self.compiled.tokenizer.eos_tokens)
+        return masked(logits, allowed, [m.is_accepting() for m in self.matchers], eos)
 
     def feed_back(self, logits: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
         self.advance(list(range(len(self.matchers))), [int(t) for t in chosen.tolist()])
@@ -306,26 +311,27 @@ class Grammar(TransformBase):
     def accepting(self, row: int = 0) -> bool:
         return self.matchers[row].is_accepting()
 
-    def along(self, tokens: list[int], vocab: int, row: int = 0) -> torch.Tensor:
-        """[len(tokens) + 1, vocab] bool: the masks before each of ``tokens`` and after the last, as the
-        text of ``row`` grows by them (a speculative draft); the matcher is left as it was. After a
-        token the grammar forbids, the remaining masks allow nothing."""
+    def along(self, tokens: list[int], vocab: int, row: int = 0) -> tuple[torch.Tensor, list[bool]]:
+        """The masks [n + 1, vocab] before each of the first n of ``tokens`` and after them, as the text of
+        ``row`` grows by them (a speculative draft), with whether the text is whole at each; n stops at
+        the first token the grammar forbids (that token is still checked against its mask, and fails).
+        The matcher is left as it was (rolled back)."""
         import llguidance.torch as llt
 
         m = self.matchers[row]
-        masks, consumed = [], 0
+        masks, whole, consumed = [], [], 0
         for t in tokens:
             masks.append(allowed_mask([m], vocab, llt)[0])
-            if not masks[-1][int(t)] or m.is_stopped() or not m.consume_token(int(t)):
+            whole.append(m.is_accepting())
+            if not masks[-1][int(t)] or not m.consume_token(int(t)):
                 break
             consumed += 1
         else:
             masks.append(allowed_mask([m], vocab, llt)[0])
+            whole.append(m.is_accepting())
         if consumed:
             m.rollback(consumed)
-        while len(masks) < len(tokens) + 1:
-            masks.append(torch.zeros(vocab, dtype=torch.bool))
-        return torch.stack(masks)
+        return torch.stack(masks), whole
 
 
 def masked(logits: torch.Tensor, allowed: torch.Tensor, complete: list[bool], eos: list[int]
@@ -365,10 +371,15 @@ def first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else "the matcher refused it"
 
 
-def grammar_stage(ctx: Any, rows: int = 1) -> Grammar | None:
-    """A fresh grammar stage for a run of ``ctx`` (a DecodeContext), ``rows`` texts at once; None
-    when the request has no grammar."""
-    return None if ctx.grammar is None else Grammar(ctx.grammar, rows)
+def grammar_stage(ctx: Any, rows: int = 1, prefix: list[int] | None = None) -> Grammar | None:
+    """A fresh grammar stage for a run of ``ctx`` (a DecodeContext), ``rows`` texts at once, each
+    starting with the generated tokens ``prefix``; None when the request has no grammar."""
+    if ctx.grammar is None:
+        return None
+    stage = Grammar(ctx.grammar, rows)
+    for token in prefix or []:
+        stage.advance(list(range(rows)), [token] * rows)
+    return stage
 
 
 def with_grammar(chain: list, grammar: Grammar | None, order: str = "") -> list:
@@ -386,3 +397,32 @@ def with_grammar(chain: list, grammar: Grammar | None, order: str = "") -> list:
 
 def grammar_of(chain: list) -> Grammar | None:
     return next((t for t in chain if isinstance(t, Grammar)), None)
+
+
+def constrain_rows(stage: Grammar, logprobs: torch.Tensor, renormalise: bool
+                   ) -> tuple[torch.Tensor, list[Decision]]:
+    """A search's log-probabilities [rows, vocab] under the grammar, and each row's decision.
+
+    Without ``renormalise`` (beam search) an allowed token keeps the model's log-probability, so a
+    hypothesis's score stays the model's log-probability of its text and finished texts rank as the
+    model ranks them; with it (a stochastic beam, which samples) each row is renormalised over the
+    allowed tokens. A dead row gets no continuation at all."""
+    out, decision = stage.decide(logprobs, torch.empty(0))
+    dead = decision["dead"]
+    if bool(dead.any()):
+        out = out.masked_fill(dead[:, None], NEG_INF)
+    if renormalise:
+        alive = ~dead
+        out = torch.where(alive[:, None], out.log_softmax(-1), out)
+    rows = [{k: (v[r] if isinstance(v, torch.Tensor) else v) for k, v in decision.items()}
+            for r in range(logprobs.shape[0])]
+    return out, rows
+
+
+def ends_whole(stage: Grammar, row: int, token: int) -> bool:
+    """Whether row ``row``'s text plus ``token`` is a whole valid text (the end of text always is: the
+    mask allows it only there)."""
+    if token in stage.compiled.tokenizer.eos_tokens:
+        return True
+    m = stage.matchers[row].deep_copy()
+    return m.consume_token(int(token)) and m.is_accepting()
