@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
+from playground.cli.grammar_flags import add_grammar_flags
 from playground.models.dtypes import DTYPES
 from strategies.params import field_kind, range_text
 from strategies.registry import get_strategy
@@ -41,7 +42,7 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN",
                    help="take TOKEN at step STEP (0 = the first new token) instead of the strategy's choice; "
                         "TOKEN is an id or text that is one token; repeatable")
-    return p
+    return add_grammar_flags(p)
 
 
 def strategy_parser(strategy: str, base: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:

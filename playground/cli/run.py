@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from playground.charts.figures import distribution_figure
 from playground.cli.flags import base_parser, flag, strategy_params, strategy_parser
+from playground.cli.grammar_flags import grammar_of_args
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
@@ -40,7 +41,8 @@ def cmd_run(argv: Sequence[str]) -> int:
     params = strategy_params(args)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
-                  top_n=args.top_n, forced=parse_force(args.force), dtype=args.dtype)
+                  top_n=args.top_n, forced=parse_force(args.force), dtype=args.dtype,
+                  grammar=grammar_of_args(args))
     budget = Budget(seconds=args.time_budget)
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Step, Trace, rnd
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_stage
 from strategies.sampling.chain import ChainParams, GumbelMax, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from strategies.contrastive.amateurs import Amateur, make_amateur
@@ -89,13 +90,23 @@ def _annotate(step: Step, cs: ContrastiveScores, expert_choice: int, lm: Any) ->
 
 
 def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, selector: Any, out: Any,
-                 amateur: Amateur, context: torch.Tensor, index: int) -> tuple[int, Any, Any]:
+                 amateur: Amateur, context: torch.Tensor, index: int, grammar: Grammar | None = None
+                 ) -> tuple[int, Any, Any]:
     """Score, chain, select (or take the forced token of step ``index``) and record one token:
-    (token id, Step, Token)."""
+    (token id, Step, Token). A grammar masks the expert first, so the plausibility constraint and
+    the scores are taken over the tokens it allows; the step is None when it allows none."""
     amateur_logits = amateur.next_logits(out, context)
     # A model amateur's head may be shorter (padding rows past the tokenizer): compare the common part.
     expert_logits = out.logits[:, -1, :amateur_logits.shape[-1]]
-    cs = contrastive_scores(expert_logits, amateur_logits, params.alpha, params.strength,
+    first: list[tuple[str, torch.Tensor, dict[str, Any]]] = []
+    scored_expert = expert_logits
+    if grammar is not None:
+        scored_expert, decision = grammar.decide(expert_logits, context)
+        if grammar.dead(decision):
+            return -1, None, None
+        first = [("grammar", scored_expert[0], {k: (v[0] if isinstance(v, torch.Tensor) else v)
+                                                for k, v in decision.items()})]
+    cs = contrastive_scores(scored_expert, amateur_logits, params.alpha, params.strength,
                             params.amateur_temperature)
     record = record_chain(chain, cs.masked_scores, context)
     if selector is None:
@@ -103,10 +114,13 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
     else:
         select = lambda: selector.select(record.logits[-1])  # noqa: E731
     token_id, noise, forced = choose(ctx.forced, index, select, getattr(selector, "generator", None))
-    names = ["contrastive", *(t.name for t in chain)]
+    if grammar is not None:
+        grammar.advance([0], [token_id])
+    names = [*(name for name, _, _ in first), "contrastive", *(t.name for t in chain)]
     scored, decisions = record.row(0)
-    step, token = make_step(ctx.lm, context.shape[1], [expert_logits[0], *scored], names, token_id, ctx.top_n,
-                            None if noise is None else noise[0], [{}, *decisions])
+    step, token = make_step(ctx.lm, context.shape[1], [expert_logits[0], *(x for _, x, _ in first), *scored], names,
+                            token_id, ctx.top_n, None if noise is None else noise[0],
+                            [*(d for _, _, d in first), {}, *decisions])
     _annotate(step, cs, int(expert_logits[0].argmax()), ctx.lm)
     annotate(step, forced, ctx.lm)
     return token_id, step, token
@@ -130,8 +144,9 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
                            ctx.max_new_tokens, len(ctx.prompt_ids))
     chain = build_chain(params)
     selector = _selector(params, ctx)
+    grammar = grammar_stage(ctx)  # always first here: it masks the expert before the scores
     trace = ctx.new_trace("contrastive", params.to_dict(),
-                          ["contrastive", *(t.name for t in chain), params.selector])
+                          [*(["grammar"] if grammar else []), "contrastive", *(t.name for t in chain), params.selector])
     trace.extra["contrastive"] = dict(expert=lm.key, amateur=amateur.name, alpha=params.alpha,
                                       strength=params.strength, amateur_temperature=params.amateur_temperature)
     started = ctx.clock.now()
@@ -139,12 +154,18 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
     out = lm.forward(context, hidden=amateur.needs_hidden)
     passes, reason = 1, "length"
     for i in range(ctx.max_new_tokens):
-        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context, i)
+        token_id, step, token = _decode_step(ctx, params, chain, selector, out, amateur, context, i, grammar)
+        if step is None:
+            reason = DEAD_END_REASON
+            break
         trace.steps.append(step)
         trace.tokens.append(token)
         if token_id in lm.eos_ids:
             yield _finish(trace, ctx, amateur, started, "eos", passes)
             return
+        if grammar is not None and grammar.stopped():
+            reason = GRAMMAR_REASON
+            break
         if i + 1 == ctx.max_new_tokens:
             break
         yield _finish(trace, ctx, amateur, started, "running", passes)

@@ -44,6 +44,7 @@ from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
 from strategies.sampling.sampling import chain_loop
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_of, grammar_stage, with_grammar
 from strategies.speculative.speedup import expected_curve
 from strategies.speculative.verify import Verdict, rejection, topk
 
@@ -138,6 +139,8 @@ class SpeculativeDecoder:
     clock: Callable[[], float]
     cache: Any = None
     target_passes: int = 0
+    grammar: Grammar | None = None  # the target's grammar stage (in ``chain``); the draft drafts without it
+    verify_kind: str = "rejection"
 
     def prefill(self) -> None:
         """Run the prompt (but its last token) through target and draft."""
@@ -154,10 +157,28 @@ class SpeculativeDecoder:
     def step(self, gamma: int) -> Round:
         """Draft up to ``gamma`` tokens, verify them in one target pass, commit, roll the caches back."""
         t0 = self.clock()
-        proposal = self.draft.propose(self.ids, gamma, self.chain, self.draft_generator, self.target.eos_ids)
+        draft_chain = [t for t in self.chain if t is not self.grammar]
+        proposal = self.draft.propose(self.ids, gamma, draft_chain, self.draft_generator, self.target.eos_ids)
+        masks = None
+        if self.grammar is not None:
+            # The target is the constrained target. A drafted token the grammar forbids has target
+            # probability 0, so rejection sampling rejects it for certain (and draws from the residual,
+            # which needs the draft's distribution there): the draft is cut just after it, before the
+            # target's pass. Top-K acceptance draws a miss from the target, so it is cut before it.
+            along, whole = self.grammar.along(proposal.ids, self.target.vocab_size)
+            forbidden = len(whole) - 1 if len(whole) <= len(proposal.ids) else None
+            keep = len(proposal.ids) if forbidden is None else forbidden + (self.verify_kind == "rejection")
+            along, whole = along[: keep + 1], whole[: keep + 1]
+            proposal = dataclasses.replace(proposal, ids=proposal.ids[:keep], probs=proposal.probs[:keep])
+            # after a forbidden token (rejected for certain) the target's distribution is never used
+            full = torch.ones(keep + 1, along.shape[1], dtype=torch.bool)
+            full[: along.shape[0]] = along
+            masks = (full, whole + [False] * (keep + 1 - len(whole)))
         t1 = self.clock()
-        records, target_probs = self._score(proposal.ids)
+        records, target_probs = self._score(proposal.ids, masks)
         target_raw_probs = torch.cat([r.logits[0] for r in records]).softmax(-1)
+        if masks is not None:  # top-K acceptance ranks only what the grammar allows
+            target_raw_probs = target_raw_probs * masks[0].to(target_raw_probs.device)
         verdict = self.verify(target_raw_probs.unsqueeze(0), target_probs.unsqueeze(0),
                               proposal.probs.unsqueeze(0),
                               torch.tensor([proposal.ids], dtype=torch.long, device=target_probs.device),
@@ -169,18 +190,31 @@ class SpeculativeDecoder:
         crop(self.cache, len(proposal.ids) - n)
         self.draft.rollback(len(self.ids) + n)
         self.ids = self.ids + committed
+        if self.grammar is not None:
+            for token in committed:
+                self.grammar.advance([0], [token])
         t2 = self.clock()
         return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1)
 
-    def _score(self, drafted: list[int]) -> tuple[list[ChainRecord], torch.Tensor]:
-        """One target pass over [last token, drafts]: per-position chain records and [G + 1, V] probs."""
+    def _score(self, drafted: list[int], masks: tuple[torch.Tensor, list[bool]] | None = None
+               ) -> tuple[list[ChainRecord], torch.Tensor]:
+        """One target pass over [last token, drafts]: per-position chain records and [G + 1, V] probs;
+        under a grammar, ``masks`` (``Grammar.along``) is its mask at each position."""
         out = self.target.forward(self._tensor([self.ids[-1]] + drafted), self.cache)
         self.cache = out.cache
         self.target_passes += 1
         context = self._tensor(self.ids + drafted)
         n = len(self.ids)
         # Position i sees the text up to draft i, so the penalty stage gets that context.
-        records = [record_chain(self.chain, out.logits[:, i], context[:, : n + i]) for i in range(len(drafted) + 1)]
+        records = []
+        for i in range(len(drafted) + 1):
+            if self.grammar is not None and masks is not None:
+                self.grammar.pinned = (masks[0][i], [masks[1][i]])
+            try:
+                records.append(record_chain(self.chain, out.logits[:, i], context[:, : n + i]))
+            finally:
+                if self.grammar is not None:
+                    self.grammar.pinned = None
         target_probs = torch.cat([r.logits[-1] for r in records]).softmax(-1)
         return records, target_probs
 
@@ -396,7 +430,10 @@ def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tup
           family="speculative")
 def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
     lm = ctx.lm
-    chain = build_chain(params)
+    if ctx.grammar is not None and params.draft == "eagle":
+        raise InvalidRequest("a grammar works with the drafts early_exit, prompt_lookup and a draft model; "
+                             "EAGLE's tree draft does not take one, got draft 'eagle'")
+    chain = with_grammar(build_chain(params), grammar_stage(ctx), params.order)
     if params.draft == "eagle":
         trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + ["verify:tree"])
         trace.rounds = []
@@ -409,7 +446,8 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     trace.timing.extra["rounds"] = []
     names = [t.name for t in chain]
     decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
-                                 list(ctx.prompt_ids), ctx.clock.now)
+                                 list(ctx.prompt_ids), ctx.clock.now, grammar=grammar_of(chain),
+                                 verify_kind=params.verify)
     started = ctx.clock.now()
     with torch.inference_mode():
         decoder.prefill()
@@ -419,6 +457,10 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
         g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
         with torch.inference_mode():
             r = decoder.step(g)
+        grammar = decoder.grammar
+        if grammar is not None and grammar.dead(r.target_chain[0].decisions[chain.index(grammar)]):
+            reason = DEAD_END_REASON
+            break
         start = len(trace.tokens)
         committed, eos = _commit(ctx, trace, r, names)
         trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
@@ -431,12 +473,16 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
         if eos:
             reason = "eos"
             break
+        if grammar is not None and grammar.stopped():
+            reason = GRAMMAR_REASON
+            break
         yield trace
     finish(trace, ctx, started, reason, decoder.target_passes)
     seconds = trace.timing.seconds
     baseline = None
     if params.measure_baseline:
-        baseline = plain_decode(ctx, len(trace.tokens), chain)
+        plain_chain = [grammar_stage(ctx) if t is decoder.grammar else t for t in chain]  # a fresh matcher
+        baseline = plain_decode(ctx, len(trace.tokens), plain_chain)
     _totals(trace, decoder, draft, tally, baseline, seconds)
     yield trace
 
