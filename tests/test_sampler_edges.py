@@ -233,3 +233,45 @@ def test_every_parameter_at_its_edges_runs_or_is_refused_on_smollm(store):
             refused.append((name, value))
     # only values outside a range are refused; every edge listed is inside its range
     assert refused == []
+
+
+@pytest.mark.parametrize("end", ["low", "high", "tiny"])
+@pytest.mark.parametrize("order", ["transformers", "llama.cpp"])
+@pytest.mark.parametrize("model, prompt", [("toy", "1 2 3 1 2 3 1 2"), ("smollm2-135m", " the sea the sea: the")])
+def test_every_stage_on_at_once_at_one_end_of_its_range(store, end, order, model, prompt):
+    """Every numeric knob at one end of its range together (an end that is a stage's no-op leaves it
+    out), with every stage that has an on switch on: the run finishes, no probability is NaN."""
+    params: dict[str, object] = {"order": order, "p_less": True, "word_bias": "hill=-100, the", "xtc_probability": 1.0,
+                                 "dry_multiplier": 0.8, "mirostat_tau": 5.0, "adaptive_p_target": 0.3}
+    for f in dataclasses.fields(SamplerParams):
+        kind, meta = field_kind(f), f.metadata
+        if kind not in (int, float) or meta.get("low") is None or f.name in params:
+            continue
+        low, high = meta["low"], meta["high"]
+        if end == "high":
+            value = high * (1 - 1e-9) if meta.get("high_open") else high
+        elif kind is int:
+            value = max(low, 1) if end == "tiny" or meta.get("low_open") else low
+        else:
+            value = max(low, TINY) if end == "tiny" or meta.get("low_open") else low
+            value = low + 1e-9 if meta.get("low_open") and value == low else value
+        params[f.name] = kind(value)
+    params["dynatemp_min"] = min(params["dynatemp_min"], params["dynatemp_max"])
+    trace = run(store, Request(model, "sampling", prompt, params, seed=2, max_new_tokens=8 if model == "toy" else 3,
+                               chat=False))
+    assert trace.tokens and all(t.logprob is None or not math.isnan(t.logprob) for t in trace.tokens)
+    assert {"p_less", "word_bias", "xtc", "dry", "mirostat", "adaptive_p"} <= set(trace.chain)
+
+
+def test_a_penalty_near_0_never_makes_nan():
+    from strategies.sampling.transforms import RepetitionPenalty
+    logits = torch.tensor([[2.0, 0.0, -math.inf, -1.0, 5.0]])
+    out = RepetitionPenalty(TINY).apply(logits, torch.tensor([[0, 1, 2, 3]]))
+    big = torch.finfo(torch.float32).max
+    assert out[0].tolist() == [big, 0.0, -math.inf, -0.0, 5.0]
+
+
+def test_a_temperature_near_0_is_greedy_without_nan():
+    from strategies.sampling.transforms import Temperature
+    out = Temperature(TINY).apply(torch.tensor([[1.0, 3.0, 3.0, -math.inf, -2.0]]), torch.zeros(1, 1, dtype=torch.long))
+    assert out.softmax(-1)[0].tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]

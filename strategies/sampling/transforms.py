@@ -81,9 +81,11 @@ class RepetitionPenalty(TransformBase):
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         seen = torch.gather(logits, 1, context)
-        seen = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
-        top = torch.finfo(seen.dtype).max
-        seen = torch.where(seen == float("inf"), torch.full_like(seen, top), seen)  # a penalty near 0
+        scaled = torch.where(seen < 0, seen * self.penalty, seen / self.penalty)
+        # a penalty near 0 (it may round to 0 in the logits' dtype): a positive logit stops at the dtype's
+        # largest value, a logit of 0 stays 0 (never 0 / 0), and a token cut before stays cut (never -inf x 0)
+        scaled = torch.where(scaled == float("inf"), torch.full_like(seen, torch.finfo(seen.dtype).max), scaled)
+        seen = torch.where((seen == 0) | ~torch.isfinite(seen), seen, scaled)
         touched = torch.zeros_like(logits, dtype=torch.bool).scatter(1, context, True)
         return logits.scatter(1, context, seen), {"penalty": self.penalty, "touched": touched.sum(-1),
                                                   "ids": touched}
