@@ -55,7 +55,7 @@ def grammar_stage(step: dict) -> dict:
     return next(st for st in step["stages"] if st["name"] == "grammar")
 
 
-def z_bars(fd: dict) -> dict:
+def z_points(fd: dict) -> dict:
     return next(t for t in fd["data"] if (t.get("meta") or {}).get("role") == "z")
 
 
@@ -64,18 +64,20 @@ def z_bars(fd: dict) -> dict:
 def test_z_chart_draws_the_recorded_z_of_every_step(toy_trace):
     assert toy_trace["finish_reason"] == GRAMMAR_REASON and toy_trace["text"].strip() == "a hill rose high"
     fd = fig_dict(grammar_chart.z_figure(toy_trace, selected=1))
-    bars = z_bars(fd)
+    points = z_points(fd)
     records = [grammar_stage(s)["decision"] for s in toy_trace["steps"]]
-    assert list(bars["x"]) == list(range(len(records)))
-    for k, (y, row, d) in enumerate(zip(bars["y"], bars["customdata"], records)):
-        assert row[0] == d["z"] and y == max(d["z"], grammar_chart.FLOOR), k  # drawn as recorded
+    assert list(points["x"]) == list(range(len(records)))
+    for k, (y, row, d) in enumerate(zip(points["y"], points["customdata"], records)):
+        assert row[0] == d["z"] and y == d["z"], k  # drawn as recorded
         assert row[1] == d["allowed_count"]  # on hover
-        assert bars["marker"]["color"][k] == (FIGHTING if d["z"] < grammar_chart.LOW_Z else FEASIBLE)
-        assert bars["marker"]["pattern"]["shape"][k] == ("/" if d["forced"] else "")
+        assert points["marker"]["color"][k] == (FIGHTING if d["z"] < grammar_chart.LOW_Z else FEASIBLE)
+        assert points["marker"]["symbol"][k] == ("diamond" if d["forced"] else "circle")
     # step 1 is the fight: ' hill' after ' a' had almost nothing of the model's probability
-    assert records[1]["z"] < 1e-3 and records[1]["forced"] and bars["marker"]["color"][1] == FIGHTING
+    assert records[1]["z"] < 1e-3 and records[1]["forced"] and points["marker"]["color"][1] == FIGHTING
     assert records[0]["allowed_count"] == 2 and not records[0]["forced"]
-    assert "the grammar is fighting the model" in [a["text"] for a in fd["layout"]["annotations"]]
+    assert "the grammar is fighting the model</b> at 1 step" in fd["layout"]["title"]["text"]
+    band = next(sh for sh in fd["layout"]["shapes"] if sh["type"] == "rect" and sh["y1"] == grammar_chart.LOW_Z)
+    assert band["y0"] <= min(points["y"])  # every point below LOW_Z lies in the red band
     assert fd["layout"]["yaxis"]["type"] == "log"
 
 
@@ -177,8 +179,9 @@ def test_every_grammar_mark_is_the_stage_record_and_the_record_is_the_mask(seed)
     assert set(rec["allowed"]) == {c["id"] for c in s["candidates"] if live[c["id"]]}
     assert rec["forced"] == (rec["allowed_count"] == 1)
     # the Z chart: the record, as it is
-    bars = z_bars(fig_dict(grammar_chart.z_figure(d)))
-    assert bars["customdata"][0][0] == rec["z"] and bars["customdata"][0][1] == rec["allowed_count"]
+    points = z_points(fig_dict(grammar_chart.z_figure(d)))
+    assert points["customdata"][0][0] == rec["z"] and points["customdata"][0][1] == rec["allowed_count"]
+    assert points["y"][0] == rec["z"] or (rec["z"] == 0 and points["y"][0] <= grammar_chart.FLOOR)
     # the distribution, on whichever basis: crosses on exactly the shown candidates the record leaves out
     for basis in charts.BASES:
         fd = fig_dict(charts.distribution_figure(d, 0, basis=basis))

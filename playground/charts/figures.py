@@ -101,7 +101,7 @@ STAGE_MARKS: dict[str, Mark] = {
     "p_less": Mark("level", "threshold", "p-less: p ≥ Σp² = {threshold:.3g}", "p ≥ Σp² = {threshold:.3g}",
                    EPSILON),
     "word_bias": Mark("ids", "ids", "biased by word", "{banned} banned", BANNED, cuts=True),
-    "grammar": Mark("mask", "allowed", "not allowed by the grammar (Z {z:.3g} · {allowed_count:,} allowed)",
+    "grammar": Mark("mask", "allowed", "not allowed by the grammar",
                     "{allowed_count:,} allowed · Z {z:.3g}", DISALLOWED),
 }
 STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages that draw no mark
@@ -273,10 +273,12 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
              f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
     if forced:
         title += f"<br><sup>a branch: the strategy would have taken {show_token(s.get('strategy_choice_text', '?'))}</sup>"
-    elif by_grammar:
-        z = (grammar_decision(s) or {}).get("z")
-        title += ("<br><sup>forced by the grammar: the only token it allows here"
-                  + (f" (the model gave it {_fmt(float(z))})" if z is not None else "") + "</sup>")
+    elif grammar_decision(s):  # the grammar's record: what it allowed, and the model's mass on it
+        g = grammar_decision(s) or {}
+        z = _fmt(float(g["z"])) if g.get("z") is not None else "?"
+        title += (f"<br><sup>forced by the grammar: the only token it allows here (the model gave it {z})</sup>"
+                  if by_grammar else
+                  f"<br><sup>the grammar allows {int(g.get('allowed_count') or 0):,} tokens · Z {z}</sup>")
     # every marker stays on the chart: the after-chain probabilities are renormalised, often above the bars
     top_bar = max([bar_probs[i] for i in shown] + [_prob(cands[i]["prob"]) for i in shown]
                   + [_prob(cands[i]["raw_prob"]) for i in shown] + heights or [1.0])
@@ -284,6 +286,8 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
                       xaxis=dict(tickmode="array", tickvals=x, ticktext=ticks,
                                  tickangle=-40 if len(shown) > 10 else 0, range=[-0.7, len(shown) - 0.3]),
                       legend=dict(y=1.01))
+    if "<br>" in title:  # a second title line: room for it above the legend
+        fig.update_layout(margin=dict(t=112))
     y_range = [0, min(1.02, top_bar * 1.18) or 1.0]
     fig.update_yaxes(title_text=label, range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,

@@ -3,9 +3,9 @@
 Every step whose chain ran the ``grammar`` stage recorded its decision (strategies.sampling.grammar):
 ``z``, the probability the stage's input gave the tokens the grammar allows; ``allowed_count``, how
 many tokens of the vocabulary it allows; ``forced``, exactly one allowed; ``complete`` and ``dead``.
-The chart draws those records as they are, one bar per step, and never recomputes them: a bar
-below ``LOW_Z`` is red (the grammar is fighting the model: it took most of the mass the model
-wanted to spend elsewhere), a forced step is hatched.
+The chart draws those records as they are, one point per step, and never recomputes them: a point
+below ``LOW_Z`` is red, in a red band (the grammar is fighting the model: the tokens it allows had
+little of the model's probability), a forced step is a diamond.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from playground.charts.figures import show_token
 from playground.charts.palette import CHOSEN, FEASIBLE, FIGHTING, FIGHTING_BAND, GRAMMAR_FORCED, TEMPLATE
 
 LOW_Z = 0.1  # below this feasible mass the grammar is fighting the model
-FLOOR = 1e-6  # the log axis starts here at the latest (a recorded z of 0 sits on it)
+FLOOR = 1e-6  # the log axis starts here at the latest (a recorded z of 0 is drawn at its bottom)
 TITLE = "Grammar: feasible mass Z_t per step"
 
 
@@ -48,9 +48,9 @@ def _fmt(z: float) -> str:
 
 
 def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
-    """Z_t per step as bars on a log axis (the recorded ``z``, nothing recomputed), red below
-    ``LOW_Z``, hatched where the grammar forced the token; the allowed count on hover. None when no
-    step ran the grammar stage."""
+    """Z_t per step on a log axis (the recorded ``z``, nothing recomputed): a red marker below
+    ``LOW_Z``, in the red band of the steps where the grammar fights the model; a diamond where the
+    grammar forced the token; the allowed count on hover. None when no step ran the grammar stage."""
     series = grammar_series(trace)
     if not series:
         return None
@@ -63,41 +63,49 @@ def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | 
     states = ["forced: the one token allowed" if f else ("text complete" if d.get("complete") else "")
               for f, (_, d) in zip(forced, series)]
     low = [z < LOW_Z for z in zs]
+    lowest = min(zs)
+    bottom = min(FLOOR, lowest) if lowest > 0 else FLOOR
     fig = go.Figure()
-    fig.add_trace(go.Bar(
-        x=steps, y=[max(z, FLOOR) for z in zs], name="Z_t (recorded)", meta={"role": "z"},
+    fig.add_hrect(y0=bottom, y1=LOW_Z, fillcolor=FIGHTING_BAND, line_width=0, layer="below")
+    fig.add_trace(go.Scatter(
+        x=steps, y=[z if z > 0 else bottom for z in zs], name="Z_t (recorded)", meta={"role": "z"},
+        mode="lines+markers", showlegend=False,
+        line=dict(color=FEASIBLE, width=2),
         marker=dict(color=[FIGHTING if lo else FEASIBLE for lo in low],
-                    pattern=dict(shape=["/" if f else "" for f in forced], fgcolor=GRAMMAR_FORCED, size=7,
-                                 solidity=0.45)),
+                    symbol=["diamond" if f else "circle" for f in forced],
+                    size=[13 if f else 9 for f in forced], line=dict(width=[2 if f else 0 for f in forced],
+                                                                   color=GRAMMAR_FORCED)),
         customdata=[[z, c, lab, st] for z, c, lab, st in zip(zs, counts, labels, states)],
         hovertemplate="step %{x}: <b>%{customdata[2]}</b><br>Z %{customdata[0]:.4g}"
                       "<br>%{customdata[1]:,} tokens allowed<br>%{customdata[3]}<extra></extra>"))
-    # legend keys for the colours and the hatching (no data: the bars above carry the numbers)
-    for name, colour, shape in (("grammar fighting the model (Z < " + f"{LOW_Z:g})", FIGHTING, ""),
-                                ("forced (one token allowed)", FEASIBLE, "/")):
-        fig.add_trace(go.Bar(x=[None], y=[None], name=name, showlegend=True,
-                             marker=dict(color=colour, pattern=dict(shape=shape, fgcolor=GRAMMAR_FORCED))))
-    lowest = min(zs)
-    bottom = min(FLOOR, lowest) if lowest > 0 else FLOOR
-    fig.add_hrect(y0=bottom, y1=LOW_Z, fillcolor=FIGHTING_BAND, line_width=0, layer="below")
-    fig.add_annotation(x=0, xref="paper", xanchor="left", y=LOW_Z, yref="y", yanchor="top", showarrow=False,
-                       text="the grammar is fighting the model", font=dict(color=FIGHTING, size=13))
+    # legend keys for the red and the diamonds (no data: the trace above carries the numbers)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines+markers", name="Z_t per step", showlegend=True,
+                             line=dict(color=FEASIBLE, width=2), marker=dict(color=FEASIBLE, size=9)))
+    for name, colour, symbol in ((f"Z < {LOW_Z:g} (red band)", FIGHTING, "circle"),
+                                 ("forced (one token allowed)", FEASIBLE, "diamond")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                                 marker=dict(color=colour, symbol=symbol, size=11,
+                                             line=dict(width=2 if symbol == "diamond" else 0, color=GRAMMAR_FORCED))))
     if selected is not None:
         fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
     worst = zs.index(lowest)
     grammar = trace.get("grammar") or {}
     kind = escape(grammar.get("kind", ""), quote=False)
+    fights = sum(low)
     sub = (f"{kind + ' · ' if kind else ''}lowest Z {_fmt(lowest)} at step {steps[worst]} "
            f"({labels[worst]}) · {sum(forced)} of {len(series)} steps forced")
+    if fights:  # the note, where it is never under a point
+        sub += f" · <b>red: the grammar is fighting the model</b> at {fights} step{'s' if fights > 1 else ''}"
     use_words = 0 < len(steps) <= 32
-    fig.update_layout(template=TEMPLATE, height=330, bargap=0.15, hovermode="closest",
-                      title=dict(text=f"{TITLE}<br><sup>{sub}</sup>"),
+    fig.update_layout(template=TEMPLATE, height=340, hovermode="closest",
+                      title=dict(text=f"{TITLE}<br><sup>{sub}</sup>", y=0.94),
                       xaxis=dict(title_text=None if use_words else "step", tickmode="array" if use_words else "auto",
                                  tickvals=steps if use_words else None, ticktext=labels if use_words else None,
-                                 tickangle=-40 if use_words and len(steps) > 10 else 0),
-                      yaxis=dict(type="log", title_text="Z_t (log)", range=[math.log10(bottom) - 0.2, 0.08],
-                                 dtick=1, exponentformat="power"),
-                      legend=dict(y=1.02), margin=dict(t=96, b=50))
+                                 tickangle=-40 if use_words and len(steps) > 10 else 0,
+                                 range=[min(steps) - 0.6, max(steps) + 0.6]),
+                      yaxis=dict(type="log", title_text="Z_t (log)", range=[math.log10(bottom) - 0.4, 0.15],
+                                 dtick=1 if bottom >= 1e-6 else 2, exponentformat="power"),
+                      legend=dict(y=1.02), margin=dict(t=104, b=50))
     return fig
 
 

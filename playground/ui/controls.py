@@ -223,6 +223,10 @@ valid texts. With speculative decoding, drafts the grammar forbids are rejected 
 output follows the *constrained* target, not the target itself."""
 
 
+GRAMMAR_NOTE = ("With speculative decoding the output follows the *constrained* target "
+                "(drafts the grammar forbids are rejected before verification), not the target itself.")
+
+
 def grammar_request(kind: Any, text: Any) -> dict[str, str] | None:
     """The grammar controls' values as a Request's ``grammar``: None for "none" or an empty text."""
     kind = str(kind or NO_GRAMMAR).strip()

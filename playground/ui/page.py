@@ -26,8 +26,9 @@ from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DTYPES
 from playground.ui import api, compare, explore, share, whatif
 from playground.ui.components import Page, share_query
-from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, NO_GRAMMAR, build_panel, default_strategy,
-                                    grammar_placeholder, model_choices, strategies_in_order, strategy_summary)
+from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE, NO_GRAMMAR, build_panel,
+                                    default_strategy, grammar_placeholder, model_choices, strategies_in_order,
+                                    strategy_summary)
 from playground.ui.events import QUIET, is_chat_model
 from playground.ui.examples import examples
 
@@ -116,7 +117,10 @@ def _sidebar(page: Page) -> None:
                                              "choices: one of a list; lark: a Lark grammar.")
         page.grammar_text = gr.Textbox("", label="Grammar", lines=3, max_lines=12, elem_id="pg-grammar-text",
                                        placeholder="", info="The schema, expression, choices or Lark grammar.")
-        gr.Markdown(GRAMMAR_HELP, elem_classes=["pg-summary", "pg-grammar-help"])
+        gr.Markdown(GRAMMAR_NOTE, elem_classes=["pg-summary"])
+        with gr.Accordion("How the grammar works, each kind with an example", open=False,
+                          elem_id="pg-grammar-about"):
+            gr.Markdown(GRAMMAR_HELP, elem_classes=["pg-summary", "pg-grammar-help"])
     page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
                           info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
     page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",

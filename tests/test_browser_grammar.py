@@ -1,0 +1,103 @@
+"""Structured decoding in a real browser (Playwright driving Debian's Chromium): the JSON example on
+SmolLM2 runs from its button, the Grammar group shows the schema, the Z chart and the struck-through
+tokens are on the page. Screenshots (1440x1000 light and dark, 390x844) go to /tmp/grammar_shots/.
+
+Where no browser can be had these tests skip with the reason; under CI=true they fail instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from playground.charts.grammar import TITLE
+from playground.engine import Request, run
+from playground.tools.screenshots import chromium_path, launch_browser
+from playground.ui.examples import examples
+from playground.ui.page import serve
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+SHOTS = Path(os.environ.get("GRAMMAR_SHOTS", "/tmp/grammar_shots"))
+SIZES = (("light", 1440, 1000, ""), ("dark", 1440, 1000, "?__theme=dark"), ("phone", 390, 844, ""))
+DONE = "() => /finished|reached max|stopped/.test(document.getElementById('pg-status')?.innerText || '')"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        reason = "playwright is not installed (pip install playwright)"
+    if reason is None and chromium_path() is None:
+        reason = "no Chromium at /usr/bin/chromium (apt-get install chromium)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests must run under CI=true: {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def url(store):
+    store.get("smollm2-135m")
+    demo, address = serve(store)
+    yield address
+    demo.close()
+
+
+def z_view(page) -> str:
+    """The id of the view slot that holds the Z chart ('' when none does)."""
+    return page.evaluate("(title) => [...document.querySelectorAll('[id^=pg-view-] .gtitle')]"
+                         ".find((t) => t.textContent.startsWith(title))?.closest('[id^=pg-view-]')?.id || ''",
+                         TITLE.replace("<br>", ""))
+
+
+@pytest.mark.parametrize("name,width,height,query", SIZES, ids=[s[0] for s in SIZES])
+def test_the_json_example_runs_and_shows_the_z_chart(browser, url, store, name, width, height, query):
+    example = next(ex for ex in examples() if ex.config.grammar_kind == "json")
+    cfg = example.config
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(url.rstrip("/") + "/" + query)
+        page.get_by_role("button", name=example.label).click()
+        page.wait_for_function("() => /Ada/.test(document.querySelector('#pg-prompt textarea')?.value || '')",
+                               timeout=30_000)
+        page.wait_for_timeout(300)
+        page.wait_for_function(DONE, timeout=180_000, polling=100)
+        page.wait_for_function("(t) => [...document.querySelectorAll('[id^=pg-view-] .gtitle')]"
+                               ".some((e) => e.textContent.startsWith(t))", arg=TITLE, timeout=30_000)
+        status = page.locator("#pg-status").inner_text()
+        assert "the grammar is complete" in status, status
+        # the page ran the example's grammar: the same text as the engine with it
+        ref = run(store, Request(cfg.model, cfg.strategy, cfg.prompt, cfg.params, seed=cfg.seed,
+                                 max_new_tokens=cfg.max_new_tokens, chat=cfg.chat, dtype="auto",
+                                 grammar={"kind": cfg.grammar_kind, "text": cfg.grammar_text}))
+        shown = "".join(page.locator("#pg-text .pg-tok").all_inner_texts())
+        assert shown.replace("↵", "").replace("\n", "") == ref.text.replace("\n", "")
+        json.loads(ref.text)  # the schema's text parses
+        # the grammar group holds the schema; the distribution strikes through what the grammar cut
+        assert page.locator("#pg-grammar-text textarea").input_value() == cfg.grammar_text
+        assert page.locator("#pg-dist .xtick text[style*='line-through'], #pg-dist .xtick tspan"
+                            "[style*='line-through']").count() > 0
+        view = z_view(page)
+        assert view
+        drawn = page.evaluate("(id) => document.querySelector(`#${id} .js-plotly-plot`).data"
+                              ".find((t) => t.meta && t.meta.role === 'z').customdata.map((r) => r[0])", view)
+        recorded = [next(st.decision["z"] for st in s.stages if st.name == "grammar") for s in ref.steps]
+        assert drawn == pytest.approx(recorded, abs=1e-6)  # the page's chart holds the recorded Z_t
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"json-{name}.png"), full_page=True)
+        page.locator(f"#{view}").screenshot(path=str(SHOTS / f"z-chart-{name}.png"))
+        page.locator("#pg-dist").screenshot(path=str(SHOTS / f"distribution-{name}.png"))
+        page.locator("#pg-grammar").screenshot(path=str(SHOTS / f"grammar-group-{name}.png"))
+    finally:
+        page.close()
