@@ -16,7 +16,7 @@ from playground.errors import InvalidRequest
 from playground.tools.toy import WORDS
 from strategies.params import field_kind
 from strategies.sampling.repeats import DRY, dry_exponent_cap
-from strategies.sampling.samplers import SamplerParams
+from strategies.sampling.samplers import PRESETS as PRESET_NAMES, SamplerParams
 from strategies.sampling.truncations import XTC, TypicalP
 
 A, THE = WORDS.index("a"), WORDS.index("the")
@@ -275,3 +275,42 @@ def test_a_temperature_near_0_is_greedy_without_nan():
     from strategies.sampling.transforms import Temperature
     out = Temperature(TINY).apply(torch.tensor([[1.0, 3.0, 3.0, -math.inf, -2.0]]), torch.zeros(1, 1, dtype=torch.long))
     assert out.softmax(-1)[0].tolist() == [0.0, 0.5, 0.5, 0.0, 0.0]
+
+
+def random_edge_params(rng) -> dict[str, object]:
+    """Each knob, with probability 1/2, at an end of its range or its smallest positive value, else
+    uniform inside; stages switched on at random; a random order."""
+    params: dict[str, object] = {}
+    for f in dataclasses.fields(SamplerParams):
+        kind, meta = field_kind(f), f.metadata
+        if kind is bool:
+            params[f.name] = rng.random() < 0.5
+        if kind not in (int, float) or meta.get("low") is None:
+            continue
+        low, high = meta["low"], meta["high"]
+        cap = meta.get("ui_max") or high
+        picks = [low, high, 1 if kind is int else TINY, rng.uniform(low, cap)]
+        value = rng.choice(picks) if rng.random() < 0.5 else picks[-1]
+        value = min(max(value, low), high)
+        if meta.get("low_open") and value == low:
+            value = low + (1 if kind is int else 1e-9)
+        if meta.get("high_open") and value == high:
+            value = high * (1 - 1e-9)
+        params[f.name] = kind(round(value) if kind is int else value)
+    params["dynatemp_min"] = min(params["dynatemp_min"], params["dynatemp_max"])
+    order = list(PRESET_NAMES["transformers"])
+    rng.shuffle(order)
+    params["order"] = ",".join(order)
+    return params
+
+
+@pytest.mark.parametrize("model, prompt, cases, n", [("toy", "1 2 3 1 2 3 1 2", 100, 6),
+                                                     ("smollm2-135m", " the sea the sea: the", 20, 2)])
+def test_random_chains_at_the_edges_run(store, model, prompt, cases, n):
+    import random
+    rng = random.Random(26)
+    for _ in range(cases):
+        params = random_edge_params(rng)
+        trace = run(store, Request(model, "sampling", prompt, params, seed=rng.randrange(1000), max_new_tokens=n,
+                                   chat=False))
+        assert trace.tokens and all(t.logprob is None or not math.isnan(t.logprob) for t in trace.tokens), params
