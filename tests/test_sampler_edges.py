@@ -127,8 +127,8 @@ def test_dry_breaker_only_partly_written_does_not_break():
 
 # --- 6. and 7. forcing with XTC and with mirostat ---------------------------------------------------
 
-def _run(store, prompt="1 2", forced=None, seed=0, n=8, **params):
-    return run(store, Request(model="toy", strategy="sampling", prompt=prompt, params=params, seed=seed,
+def _run(store, prompt="1 2", forced=None, seed=0, n=8, strategy="sampling", **params):
+    return run(store, Request(model="toy", strategy=strategy, prompt=prompt, params=params, seed=seed,
                               max_new_tokens=n, forced=forced or {}))
 
 
@@ -159,6 +159,13 @@ def test_forced_tokens_do_not_teach_mirostat(store, seed):
     assert all(d["mu"] == d["mu_after"] == pytest.approx(2.0) for d in forced_steps)
     assert free[0]["mu"] == pytest.approx(2.0)
     assert [d["mu"] for d in free] == pytest.approx([d["mu"] for d in mir(fresh)], abs=1e-4)
+    assert [t.id for t in branch.tokens[3:]] == [t.id for t in fresh.tokens]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_forcing_with_xtc_under_gumbel_is_the_prompt_holding_the_tokens(store, seed):
+    prefix, branch, fresh = _branch_and_fresh(store, seed, strategy="gumbel", temperature=2.0, xtc_probability=0.5,
+                                              xtc_threshold=0.1, adaptive_p_target=0.3)
     assert [t.id for t in branch.tokens[3:]] == [t.id for t in fresh.tokens]
 
 
