@@ -101,3 +101,29 @@ def test_the_json_example_runs_and_shows_the_z_chart(browser, url, store, name, 
         page.locator("#pg-grammar").screenshot(path=str(SHOTS / f"grammar-group-{name}.png"))
     finally:
         page.close()
+
+
+def test_the_toy_example_shows_the_grammar_fighting_the_model(browser, url, store):
+    example = next(ex for ex in examples() if ex.config.grammar_kind and ex.config.model == "toy")
+    cfg = example.config
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        page.goto(url)
+        page.get_by_role("button", name=example.label).click()
+        page.wait_for_function("() => /toy/.test(document.getElementById('pg-status')?.innerText || '')",
+                               timeout=60_000)
+        page.wait_for_function(DONE, timeout=60_000, polling=100)
+        ref = run(store, Request(cfg.model, cfg.strategy, cfg.prompt, cfg.params, seed=cfg.seed,
+                                 max_new_tokens=cfg.max_new_tokens, dtype="auto",
+                                 grammar={"kind": cfg.grammar_kind, "text": cfg.grammar_text}))
+        assert page.locator("#pg-text .pg-tok").all_inner_texts() == [t.text for t in ref.tokens]
+        assert page.locator("#pg-text .pg-grammar-forced").count() == sum(
+            next(st.decision["forced"] for st in s.stages if st.name == "grammar") for s in ref.steps)
+        page.wait_for_function("(t) => [...document.querySelectorAll('[id^=pg-view-] .gtitle')]"
+                               ".some((e) => e.textContent.startsWith(t) && /fighting the model/.test(e.textContent))",
+                               arg=TITLE, timeout=30_000)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator(f"#{z_view(page)}").screenshot(path=str(SHOTS / "toy-z-chart-light.png"))
+        page.locator("#pg-text").screenshot(path=str(SHOTS / "toy-text-light.png"))
+    finally:
+        page.close()
