@@ -24,6 +24,7 @@ from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.trace import Trace
 from playground.ui import share
+from playground.whatif.branches import branch_settings
 from playground.ui.api import api_generate_stream
 from playground.ui.components import share_query
 from playground.ui.controls import NO_GRAMMAR, grammar_request
@@ -122,6 +123,7 @@ def test_the_text_marks_the_tokens_the_grammar_forced(toy_trace):
         forced = grammar_stage(s)["decision"]["forced"]
         assert ("pg-grammar-forced" in span.split('"')[0]) == forced
         assert ("forced by the grammar" in span) == forced
+    assert "&#x27; time&#x27; 6.6e-05 (not allowed)" in spans[0]  # an alternative the grammar removed
     title = charts.distribution_figure(toy_trace, 1).layout.title.text
     assert "forced by the grammar" in title
 
@@ -265,6 +267,16 @@ def test_the_grammar_examples_are_valid_and_the_toy_one_follows_its_choices(stor
                            grammar=grammar_request(toy.grammar_kind, toy.grammar_text)))
     assert frames[-1].trace["text"] in [c.strip() for c in json.loads(toy.grammar_text)]
     assert grammar_chart.TITLE in [v.title for v in frames[-1].views]
+
+
+def test_a_branch_of_a_grammar_run_keeps_its_grammar_through_the_page_handler(store, toy_trace):
+    """The branch panel runs ui.generate with the trace's settings: the grammar goes with them."""
+    settings = branch_settings(toy_trace, 0, 9)  # ' the' at step 0: the other valid text
+    frames = list(generate(store, **settings, max_new_tokens=12, final_step=0))
+    assert frames[-1].trace["text"].strip() == "the hill rose high"
+    assert frames[-1].trace["grammar"] == TOY_GRAMMAR
+    with pytest.raises(InvalidRequest, match="grammar does not allow token"):
+        list(generate(store, **branch_settings(toy_trace, 0, 4), max_new_tokens=12))  # ' time': not allowed
 
 
 # --- /generate ----------------------------------------------------------------------------------------

@@ -725,7 +725,9 @@ def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_r
         rank = next((r + 1 for r, c in enumerate(cands) if c["id"] == tok["id"]), None)
         if rank is not None:
             lines[1] += f" · rank {rank}"
-        alts = [f"{c['text']!r} {_fmt(_prob(c['raw_prob']))}" + ("" if c["kept"] else " (cut)")
+        banned = disallowed_ids(step)
+        alts = [f"{c['text']!r} {_fmt(_prob(c['raw_prob']))}"
+                + ("" if c["kept"] else " (not allowed)" if c["id"] in banned else " (cut)")
                 for c in cands if c["id"] != tok["id"]][:alternatives]
         if alts:
             lines.append("alternatives: " + ", ".join(alts))
