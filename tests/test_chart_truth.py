@@ -15,7 +15,10 @@ expected value is computed here from the decoder's logits after each stage with 
   DRY, n-gram and word-bias marks on exactly the tokens the stage changed;
 - and this holds whichever distribution the bars show (the model's own, entering the cuts, final);
 - the entropy map's point is the step's recorded entropy and varentropy, those of the raw logits,
-  with the decoder's kept count.
+  with the decoder's kept count;
+- the grammar stage (half the cases: a random mask, placed anywhere in the chain): its recorded Z
+  is the mass its received distribution gave the allowed tokens, the distribution crosses out
+  exactly the shown tokens its record does not allow, and the Z chart draws the recorded Z.
 
 200 cases on a 50-token vocabulary with random logits, and 30 on SmolLM2's real logits (49,152
 tokens; fewer cases, each is a full-vocabulary chain plus two figures).
@@ -34,14 +37,17 @@ from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, st
 from word_lm import WordLM
 from playground.charts import entropy_map
 from playground.charts import figures as charts
+from playground.charts import grammar as grammar_chart
 from playground.charts.palette import CUT, KEPT
 from playground.trace import Trace
 from strategies.sampling.chain import Multinomial, record_chain
 from strategies.recording import make_step
+from strategies.sampling.grammar import masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
+from strategies.sampling.transforms import TransformBase
 
 TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
-               "no_repeat_ngram", "word_bias", "top_h", "p_less")
+               "no_repeat_ngram", "word_bias", "top_h", "p_less", "grammar")
 TOL = 1e-5  # the trace keeps 6 significant digits
 
 
@@ -52,6 +58,19 @@ class Case:
     context: list[int]  # token ids so far (what the penalty sees)
     top_n: int
     seed: int
+    grammar: tuple[torch.Tensor, int] | None = None  # a random mask [vocab] and its place among the stages
+
+
+class RandomGrammar(TransformBase):
+    """The grammar stage's own decision (grammar.masked) on a fixed mask, as a matcher would give it."""
+
+    name = "grammar"
+
+    def __init__(self, allowed: torch.Tensor) -> None:
+        self.allowed = allowed
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor):
+        return masked(logits, self.allowed[None].expand(logits.shape[0], -1), [False] * logits.shape[0], [0])
 
 
 def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
@@ -93,6 +112,15 @@ def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
     generator = torch.Generator().manual_seed(case.seed)
     chain = build_sampler_chain(case.params, generator, WordLM("t{}"))
     context = torch.tensor([case.context], dtype=torch.long)
+    if case.grammar is not None:
+        mask, at = case.grammar
+        # the mask holds every token the chain keeps without it, so the grammar is never left with none
+        # (a run ends there, "grammar: no token allowed", before anything is drawn)
+        alone = record_chain(build_sampler_chain(case.params, torch.Generator().manual_seed(case.seed),
+                                                 WordLM("t{}")), case.logits[None], context).logits[-1][0]
+        order = [t.name for t in chain]
+        order.insert(min(at, len(order)), "grammar")
+        chain = with_grammar(chain, RandomGrammar(mask | torch.isfinite(alone)), ",".join(order))
     record = record_chain(chain, case.logits[None], context)
     chosen, _ = Multinomial(generator).select(record.logits[-1])
     stages, decisions = record.row(0)
@@ -152,6 +180,10 @@ def check(case: Case, basis: str = "chain") -> None:
     p_raw = raw.exp()
     h = float(-(p_raw * raw.nan_to_num(neginf=0.0)).sum())
     v = float((p_raw * (raw.nan_to_num(neginf=0.0) + h) ** 2).sum())
+    if "grammar" in names:  # the Z chart: the recorded Z and allowed count, as they are
+        rec = s["stages"][names.index("grammar") + 1]["decision"]
+        [z] = [t for t in fig_dict(grammar_chart.z_figure(d))["data"] if (t.get("meta") or {}).get("role") == "z"]
+        assert (z["y"][0], z["customdata"][0][0], z["customdata"][0][1]) == (rec["z"], rec["z"], rec["allowed_count"])
     [dots] = entropy_map.entropy_map_figure(d).data
     assert (dots.x[0], dots.y[0], dots.customdata[0][2]) == (s["raw_entropy"], s["raw_varentropy"], s["kept_count"])
     assert s["raw_entropy"] == pytest.approx(h, rel=1e-4, abs=1e-6)
@@ -341,10 +373,24 @@ def _check_ban(name: str):
     return check_ban
 
 
+def _check_grammar(rec, fd, heights, bars, entering, kept_in, kept_out, case) -> None:
+    d = rec["decision"]
+    allowed = kept_out  # what the grammar allows of what it received: its output's live tokens
+    assert d["z"] == pytest.approx(float(entering[allowed].sum()), rel=1e-4, abs=1e-7)
+    assert d["allowed_count"] == int(allowed.sum()) and d["forced"] == (d["allowed_count"] == 1)
+    assert set(d["allowed"]) & set(bars) == {tok for tok in bars if allowed[tok]}
+    crossed = set(stage_points(fd, "grammar", "disallowed") or {})
+    assert crossed == {tok for tok in bars if tok not in d["allowed"]}
+    assert all(not allowed[tok] for tok in crossed)
+    ticks = fd["layout"]["xaxis"]["ticktext"]
+    assert {tok for tok, bar in bars.items() if ticks[bar["x"]].startswith("<s>")} == crossed
+
+
 CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p, "epsilon": _check_epsilon,
           "eta": _check_eta, "mirostat": _check_mirostat, "xtc": _check_xtc,
           "typical_p": _check_typical, "no_repeat_ngram": _check_ban("no_repeat_ngram"),
-          "word_bias": _check_ban("word_bias"), "top_h": _check_top_h, "p_less": _check_p_less}
+          "word_bias": _check_ban("word_bias"), "top_h": _check_top_h, "p_less": _check_p_less,
+          "grammar": _check_grammar}
 
 
 def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
@@ -356,7 +402,12 @@ def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
         context = [rng.randrange(vocab) for _ in range(rng.randint(0, 20))]
         if rng.random() < 0.4:  # a looping text, so that DRY and the n-gram ban find repeats
             context += [rng.randrange(vocab) for _ in range(rng.randint(2, 4))] * rng.randint(2, 4)
-        cases.append(Case(random_params(rng, vocab), logits, context, rng.choice([10, 20, 50]), i))
+        case = Case(random_params(rng, vocab), logits, context, rng.choice([10, 20, 50]), i)
+        side = random.Random(seed * 7919 + i)  # its own draws: the cases without a grammar stay as they were
+        if side.random() < 0.5:
+            mask = torch.rand(vocab, generator=torch.Generator().manual_seed(seed * 31 + i)) < side.uniform(0.05, 0.9)
+            case.grammar = (mask, side.randrange(len(SAMPLER_STAGES) + 1))
+        cases.append(case)
     return cases
 
 
