@@ -29,7 +29,7 @@ from playground.ui.api import api_generate_stream
 from playground.ui.components import share_query
 from playground.ui.controls import NO_GRAMMAR, grammar_request
 from playground.ui.examples import examples
-from playground.ui.handlers import generate, status_html
+from playground.ui.handlers import compare, generate, status_html
 from playground.ui.page import build_demo, serve
 from strategies.recording import make_step
 from strategies.sampling.chain import Multinomial, record_chain
@@ -219,6 +219,37 @@ def test_the_page_passes_the_grammar_controls_into_the_request(store):
     assert seen and seen[-1].grammar is not None and seen[-1].grammar.to_dict() == TOY_GRAMMAR
     assert frames[-1] and "the grammar is complete" in frames[-1][0]
     demo.close()
+
+
+def test_the_page_writes_the_grammar_into_its_share_link_and_an_example_sets_the_grammar_controls(store):
+    demo = build_demo(store, decoder=lambda req, progress=None: iter(()))
+    ids = lambda comps: [getattr(c, "elem_id", None) for c in comps]  # noqa: E731
+    link = next(f for f in demo.fns.values() if "pg-link" in ids(f.outputs) and len(f.inputs) > 5)
+    set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-grammar-kind": "choices",
+              "pg-grammar-text": CHOICES}
+    update = link.fn(*[set_to.get(c.elem_id, c.value) for c in link.inputs[:-1]], "generate")
+    cfg, warnings = share.decode(update["value"])
+    assert warnings == [] and (cfg.grammar_kind, cfg.grammar_text) == ("choices", CHOICES)
+    # an example's button sets the grammar controls (and opens their group) through the link's path
+    example = next(ex for ex in examples() if ex.config.grammar_kind == "regex")
+    button = next(f for f in demo.fns.values() if not f.inputs and "pg-grammar-kind" in ids(f.outputs)
+                  and "pg-example-note" in ids(f.outputs) and example.label in str(f.fn()[-1]))
+    values = dict(zip(ids(button.outputs), button.fn()))
+    assert values["pg-grammar-kind"] == "regex" and values["pg-grammar-text"]["value"] == example.config.grammar_text
+    assert values["pg-grammar"]["open"] is True
+    demo.close()
+
+
+def test_compare_constrains_both_sides(store):
+    a, b = list(compare_runs(store))[-1]
+    for frame in (a, b):
+        assert frame.trace["grammar"] == TOY_GRAMMAR and frame.trace["finish_reason"] == GRAMMAR_REASON
+        assert frame.trace["text"].strip() in ("a hill rose high", "the hill rose high")
+
+
+def compare_runs(store):
+    return compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4, max_new_tokens=12,
+                   grammar=TOY_GRAMMAR)
 
 
 def test_share_link_round_trips_the_grammar():
