@@ -16,6 +16,7 @@ from playground.charts.grammar import TITLE
 from playground.engine import Request, run
 from playground.tools.screenshots import chromium_path, launch_browser
 from playground.ui.examples import examples
+from playground.ui.components import share_query
 from playground.ui.page import serve
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -125,5 +126,23 @@ def test_the_toy_example_shows_the_grammar_fighting_the_model(browser, url, stor
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.locator(f"#{z_view(page)}").screenshot(path=str(SHOTS / "toy-z-chart-light.png"))
         page.locator("#pg-text").screenshot(path=str(SHOTS / "toy-text-light.png"))
+    finally:
+        page.close()
+
+
+def test_a_grammar_that_does_not_parse_is_the_pages_normal_error(browser, url):
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        query = share_query("toy", "greedy", "1 2", "", False, 0, 8, {}, "greedy", {}, run="",
+                            grammar_kind="regex", grammar_text="(unclosed")
+        page.goto(url.rstrip("/") + "/" + query)
+        page.wait_for_function("() => document.querySelector('#pg-grammar-text textarea')?.value === '(unclosed'",
+                               timeout=30_000)
+        page.locator("#pg-generate").click()
+        toast = page.locator(".toast-body").first
+        toast.wait_for(timeout=30_000)
+        assert "the regex grammar is not valid" in toast.inner_text()
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "bad-grammar-light.png"))
     finally:
         page.close()
