@@ -101,14 +101,15 @@ class GrammarSpec:
 
     def lark(self, forcing: bool = True) -> str:
         """The grammar in llguidance's Lark dialect (JSON and regex embedded as its own lexemes)."""
-        head = "" if forcing else '%llguidance {"no_forcing": true}\n'
+        # the option goes last, so that llguidance's line numbers are the person's own
+        tail = "" if forcing else '\n%llguidance {"no_forcing": true}\n'
         if self.kind == "json":
-            return head + "start: %json " + json.dumps(schema_of(self.text)) + "\n"
+            return "start: %json " + json.dumps(schema_of(self.text)) + tail
         if self.kind == "regex":
-            return head + "start: /" + self.text.replace("/", "\\/") + "/\n"
+            return "start: /" + self.text.replace("/", "\\/") + "/" + tail
         if self.kind == "choices":
-            return head + "start: " + " | ".join(json.dumps(c) for c in choices_of(self.text)) + "\n"
-        return head + self.text
+            return "start: " + " | ".join(json.dumps(c) for c in choices_of(self.text)) + tail
+        return self.text.rstrip("\n") + tail
 
 
 def schema_of(text: str) -> Any:
