@@ -25,6 +25,7 @@ from strategies.registry import get_strategy
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**31 - 1
 MAX_TOP_N = 100
+READING_REASON = "reading"  # the finish_reason of the announcement yielded before the prompt is read
 
 
 @dataclass(frozen=True)
@@ -99,15 +100,20 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
 
 
 def stream(store: ModelStore, req: Request, progress: Progress | None = None,
-           budget: Budget | None = None) -> Iterator[Trace]:
+           budget: Budget | None = None, announce: bool = False) -> Iterator[Trace]:
     """Yield the growing trace after every committed token; the last yield is complete.
 
     The request's models are held (never unloaded) until the stream ends or is closed. ``budget``
-    (unlimited by default) caps beam rows x tokens up front and the decoding time between steps."""
+    (unlimited by default) caps beam rows x tokens up front and the decoding time between steps.
+    ``announce``: first yield a trace with no tokens, ``finish_reason`` "reading" and the prompt's
+    token count in ``extra["prompt_tokens"]``, once the request is valid and before the model reads
+    the prompt (a long prompt's prefill takes seconds before the first token)."""
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
         dtype, check = ctx.lm.weights, ctx.extra["weights_check"]
+        if announce:
+            yield reading(req, ctx)
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
             trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
             trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
@@ -116,6 +122,13 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
             if ctx.lm.check is not None:
                 trace.timing.extra["weights_check_seconds"] = round(ctx.lm.check.seconds, 3)
             yield trace
+
+
+def reading(req: Request, ctx: DecodeContext) -> Trace:
+    """The trace announced before the prompt is read: no tokens, the prompt's token count."""
+    return Trace(model=req.model, strategy=req.strategy, params=dict(req.params), seed=req.seed, prompt=req.prompt,
+                 prompt_ids=list(ctx.prompt_ids), finish_reason=READING_REASON,
+                 extra={"prompt_tokens": len(ctx.prompt_ids), "dtype": ctx.lm.weights})
 
 
 def choose_weights(lm: LM, name: str, progress: Progress | None = None) -> tuple[LM, list[str]]:
@@ -143,11 +156,13 @@ def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None
     so drawing and sending between two tokens never counts as decoding time.
 
     When ``deadline`` passes, the strategy is closed between two steps exactly as Stop closes it, and
-    the trace so far is yielded once more with ``finish_reason`` "time budget"."""
+    the trace so far is yielded once more with ``finish_reason`` "time budget". A run that already holds
+    all its ``max_new_tokens`` is let finish (its reason is its own, "length"): no step is left to cut."""
     trace = None
     try:
         while True:
-            out_of_time = deadline is not None and trace is not None and trace.finish_reason == "running"
+            out_of_time = (deadline is not None and trace is not None and trace.finish_reason == "running"
+                           and len(trace.tokens) < ctx.max_new_tokens)
             if out_of_time and deadline.passed():
                 trace.finish_reason = OUT_OF_TIME
                 break

@@ -3,6 +3,7 @@ the trace holds (kept/cut colours, thresholds, chain order), escaping of model t
 frames, share links and compare. No browser, no server; the toy model only."""
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -55,6 +56,8 @@ def test_every_strategy_gets_controls_from_its_params_metadata():
                 assert c.kind == "dropdown" and c.choices == tuple(d["choices"])
             elif d["type"] == "bool":
                 assert c.kind == "checkbox"
+            elif d["type"] == "str" and c.custom:  # a draft or amateur: a menu that takes a typed hub id too
+                assert c.kind == "dropdown" and c.name in ("draft", "amateur") and c.default in c.choices
             elif d["type"] == "str":
                 assert c.kind == "textbox"
             elif c.kind == "slider":
@@ -218,7 +221,8 @@ def test_status_line_escapes_what_it_shows():
 # --- streaming handlers -----------------------------------------------------------------------------
 
 def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(store):
-    frames = list(generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0))
+    reading, *frames = generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0)
+    assert reading.trace["finish_reason"] == "reading" and not reading.trace["tokens"]  # before the prefill
     assert frames[0].figures is None and not frames[0].final  # first token: text only, as fast as it gets
     assert frames[1].figures is not None  # the charts follow from the second token on
     assert frames[-1].final and not any(f.final for f in frames[:-1])
@@ -246,7 +250,9 @@ def test_bad_input_raises_the_validation_message(store):
         next(generate(store, "no such model", "greedy", "1 2"))
     with pytest.raises(InvalidRequest, match="strategy must be one of"):
         next(generate(store, "toy", "nope", "1 2"))
-    assert next(generate(store, "toy", "greedy", "1 2")).trace["tokens"]  # and the next one works
+    frames = generate(store, "toy", "greedy", "1 2")
+    assert "reading the prompt (2 tokens)" in next(frames).status  # the prompt's prefill is announced
+    assert next(frames).trace["tokens"]  # and the next one works
 
 
 def test_select_step_clamps_and_marks_the_selected_token(chain_trace):
@@ -307,7 +313,14 @@ def test_examples_are_valid_configurations():
         assert cfg.strategy in names and cfg.compare_strategy in names and cfg.run in share.RUN_MODES
         REGISTRY[cfg.strategy].params.from_dict(cfg.params)  # raises if an example drifted out of range
         REGISTRY[cfg.compare_strategy].params.from_dict(cfg.compare_params)
-        assert share.decode(share.encode(cfg)) == (cfg, [])
+        back, warnings = share.decode(share.encode(cfg), share.defaults())
+        assert warnings == [] and with_defaults(back) == with_defaults(cfg)  # a link leaves defaults out
+
+
+def with_defaults(cfg: share.Config) -> share.Config:
+    """``cfg`` with every parameter of its two strategies filled in at its default (what the page shows)."""
+    return dataclasses.replace(cfg, params={**share.strategy_defaults(cfg.strategy), **cfg.params},
+                               compare_params={**share.strategy_defaults(cfg.compare_strategy), **cfg.compare_params})
 
 
 @pytest.mark.skipif(not png_export_available(), reason="PNG export needs kaleido and a Chromium")

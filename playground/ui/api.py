@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
 
-from playground.engine import Request
+from playground.engine import READING_REASON, Request
 from playground.errors import InvalidRequest
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
@@ -59,8 +59,9 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
                   grammar=grammar_of(grammar))
     trace = None
     for trace in decoder(req, None):
-        yield trace.text, ""
-    if trace is not None:
+        if trace.finish_reason != READING_REASON:  # the announcement before the prompt is read has no text
+            yield trace.text, ""
+    if trace is not None and trace.finish_reason != READING_REASON:
         yield trace.text, trace.to_json()
 
 

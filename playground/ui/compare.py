@@ -78,7 +78,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
         return [gr.update(value=k), *on_select(a, b, k, model, chat, theme)]
 
     outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
-    event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True), page.run_inputs,
+    event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True, status=sides[0].status), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
     page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],

@@ -39,17 +39,26 @@ def refusal(err: InvalidRequest) -> gr.Error:
     return gr.Error(escape(err), title="Not run", print_exception=False)
 
 
+def refusal_html(err: InvalidRequest | str) -> str:
+    """A refused input as the status line shows it until the next run: "Not run:" and the message."""
+    return (f'<div class="pg-status pg-refused" role="alert" style="color: var(--error-text-color, #b91c1c)">'
+            f"<b>Not run:</b> {escape(err)}</div>")
+
+
 def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = False,
-            names: Sequence[str] = ()) -> Callable[..., Any]:
+            names: Sequence[str] = (), status: Any = None) -> Callable[..., Any]:
     """``fn(*values[, progress=...])`` as a Gradio handler taking ``n_inputs`` positional values (and a
     gr.Progress where asked); validation errors become gr.Error, a toast with the message, and the
-    app stays ready for the next request."""
+    app stays ready for the next request. With ``status`` (one of the event's outputs), the message is
+    also written there, where it stays after the toast fades, until the next run writes its own."""
     def wrapped(*args: Any) -> Iterator[Any]:
         values, extra = args[:n_inputs], args[n_inputs:]
         kwargs = {"progress": extra[0]} if progress and extra else {}
         try:
             yield from fn(*values, **kwargs)
         except InvalidRequest as err:
+            if status is not None:
+                yield {status: refusal_html(err)}  # Gradio takes a dict of some of the outputs
             raise refusal(err) from None
 
     names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names

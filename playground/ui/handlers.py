@@ -25,7 +25,7 @@ import plotly.graph_objects as go
 from playground.charts import figures as charts
 from playground.charts.common import escape
 from playground.charts.views import strategy_views
-from playground.engine import Request
+from playground.engine import READING_REASON, Request
 from playground.engine import stream as engine_stream
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, on_space, spec_for
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
 
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
-DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
+DEFAULT_PROMPT = share.DEFAULT_PROMPT
 NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
 
 Decoder = Callable[[Request, "Progress | None"], Iterator[Trace]]
@@ -87,8 +87,10 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
     """One line under the text: model, strategy, chain, tokens, speed, why it stopped."""
     timing = trace.get("timing") or {}
     chain = " → ".join(trace.get("chain") or []) or trace.get("strategy", "")
+    steps = len(trace.get("steps") or [])
     state = {"eos": "finished at end-of-sequence", "length": "reached max new tokens",
-             "stopped": "stopped", GRAMMAR_REASON: "finished: the grammar is complete",
+             "stopped": f"stopped at step {steps - 1}" if steps else "stopped before the first step",
+             GRAMMAR_REASON: "finished: the grammar is complete",
              DEAD_END_REASON: "stopped: the grammar allows no token here",
              OUT_OF_TIME: "stopped: this server's time budget per run is used up"
              }.get(trace.get("finish_reason", ""), "generating…")
@@ -96,6 +98,9 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
         state = f"ended: {trace['finish_reason']}"  # a reason this line has no words for
     if not final and state != "generating…":
         state = "generating…"
+    if trace.get("finish_reason") == READING_REASON:  # before the first token: the prompt's prefill
+        n = (trace.get("extra") or {}).get("prompt_tokens", trace.get("prompt_tokens", 0))
+        state = f"reading the prompt ({n} tokens)…"
     model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
     if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
         model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'
@@ -112,7 +117,7 @@ def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
 
     def decode(req: Request, progress: Progress | None = None) -> Iterator[Trace]:
         try:
-            yield from engine_stream(store, req, progress, budget)
+            yield from engine_stream(store, req, progress, budget, announce=True)
         finally:
             memory.trim()  # the run's buffers are free: their pages go back to the system
 
@@ -154,7 +159,7 @@ class GpuDecoder:
         return zerogpu.describe(self.gpu_seconds(req), request_rows(req), req.max_new_tokens)
 
     def _stream(self, req: Request) -> Iterator[Trace]:
-        yield from engine_stream(self.store, req, None, self.budget)  # the GPU worker cannot report to gr.Progress
+        yield from engine_stream(self.store, req, None, self.budget, announce=True)  # the GPU worker cannot report to gr.Progress
 
     def __call__(self, req: Request, progress: Progress | None = None) -> Iterator[Trace]:
         if self.replays is None:
@@ -197,7 +202,14 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     with_prompt = show_prompt(model, chat)
-    for k, trace in enumerate(decode(req, progress)):
+    k = -1
+    for trace in decode(req, progress):
+        if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
+            d = trace.to_dict()
+            yield Frame(d, charts.token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
+                        None, None, final=False)
+            continue
+        k += 1
         d = dicts(trace)
         step = len(d["steps"]) - 1 if d["steps"] else None
         now = time.perf_counter()
@@ -211,7 +223,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
             draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
         yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step, figures, views,
                     final=False)
-    if trace is None:
+    if trace is None or trace.finish_reason == READING_REASON:
         return
     full = trace.to_dict()
     step = _final_step(full, final_step)
@@ -283,8 +295,8 @@ def stopped(trace: dict[str, Any]) -> dict[str, Any]:
 def restore(query: dict[str, str]) -> tuple[share.Config, list[str]]:
     """A page address's query -> the configuration to show (and warnings for what was dropped)."""
     names = [s.name for s in strategies_in_order()]
-    base = share.Config(model=DEFAULT_MODEL, strategy="sampling" if "sampling" in names else names[0],
-                        prompt=DEFAULT_PROMPT)
+    base = dataclasses.replace(share.defaults(), model=DEFAULT_MODEL,
+                               strategy=share.DEFAULT_STRATEGY if share.DEFAULT_STRATEGY in names else names[0])
     return share.decode(query, base)
 
 

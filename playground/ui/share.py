@@ -1,7 +1,8 @@
 """The page's whole configuration <-> a URL query string, for "copy link" and its restore.
 
-A link names the model, the strategy and every one of its parameters, the prompt, the
-seed and the budget, the forced tokens of a branch (``force=0:9,3:12``, step:token id), the
+A link carries only what differs from the page's defaults (``defaults()``: the model, the
+strategy, the prompt, the seed, the budget, each parameter at its declared default); the restore
+starts from those defaults and fills in the rest. It names the forced tokens of a branch (``force=0:9,3:12``, step:token id), the
 grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second strategy. Parameters of the first
 strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
@@ -25,6 +26,7 @@ RUN_MODES = ("", "generate", "compare")
 DEFAULT_STRATEGY = "sampling"
 DEFAULT_COMPARE = "greedy"
 DEFAULT_MAX_NEW_TOKENS = 48
+DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
 MAX_LINK_PROMPT = 4000  # characters of prompt a link carries (browsers cap URLs near 64 kB)
 
 
@@ -48,30 +50,51 @@ class Config:
     grammar_text: str = ""  # the schema, expression, choices or Lark grammar
 
 
+def defaults() -> Config:
+    """The page's configuration before anything is set: what a link leaves out, and what its restore
+    starts from."""
+    return Config(prompt=DEFAULT_PROMPT)
+
+
 def strategy_defaults(strategy: str) -> dict[str, Any]:
     """Every parameter of ``strategy`` at its declared default."""
     return {f.name: f.default for f in dataclasses.fields(get_strategy(strategy).params)}
 
 
-def encode(config: Config) -> str:
-    """``config`` as a query string, starting with '?'. Parameters are written in full."""
-    items: list[tuple[str, str]] = [
-        ("model", config.model), ("strategy", config.strategy), ("prompt", config.prompt[:MAX_LINK_PROMPT]),
-        ("seed", str(int(config.seed))), ("max_new_tokens", str(int(config.max_new_tokens))),
-        ("chat", "1" if config.chat else "0"),
-    ]
-    if config.system:
-        items.append(("system", config.system[:MAX_LINK_PROMPT]))
-    items += [(f"p.{k}", _text(v)) for k, v in config.params.items()]
+def encode(config: Config, base: Config | None = None) -> str:
+    """``config`` as a query string, starting with '?': only the keys whose value differs from ``base``
+    (``defaults()`` if None), and of each strategy only the parameters off their declared default."""
+    base = base or defaults()
+    items: list[tuple[str, str]] = []
+    for key in ("model", "strategy", "prompt", "system"):
+        value = getattr(config, key)
+        if value != getattr(base, key):
+            items.append((key, value[:MAX_LINK_PROMPT] if key in ("prompt", "system") else value))
+    for key in ("seed", "max_new_tokens"):
+        if int(getattr(config, key)) != int(getattr(base, key)):
+            items.append((key, str(int(getattr(config, key)))))
+    if bool(config.chat) != bool(base.chat):
+        items.append(("chat", "1" if config.chat else "0"))
+    items += [(f"p.{k}", v) for k, v in _changed(config.strategy, config.params)]
     if config.forced:
         items.append(("force", config.forced))
     if config.grammar_kind and config.grammar_text.strip():
         items += [("grammar", config.grammar_kind), ("grammar_text", config.grammar_text[:MAX_GRAMMAR_CHARS])]
-    items.append(("b", config.compare_strategy))
-    items += [(f"b.{k}", _text(v)) for k, v in config.compare_params.items()]
+    if config.compare_strategy != base.compare_strategy:
+        items.append(("b", config.compare_strategy))
+    items += [(f"b.{k}", v) for k, v in _changed(config.compare_strategy, config.compare_params)]
     if config.run:
         items.append(("run", config.run))
     return "?" + urlencode(items)
+
+
+def _changed(strategy: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    """``params`` written as text, without those at ``strategy``'s declared default."""
+    try:
+        declared = strategy_defaults(strategy)
+    except InvalidRequest:
+        declared = {}
+    return [(k, _text(v)) for k, v in params.items() if k not in declared or _text(v) != _text(declared[k])]
 
 
 def _text(value: Any) -> str:
@@ -83,9 +106,9 @@ def _text(value: Any) -> str:
 
 
 def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[Config, list[str]]:
-    """A query (string or mapping) -> (Config, warnings). Starts from ``base`` (defaults if None)."""
+    """A query (string or mapping) -> (Config, warnings). Starts from ``base`` (``defaults()`` if None)."""
     pairs = dict(parse_qsl(query.lstrip("?"), keep_blank_values=True)) if isinstance(query, str) else dict(query)
-    cfg = dataclasses.replace(base) if base else Config()
+    cfg = dataclasses.replace(base) if base else defaults()
     cfg.params, cfg.compare_params = dict(cfg.params), dict(cfg.compare_params)
     warnings: list[str] = []
     for key in ("model", "prompt", "system"):

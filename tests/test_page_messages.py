@@ -1,0 +1,167 @@
+"""What the page's status line says, with the handlers called directly (no browser): a refused input
+stays written there, out-of-range values are refused with the field and its range, a long prompt is
+announced while it is read, a run ends with its true reason, and share links carry only what differs
+from the defaults."""
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import parse_qsl
+
+import gradio as gr
+import pytest
+
+from playground.engine import READING_REASON, Request, stream
+from playground.errors import InvalidRequest
+from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
+from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
+from playground.serving.budget import Budget
+from playground.ui import share
+from playground.ui.components import share_query
+from playground.ui.events import handler
+from playground.ui.handlers import generate, restore, status_html, stopped
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*no_silent_downcasting")
+
+
+# --- a refused input stays in the status line -------------------------------------------------------
+
+def test_a_refusal_is_written_into_the_status_and_raised_as_the_toast(store):
+    status = object()  # stands for the event's status output (Gradio takes a dict of some outputs)
+
+    def run(top_p):
+        for frame in generate(store, "toy", "sampling", "1 2", {"top_p": top_p}, max_new_tokens=4):
+            yield [frame.status]
+
+    wrapped = handler(run, 1, status=status)
+    events = wrapped(0)
+    update = next(events)
+    assert list(update) == [status]
+    assert "Not run:" in update[status] and "top_p must be in (0, 1], got 0" in update[status]
+    with pytest.raises(gr.Error, match=r"top_p must be in \(0, 1\], got 0"):
+        next(events)
+    # the next run writes its own status over it
+    assert "reading the prompt" in next(wrapped(0.9))[0]
+
+
+def test_the_refusal_in_the_status_is_escaped(store):
+    status = object()
+
+    def run():
+        raise InvalidRequest("token <eos> is not allowed")
+        yield  # pragma: no cover
+
+    update = next(handler(run, 0, status=status)())
+    assert "&lt;eos&gt;" in update[status] and "<eos>" not in update[status]
+
+
+def test_without_a_status_output_only_the_toast_is_raised():
+    def run():
+        raise InvalidRequest("nope")
+        yield  # pragma: no cover
+
+    with pytest.raises(gr.Error, match="nope"):
+        next(handler(run, 0)())
+
+
+# --- out-of-range values are refused, not clamped ----------------------------------------------------
+
+def test_top_p_zero_is_refused_with_the_field_and_its_range(store):
+    with pytest.raises(InvalidRequest, match=r"^top_p must be in \(0, 1\], got 0"):
+        next(generate(store, "toy", "sampling", "1 2", {"top_p": 0}))
+
+
+def test_max_new_tokens_100000_is_refused_with_the_field_and_its_range(store):
+    with pytest.raises(InvalidRequest, match=rf"^max_new_tokens must be an integer in \[1, {MAX_NEW_TOKENS}\], "
+                                             r"got 100000"):
+        next(generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=100000))
+
+
+# --- a long prompt is announced while it is read ----------------------------------------------------
+
+def test_the_prompt_is_announced_with_its_token_count_before_the_first_token(store):
+    prompt = " ".join(["1 2 3 4"] * 10)
+    frames = generate(store, "toy", "greedy", prompt, {}, max_new_tokens=3)
+    first = next(frames)
+    n = len(store.get("toy").encode(prompt, "", None))
+    assert not first.trace["tokens"] and first.trace["finish_reason"] == READING_REASON and not first.final
+    assert f"reading the prompt ({n} tokens)…" in first.status
+    second = next(frames)
+    assert len(second.trace["tokens"]) == 1 and "reading the prompt" not in second.status
+    assert "generating" in second.status
+
+
+def test_the_engine_stream_announces_only_when_asked(store):
+    req = Request("toy", "greedy", "1 2", {}, max_new_tokens=2)
+    plain = [t.finish_reason for t in stream(store, req)]
+    assert READING_REASON not in plain and plain[-1] == "length"
+    announced = [(t.finish_reason, len(t.tokens), t.extra.get("prompt_tokens")) for t in stream(store, req, announce=True)]
+    assert announced[0] == (READING_REASON, 0, 2)
+    assert [reason for reason, _, _ in announced[1:]] == plain
+
+
+# --- a run ends with its true reason ----------------------------------------------------------------
+
+def test_a_run_that_made_all_its_tokens_says_length_even_past_the_deadline(store):
+    spent = Budget(seconds=1e-9)  # passed by the time the first step is done
+    trace = list(stream(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=1), budget=spent))[-1]
+    assert trace.finish_reason == "length" and len(trace.tokens) == 1
+    assert "reached max new tokens" in status_html(trace.to_dict(), final=True)
+    # a run with steps still to make is cut by the budget, between two steps
+    cut = list(stream(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=5), budget=spent))[-1]
+    assert cut.finish_reason == OUT_OF_TIME and len(cut.tokens) == 1
+
+
+def test_the_page_says_length_for_a_finished_run_under_a_spent_budget(store):
+    frames = list(generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=3,
+                           decoder=lambda req, progress: stream(store, req, progress, Budget(seconds=1e-9))))
+    assert frames[-1].final and "stopped: this server's time budget" in frames[-1].status  # 3 tokens asked, 1 made
+    frames = list(generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=1,
+                           decoder=lambda req, progress: stream(store, req, progress, Budget(seconds=1e-9))))
+    assert "reached max new tokens" in frames[-1].status
+
+
+def test_a_stopped_run_says_at_which_step(store):
+    frames = generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=8)
+    partial = [f for _, f in zip(range(5), frames)][-1]  # reading + 4 tokens, then the page stops it
+    frames.close()
+    assert len(partial.trace["steps"]) == 4
+    assert "stopped at step 3" in status_html(stopped(partial.trace), final=True)
+
+
+# --- share links carry only what differs from the defaults -------------------------------------------
+
+def default_link(**changes):
+    cfg = dataclasses.replace(share.defaults(), **changes)
+    return share_query(cfg.model, cfg.strategy, cfg.prompt, cfg.system, cfg.chat, cfg.seed, cfg.max_new_tokens,
+                       {**share.strategy_defaults(cfg.strategy), **cfg.params}, cfg.compare_strategy,
+                       share.strategy_defaults(cfg.compare_strategy), run="generate", forced=cfg.forced)
+
+
+def test_the_page_defaults_are_the_model_and_prompt_the_page_opens_with():
+    assert share.defaults().model == DEFAULT_MODEL and share.defaults().prompt == share.DEFAULT_PROMPT
+
+
+def test_the_link_of_a_default_run_is_short_and_restores_the_same_configuration():
+    query = default_link()
+    print(f"\n[share] default run's link: {len(query)} characters: {query}")
+    assert len(query) < 200
+    cfg, warnings = restore(dict(parse_qsl(query.lstrip("?"))))
+    assert warnings == []
+    assert cfg == dataclasses.replace(share.defaults(), run="generate")  # the rest is filled in with defaults
+
+
+def test_a_changed_top_p_is_carried_and_restored():
+    query = default_link(params={"top_p": 0.7})
+    pairs = dict(parse_qsl(query.lstrip("?")))
+    assert pairs.get("p.top_p") == "0.7" and not [k for k in pairs if k.startswith("p.") and k != "p.top_p"]
+    cfg, warnings = restore(pairs)
+    assert warnings == [] and cfg.strategy == "sampling" and cfg.params == {"top_p": 0.7}
+
+
+def test_a_branch_link_carries_its_forced_tokens_and_a_changed_strategy():
+    query = default_link(model="toy", strategy="greedy", prompt="1 2", forced="0:9,3:12")
+    pairs = dict(parse_qsl(query.lstrip("?")))
+    assert {k: pairs[k] for k in ("model", "strategy", "prompt", "force")} == \
+        {"model": "toy", "strategy": "greedy", "prompt": "1 2", "force": "0:9,3:12"}
+    cfg, _ = restore(pairs)
+    assert (cfg.model, cfg.strategy, cfg.prompt, cfg.forced) == ("toy", "greedy", "1 2", "0:9,3:12")
