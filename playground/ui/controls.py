@@ -3,6 +3,7 @@ strategy's Params dataclass, so a new strategy file adds its controls without to
 Also the model menu and the sampler chain's reorder buttons."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
@@ -10,14 +11,18 @@ from typing import TYPE_CHECKING, Any, Sequence
 import gradio as gr
 
 from playground.errors import InvalidRequest
-from playground.models import OFFLINE, on_space
+from playground.models import DEFAULT_MODEL, OFFLINE, on_space
 from playground.serving.model_keys import KeyPolicy
 from playground.ui.events import QUIET
+from strategies.contrastive.contrastive import ContrastiveParams
 from strategies.params import describe
 from strategies.registry import all_strategies, get_strategy
+from strategies.sampling.chain import ChainParams
 from strategies.sampling.grammar import EXAMPLES as GRAMMAR_EXAMPLES
 from strategies.sampling.grammar import GRAMMAR_KINDS
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, expand_order
+from strategies.speculative.eagle.head import has_head
+from strategies.speculative.speculative import SpeculativeParams
 
 if TYPE_CHECKING:
     from strategies.registry import StrategySpec
@@ -40,10 +45,34 @@ class Control:
     step: float | None = None
     choices: tuple[Any, ...] | None = None
     integer: bool = False
+    noop: Any = None  # the value at which the parameter changes nothing (None: it has none)
+    advanced: bool = False  # folded into the strategy's "Advanced sampler stages" group
+    custom: bool = False  # a menu that also takes a typed value (a draft or amateur model's hub id)
 
     @property
     def label(self) -> str:
         return self.name.replace("_", " ")
+
+    def is_on(self, value: Any) -> bool:
+        """Whether ``value`` makes this (advanced) parameter change anything: it has a no-op value and
+        ``value`` is not it."""
+        if self.noop is None:
+            return False
+        try:
+            return float(value) != float(self.noop)
+        except (TypeError, ValueError):
+            return str(value if value is not None else "").strip() != str(self.noop).strip()
+
+
+# The chain's settings that stay open for every strategy with a chain; the rest of the chain (the
+# repetition penalty, the order, and the sampler's further stages) folds into "Advanced sampler stages".
+PRIMARY_CHAIN = ("temperature", "top_k", "top_p", "min_p")
+CHAIN_FIELDS = frozenset(f.name for cls in (ChainParams, SamplerParams) for f in dataclasses.fields(cls))
+ADVANCED_TITLE = "Advanced sampler stages"
+
+# Parameters naming a second model that must share the first one's tokenizer, and the kinds that need
+# no other model: the menu offers these plus the models of the same tokenizer family.
+PAIRED = {"draft": ("early_exit", "prompt_lookup", "eagle"), "amateur": ("early_exit", "window")}
 
 
 def strategies_in_order() -> list[StrategySpec]:
@@ -54,10 +83,15 @@ def strategies_in_order() -> list[StrategySpec]:
 def controls_for(spec: StrategySpec) -> list[Control]:
     """The controls of one strategy, read from its Params dataclass metadata (strategies.params.describe)."""
     out = []
+    chain = issubclass(spec.params, ChainParams)
     for d in describe(spec.params):
+        advanced = chain and d["name"] in CHAIN_FIELDS and d["name"] not in PRIMARY_CHAIN
         kind, common = d["type"], dict(strategy=spec.name, name=d["name"], default=d["default"],
-                                       info=d["help"])
-        if d.get("choices"):
+                                       info=d["help"], noop=d.get("noop"), advanced=advanced)
+        if d["name"] in PAIRED and kind == "str" and _pairs_model(spec.params):
+            out.append(Control(kind="dropdown", choices=tuple(pair_choices(d["name"], DEFAULT_MODEL)), custom=True,
+                               **common))
+        elif d.get("choices"):
             out.append(Control(kind="dropdown", choices=tuple(d["choices"]), **common))
         elif kind == "bool":
             out.append(Control(kind="checkbox", **common))
@@ -66,6 +100,57 @@ def controls_for(spec: StrategySpec) -> list[Control]:
         else:
             out.append(_numeric_control(d, common, integer=kind == "int"))
     return out
+
+
+def _pairs_model(params: type) -> bool:
+    return issubclass(params, (SpeculativeParams, ContrastiveParams))
+
+
+def ordered(controls: list[Control]) -> list[Control]:
+    """The strategy's own settings and the primary chain ones first, then the advanced ones (a stable sort)."""
+    return sorted(controls, key=lambda c: c.advanced)
+
+
+def stages_on(controls: Sequence[Control], values: Sequence[Any]) -> int:
+    """How many of the advanced ``controls`` are on at ``values``."""
+    return sum(1 for c, v in zip(controls, values) if c.advanced and c.is_on(v))
+
+
+def advanced_label(on: int) -> str:
+    return f"{ADVANCED_TITLE} ({on} on)"
+
+
+def tokenizer_family(model: str) -> str:
+    """Which models read the same token ids as ``model``, by name: the toys share theirs, and so do the
+    sizes of SmolLM2, of GPT-2 and of Gemma 3 (the run itself checks the whole vocabularies)."""
+    key = str(model or "").strip()
+    if key in OFFLINE and OFFLINE[key].numeric_prompt:
+        return "toy"
+    hub = (OFFLINE[key].hub_id or key) if key in OFFLINE else key
+    low = hub.lower().rsplit("/", 1)[-1]
+    for family in ("smollm2", "gpt2", "gemma-3", "qwen2.5", "qwen3", "pythia", "opt-"):
+        if low.startswith(family):
+            return family
+    return hub
+
+
+def pair_choices(role: str, model: str, policy: KeyPolicy | None = None) -> list[str]:
+    """The menu of ``role`` ("draft" or "amateur") for ``model``: the kinds that need no other model
+    (eagle only where the model has a trained head), then the models on offer with its tokenizer."""
+    kinds = [k for k in PAIRED[role] if k != "eagle" or has_head(str(model))]
+    family = tokenizer_family(model)
+    others = [key for _, key in model_choices(policy) if key != model and tokenizer_family(key) == family]
+    return [*kinds, *others]
+
+
+def pair_update(c: Control, model: str, value: Any) -> Any:
+    """The draft or amateur menu for ``model``: its choices, and ``value`` kept unless it is an offline model
+    that does not fit (a typed hub id stays: the run checks it)."""
+    choices = pair_choices(c.name, model)
+    value = str(value or c.default)
+    if value not in choices and value in OFFLINE:
+        value = str(c.default)
+    return gr.update(choices=choices if value in choices else [*choices, value], value=value)
 
 
 def _numeric_control(d: dict[str, Any], common: dict[str, Any], integer: bool) -> Control:
@@ -91,6 +176,8 @@ def make_component(c: Control, elem_id: str) -> gr.Component:
     if c.kind == "number":
         return gr.Number(value=c.default, minimum=c.minimum, maximum=c.maximum, step=c.step,
                          precision=0 if c.integer else None, **common)
+    if c.kind == "dropdown" and c.custom:
+        return gr.Dropdown(choices=list(c.choices or ()), value=c.default, allow_custom_value=True, **common)
     if c.kind == "dropdown":
         return gr.Dropdown(choices=list(c.choices or ()), value=c.default, **common)
     if c.kind == "checkbox":
@@ -102,6 +189,8 @@ def control_update(c: Control, value: Any) -> Any:
     """An update setting ``c`` to ``value``; a slider grows its end when a link carries a bigger value."""
     if c.kind == "slider" and isinstance(value, (int, float)) and c.maximum is not None and value > c.maximum:
         return gr.update(value=value, maximum=value)
+    if c.custom and value not in (c.choices or ()):
+        return gr.update(value=value, choices=[*(c.choices or ()), value])
     return gr.update(value=value)
 
 
@@ -126,6 +215,27 @@ class Panel:
     controls: list[Control]
     components: list[gr.Component]
     groups: dict[str, gr.Column]
+    advanced: dict[str, gr.Accordion] = dataclasses.field(default_factory=dict)
+
+    @property
+    def paired(self) -> list[tuple[Control, gr.Component]]:
+        """The draft and amateur menus, whose choices follow the model."""
+        return [(c, comp) for c, comp in zip(self.controls, self.components) if c.custom]
+
+    def pair_updates(self, model: str, values: Sequence[Any]) -> list[Any]:
+        return [pair_update(c, model, v) for (c, _), v in zip(self.paired, values)]
+
+    def advanced_labels(self, strategy: str, params: dict[str, Any]) -> list[Any]:
+        """Each advanced group's label: ``strategy``'s counted at ``params`` (defaults elsewhere), the
+        others left alone."""
+        out = []
+        for name in self.advanced:
+            if name != strategy:
+                out.append(gr.skip())
+                continue
+            mine = [c for c in self.controls if c.strategy == name]
+            out.append(gr.update(label=advanced_label(stages_on(mine, [params.get(c.name, c.default) for c in mine]))))
+        return out
 
     def params(self, strategy: str, values: Sequence[Any]) -> dict[str, Any]:
         return collect_params(self.controls, strategy, values)
@@ -140,20 +250,51 @@ class Panel:
 
 
 def build_panel(prefix: str, selected: str) -> Panel:
-    controls, components, groups = [], [], {}
+    """Every strategy's controls in a column of its own (the selected one visible): its own settings and the
+    primary chain ones first, the rest of the chain in a closed "Advanced sampler stages" accordion whose
+    label counts the stages that are on (kept up to date as values change)."""
+    controls, components, groups, advanced = [], [], {}, {}
     for spec in strategies_in_order():
         with gr.Column(visible=spec.name == selected, elem_id=f"pg-{prefix}-{spec.name}",
                        elem_classes=["pg-params"]) as col:
-            made = controls_for(spec)
+            made = ordered(controls_for(spec))
             if not made:
                 gr.Markdown("_No parameters: it always takes the most probable token._")
-            for c in made:
+            first = [c for c in made if not c.advanced]
+            for c in first:
                 controls.append(c)
                 components.append(make_component(c, f"pg-{prefix}-{spec.name}-{c.name}"))
-                if c.name == "order" and issubclass(spec.params, SamplerParams):
-                    _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
+                if c.custom:
+                    _hub_field(components[-1], c, f"pg-{prefix}-{spec.name}-{c.name}")
+            rest = [c for c in made if c.advanced]
+            if rest:
+                with gr.Accordion(advanced_label(stages_on(rest, [c.default for c in rest])), open=False,
+                                  elem_id=f"pg-{prefix}-{spec.name}-advanced",
+                                  elem_classes=["pg-advanced"]) as box:
+                    mine = []
+                    for c in rest:
+                        controls.append(c)
+                        components.append(make_component(c, f"pg-{prefix}-{spec.name}-{c.name}"))
+                        mine.append(components[-1])
+                        if c.name == "order" and issubclass(spec.params, SamplerParams):
+                            _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
+                advanced[spec.name] = box
+                gr.on([m.change for m in mine], lambda *v, rest=rest: gr.update(label=advanced_label(stages_on(rest, v))),
+                      mine, box, **QUIET)
         groups[spec.name] = col
-    return Panel(controls, components, groups)
+    return Panel(controls, components, groups, advanced)
+
+
+def _hub_field(menu: gr.Component, c: Control, elem_id: str) -> None:
+    """A box under a draft or amateur menu for a hub id the menu does not list; it becomes the menu's value."""
+    box = gr.Textbox("", label=f"or a hub id as {c.name}", placeholder="e.g. HuggingFaceTB/SmolLM2-135M-Instruct",
+                     elem_id=f"{elem_id}-hub", max_lines=1,
+                     info="A model with the same tokenizer, where the network allows; Enter sets it.")
+
+    def use(hub: str) -> Any:
+        hub = (hub or "").strip()
+        return gr.update(value=hub) if hub else gr.skip()
+    gr.on([box.submit, box.blur], use, box, menu, **QUIET)
 
 
 def move_stage(order: str, stage: str, delta: int) -> str:
