@@ -22,8 +22,10 @@ from playground.charts import figures as charts
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
-from playground.ui.handlers import generate
+from playground.ui.handlers import generate, stopped
 from playground.whatif import branches
+from strategies.forcing import FORCEABLE_FAMILIES
+from strategies.registry import REGISTRY
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
@@ -33,12 +35,16 @@ if TYPE_CHECKING:
 HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
         "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
 BRANCH_JS = "window.addEventListener('pg-branch', (e) => trigger('click', {token: e.detail}));"
+NOT_BRANCHABLE = ("Branching needs a one-token-per-step strategy (greedy, sampling, gumbel or contrastive): "
+                  "a {family} step commits several tokens at once, so there is no single choice to replace. "
+                  "Switch the strategy to branch.")
 ROOT_NOTE = ('<p class="pg-summary">This is the run itself. Click a bar of the distribution to branch it; '
              "a branch is shown here beside its parent.</p>")
 
 
 @dataclass
 class BranchPanel:
+    hint: gr.Markdown
     tree: gr.Radio
     undo: gr.Button
     forced: gr.Textbox
@@ -52,7 +58,7 @@ class BranchPanel:
 def layout() -> BranchPanel:
     """The panel's components; call inside the Explore tab, under the distribution chart."""
     with gr.Accordion("Branches: what if it had picked another token?", open=True, elem_id="pg-branches"):
-        gr.Markdown(HINT, elem_classes=["pg-summary"])
+        hint = gr.Markdown(HINT, elem_classes=["pg-summary"], elem_id="pg-branch-hint")
         tree = gr.Radio([], label="Branches of this run", elem_id="pg-branch-tree", type="value")
         with gr.Row(equal_height=True):
             token = gr.Textbox("", label="Token at the step shown (id, or text that is one token)", scale=2,
@@ -63,7 +69,40 @@ def layout() -> BranchPanel:
                             info="Generate takes these steps as written; a share link carries them.")
         view = gr.HTML(ROOT_NOTE, elem_id="pg-branch-view")
     hook = gr.HTML("", js_on_load=BRANCH_JS, elem_id="pg-branch-hook")
-    return BranchPanel(tree, undo, forced, token, run, view, hook, gr.State(None))
+    return BranchPanel(hint, tree, undo, forced, token, run, view, hook, gr.State(None))
+
+
+def family_of(strategy: Any) -> str:
+    spec = REGISTRY.get(str(strategy or ""))
+    return spec.family if spec is not None else ""
+
+
+def branchable(strategy: Any) -> bool:
+    """Whether a run of ``strategy`` can be branched: its steps choose one token each."""
+    return family_of(strategy) in FORCEABLE_FAMILIES
+
+
+def branch_note(strategy: Any) -> str:
+    """The line under the distribution chart: "" where a bar click branches the run, else why it does not."""
+    if not strategy or branchable(strategy):
+        return ""
+    return f'<p class="pg-summary pg-branch-note">{NOT_BRANCHABLE.format(family=family_of(strategy))}</p>'
+
+
+def strategy_updates(strategy: Any) -> list[Any]:
+    """[note under the chart, the panel's hint, the continue button] for a run of ``strategy``."""
+    ok = branchable(strategy)
+    hint = HINT if ok or not strategy else NOT_BRANCHABLE.format(family=family_of(strategy))
+    return [branch_note(strategy), hint, gr.update(interactive=ok)]
+
+
+def on_stop(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any]:
+    """After Stop: the stopped run (as far as it got) joins the tree of branches like a finished one, so the
+    panel names it and a branch of it has it as parent. [*tree outputs, the run's trace]."""
+    if not trace or not trace.get("steps"):
+        return [gr.skip()] * 5
+    final = stopped(trace)
+    return [*tree_updates(branches.record(tree, final)), final]
 
 
 def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
@@ -116,8 +155,8 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
                evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
         token = event_data(evt).get("token")
-        if token is None:
-            return  # a click that names no token (the hook itself) changes nothing
+        if token is None or not trace or not branchable(trace.get("strategy")):
+            return  # a click that names no token (the hook itself), or on a run that cannot branch, changes nothing
         try:
             yield from run_branch(trace, step, int(token), max_new, system, chat, theme, progress)
         except InvalidRequest as err:
@@ -140,7 +179,7 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
     inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
     bar = panel.hook.click(on_bar, inputs, outputs, show_progress="full", show_progress_on=[page.main.text],
                            api_visibility="private", **MODEL_EVENT)
-    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True),
+    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True, status=page.main.status),
                             [page.trace, page.step, panel.token, *inputs[2:]], outputs, api_name="branch",
                             api_visibility="undocumented", show_progress="full", show_progress_on=[page.main.text],
                             **MODEL_EVENT)

@@ -29,12 +29,15 @@ def tab(page: Page) -> None:
     with page.main.step_slot:
         page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                               info="Drag, click a token or a bar above to inspect that step.")
-    # each view's figure carries its own title: no Gradio label on top of it
+    # a strategy's own views sit right under the text, where a person reads the run; each view's figure
+    # carries its own title: no Gradio label on top of it
+    assert page.main.view_slot is not None
+    with page.main.view_slot:
+        page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
+                           for i in range(VIEW_PLOTS)]
+        page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
     page.branches = branches.layout()
     page.forced = page.branches.forced
-    page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
-                       for i in range(VIEW_PLOTS)]
-    page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
     with gr.Accordion("Export", open=False, elem_id="pg-export"):
         page.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")
         page.png = gr.Button("Render the charts as PNG on the server", size="sm", visible=png_export_available(),
@@ -101,7 +104,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
         return [*main.select_updates(trace, k, show_prompt(model, chat), theme),
                 *step_view_updates(trace, k, theme)]
 
-    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True),
+    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True, status=main.status),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     panel = page.branches
@@ -123,4 +126,9 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
     page.stop.click(None, None, None, cancels=[event, compare_event, *branch_events], api_visibility="private").then(
         on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
-        [main.status, *main.views, page.trace_file, *side_views], **QUIET)
+        [main.status, *main.views, page.trace_file, *side_views], **QUIET).then(
+        branches.on_stop, [page.trace, panel.state], [panel.tree, panel.view, panel.state, panel.forced, page.trace],
+        **QUIET)
+    # whether a bar click branches: said under the chart and in the panel, for the strategy picked
+    assert main.dist_note is not None
+    page.strategy.change(branches.strategy_updates, page.strategy, [main.dist_note, panel.hint, panel.run], **QUIET)

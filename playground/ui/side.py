@@ -15,6 +15,16 @@ if TYPE_CHECKING:
     from playground.charts.common import View
     from playground.ui.handlers import Frame
 
+GLOSSARY = """- **entropy**: how spread the distribution of a step is, −Σ p·log p; 0 when one token has it all.
+- **surprisal**: −log p of the token that was chosen; the more surprising, the higher.
+- **nats**: the unit of both when the log is natural (bits use log₂; 1 nat ≈ 1.44 bits).
+- **varentropy**: the variance of the surprisal over the distribution: how uneven its spread is.
+- **tau (τ)**: in speculative decoding and EAGLE, the tokens one round adds (accepted drafts plus the
+  target's own token); a higher τ means fewer target passes per token.
+- **Z**: with a grammar, the share of the model's probability the allowed tokens had at a step (1: the
+  grammar took nothing away).
+- **token marks**: `·` is a space and `↵` a newline inside a token, so `·the` is " the"."""
+
 VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
 
@@ -31,10 +41,18 @@ class Side:
                             min_height=90)
         if key == "main":
             gr.HTML(charts.legend_html())
+        # the Explore side: a strategy's own views (beam tree, rounds, EAGLE tree...) go right under the text
+        self.view_slot = gr.Column(elem_id="pg-views") if key == "main" else None
+        if key == "main":
+            with gr.Accordion("Glossary: entropy, surprisal, nats, tau, Z, the token marks", open=False,
+                              elem_id="pg-glossary"):
+                gr.Markdown(GLOSSARY, elem_classes=["pg-summary"])
         self.over = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-overview-{key}")
         # the explore tab puts its step slider between the overview and the step's details
         self.step_slot = gr.Column() if key == "main" else None
         self.dist = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-dist{suffix}")
+        # under the Explore distribution: whether a bar click branches this run
+        self.dist_note = gr.HTML("", elem_id="pg-dist-note") if key == "main" else None
         self.water = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
         # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts
         self.view_slots: list[gr.Component] = []
