@@ -35,6 +35,11 @@ class Page:
     chat: gr.Checkbox
     system: gr.Textbox
     prompt: gr.Textbox
+    prompt_note: gr.Markdown
+    sees_box: gr.Accordion
+    sees: gr.Textbox
+    slides: gr.Checkbox
+    slides_chart: gr.Dropdown
     generate: gr.Button
     stop: gr.Button
     link: gr.Button

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from playground.errors import InvalidRequest
+from playground.models import spec_for
 from playground.ui import share
+from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT, prompt_for_model
 from strategies.sampling.grammar import EXAMPLES as GRAMMAR
 
 
@@ -83,3 +86,37 @@ def examples() -> list[Example]:
                 "mask lets the first step take ' a' (p 0.7) and then forces ' hill' (Z 6e-05, red): masked "
                 "sampling ends on the text the model almost never writes 7 times in 10."),
     ]
+
+
+def example_prompts() -> frozenset[str]:
+    """Prompts a person did not type: the page's defaults and every example's."""
+    return frozenset({DEFAULT_PROMPT, NUMERIC_PROMPT, *(ex.config.prompt for ex in examples())})
+
+
+def prompt_on_model(model: str, prompt: str, vocabulary: list[str] | None = None) -> tuple[str, str]:
+    """(prompt, note under the box) after the model changes to ``model``. Only a prompt that is empty or
+    still a default or an example's is replaced by one the model can take; a typed prompt is kept, and for
+    a toy model the note says what its prompts are (token numbers, or words of ``vocabulary``)."""
+    text = prompt or ""
+    fitted = prompt_for_model(model, text)
+    if not text.strip():
+        fitted = prompt_for_model(model, NUMERIC_PROMPT) if _numeric(model) else DEFAULT_PROMPT
+    keep = bool(text.strip()) and text.strip() not in example_prompts()
+    return (text if keep else fitted), toy_note(model, vocabulary)
+
+
+def toy_note(model: str, vocabulary: list[str] | None = None) -> str:
+    """The line under the prompt for a toy model ("" for a text model)."""
+    if not _numeric(model):
+        return ""
+    shown = [w for w in vocabulary or () if w and not (w.startswith("<") and w.endswith(">"))]  # not <eos> & co
+    words = f": {', '.join(shown)}" if shown else ""
+    return (f"{model} prompts are token numbers (e.g. `{NUMERIC_PROMPT}`: ids 1 and 2) or words of its "
+            f"vocabulary{words}.")
+
+
+def _numeric(model: str) -> bool:
+    try:
+        return spec_for(model).numeric_prompt
+    except InvalidRequest:
+        return False

@@ -13,9 +13,10 @@ concurrency group ``model`` with limit 1 on top of the store's lock (``events.MO
 from __future__ import annotations
 
 # first: handlers imports `spaces` (ZeroGPU) before anything imports torch
-from playground.ui.handlers import DEFAULT_PROMPT, default_decoder, prompt_for_model, restore  # isort: skip
+from playground.ui.handlers import DEFAULT_PROMPT, default_decoder, restore  # isort: skip
 
 import importlib.util
+import json
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -29,8 +30,9 @@ from playground.ui.components import Page, share_query
 from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE, NO_GRAMMAR, build_panel,
                                     default_strategy, grammar_placeholder, model_choices, strategies_in_order,
                                     strategy_summary)
-from playground.ui.events import QUIET, is_chat_model
-from playground.ui.examples import examples
+from playground.errors import InvalidRequest
+from playground.ui.events import QUIET, chat_flag, is_chat_model
+from playground.ui.examples import examples, prompt_on_model, toy_note
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
@@ -76,6 +78,38 @@ COPY_JS = """(query) => {
 }"""
 
 
+LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it reads (the chat template and "
+                    "any default system prompt it adds) and its token count once it loads with the model.")
+
+# Slides view: the chart shown large (its plot's element id) and the rest folded away
+SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
+                "strategy view": "pg-view-0"}
+SLIDES_JS = """(on, chart) => {
+  const ids = %s;
+  document.body.classList.toggle('pg-slides', !!on);
+  for (const [name, id] of Object.entries(ids)) {
+    const el = document.getElementById(id);
+    if (el) el.classList.toggle('pg-slide-hidden', !!on && name !== chart);
+  }
+  setTimeout(() => window.dispatchEvent(new Event('resize')), 80);
+  setTimeout(() => window.dispatchEvent(new Event('resize')), 400);
+  return [];
+}""" % json.dumps(SLIDE_CHARTS)
+SLIDES_CSS = """
+body.pg-slides .pg-header, body.pg-slides #pg-sidebar, body.pg-slides #pg-pickers, body.pg-slides #pg-examples,
+body.pg-slides #pg-queue-note, body.pg-slides #pg-example-note, body.pg-slides #pg-sees,
+body.pg-slides #pg-prompt-note, body.pg-slides #pg-branches, body.pg-slides #pg-export,
+body.pg-slides #pg-glossary, body.pg-slides .pg-slide-hidden { display: none !important; }
+body.pg-slides #pg-main { flex: 1 1 100% !important; width: 100% !important; max-width: 100% !important; }
+body.pg-slides #pg-text { font-size: 1.6rem; line-height: 1.5; }
+body.pg-slides #pg-main .js-plotly-plot .gtitle { font-size: 30px !important; }
+body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle,
+body.pg-slides #pg-main .js-plotly-plot .legendtext { font-size: 20px !important; }
+body.pg-slides #pg-main .js-plotly-plot .xtick text, body.pg-slides #pg-main .js-plotly-plot .ytick text {
+  font-size: 17px !important; }
+"""
+
+
 def _top(page: Page) -> None:
     """What a visitor needs first, on a phone too: model, strategy, prompt, Generate."""
     names, default = [s.name for s in strategies_in_order()], default_strategy("sampling")
@@ -90,6 +124,12 @@ def _top(page: Page) -> None:
         page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
+    page.prompt_note = gr.Markdown(toy_note(DEFAULT_MODEL), elem_classes=["pg-summary"], elem_id="pg-prompt-note")
+    with gr.Accordion("What the model sees", open=False, elem_id="pg-sees") as page.sees_box:
+        page.sees = gr.Textbox(LOADS_WITH_MODEL, label="The prompt as the model reads it", lines=3, max_lines=14,
+                               interactive=False, elem_id="pg-sees-text", buttons=["copy"],
+                               info="The chat template's text (with any default system prompt it adds) or the "
+                                    "plain prompt, and its token count.")
     with gr.Row(elem_id="pg-actions"):
         page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
         page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
@@ -104,9 +144,16 @@ def _top(page: Page) -> None:
 
 
 def _sidebar(page: Page) -> None:
-    """The selected strategy's parameters (collapsible: closed on a phone), then seed and budget."""
+    """Seed and budget first, then the selected strategy's parameters (collapsible: closed on a phone; the
+    rest of the chain folded in an advanced group), the grammar and the chat template."""
     default = default_strategy("sampling")
     chat_model = is_chat_model(DEFAULT_MODEL)
+    page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
+                          info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
+    page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",
+                                   elem_id="pg-random-seed")
+    page.max_new = gr.Slider(1, MAX_NEW_TOKENS, value=share.DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
+                             elem_id="pg-max-new")
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
         page.panel = build_panel("p", default)
@@ -121,12 +168,6 @@ def _sidebar(page: Page) -> None:
         with gr.Accordion("How the grammar works, each kind with an example", open=False,
                           elem_id="pg-grammar-about"):
             gr.Markdown(GRAMMAR_HELP, elem_classes=["pg-summary", "pg-grammar-help"])
-    page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
-                          info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
-    page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",
-                                   elem_id="pg-random-seed")
-    page.max_new = gr.Slider(1, MAX_NEW_TOKENS, value=share.DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
-                             elem_id="pg-max-new")
     page.chat = gr.Checkbox(value=True, label="Chat template", visible=chat_model, elem_id="pg-chat",
                             info="Wrap the prompt in the model's chat template (off: raw continuation).")
     page.system = gr.Textbox("", label="System prompt", lines=2, visible=chat_model, elem_id="pg-system")
@@ -143,6 +184,11 @@ def _layout() -> Page:
         with gr.Column(scale=1, min_width=300, elem_id="pg-sidebar"):
             _sidebar(page)
         with gr.Column(scale=3, elem_id="pg-main"):
+            with gr.Row(equal_height=True, elem_id="pg-slides-bar"):
+                page.slides = gr.Checkbox(False, label="Slides view (the settings fold away, one chart large)",
+                                          scale=2, elem_id="pg-slides", min_width=200, container=False)
+                page.slides_chart = gr.Dropdown(list(SLIDE_CHARTS), value="distribution", show_label=False,
+                                                elem_id="pg-slides-chart", scale=1, min_width=160, container=False)
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
                 with gr.Tab("Explore", id="explore") as page.explore_tab:
                     explore.tab(page)
@@ -157,7 +203,22 @@ def _layout() -> Page:
     return page
 
 
-def _wire_controls(page: Page) -> None:
+def model_sees(store: ModelStore, model: str, prompt: str, system: str, chat: Any) -> Any:
+    """The "what the model sees" box for these settings: the text the model reads (the chat template applied
+    with what it adds by itself, or the plain prompt) and its token count, read with the loaded model's
+    tokenizer; a model that is not loaded is not loaded for this (the box says it loads with the model)."""
+    if model not in store.loaded():
+        return gr.update(value=LOADS_WITH_MODEL, label="The prompt as the model reads it")
+    try:
+        lm = store.get(model)
+        ids = lm.encode(prompt, system or "", chat_flag(model, chat))
+        text = lm.tokenizer.decode(ids, skip_special_tokens=False)
+    except InvalidRequest as err:
+        return gr.update(value=str(err), label="The prompt as the model reads it")
+    return gr.update(value=text, label=f"The prompt as the model reads it: {len(ids)} tokens")
+
+
+def _wire_controls(page: Page, store: ModelStore) -> None:
     """Strategy choice shows only its controls; chat controls follow the model."""
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
                                      (page.compare_strategy, page.compare_panel, page.compare_summary)):
@@ -169,8 +230,23 @@ def _wire_controls(page: Page) -> None:
                      **QUIET)
     page.grammar_kind.change(lambda k: gr.update(placeholder=grammar_placeholder(k)), page.grammar_kind,
                              page.grammar_text, **QUIET)
-    # a person picking another model gets a prompt that model can take (a share link keeps its own)
-    page.model.input(prompt_for_model, [page.model, page.prompt], page.prompt, **QUIET)
+    # a person picking another model gets a prompt that model can take where the prompt is still a default
+    # or an example's; a typed one stays, and the note under the box says what a toy's prompts are
+    def on_model(model: str, prompt: str) -> tuple[str, str]:
+        vocab = store.get(model).vocabulary() if model in store.loaded() else None
+        return prompt_on_model(model, prompt, vocab)
+    page.model.input(on_model, [page.model, page.prompt], [page.prompt, page.prompt_note], **QUIET)
+    page.model.change(lambda m: toy_note(m, store.get(m).vocabulary() if m in store.loaded() else None),
+                      page.model, page.prompt_note, **QUIET)
+    sees_inputs = [page.model, page.prompt, page.system, page.chat]
+    gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand],
+          lambda *v: model_sees(store, *v), sees_inputs, page.sees, trigger_mode="always_last", **QUIET)
+    # the draft and amateur menus list what fits the model
+    for panel in (page.panel, page.compare_panel):
+        menus = [comp for _, comp in panel.paired]
+        page.model.change(lambda m, *v, panel=panel: panel.pair_updates(m, v), [page.model, *menus], menus, **QUIET)
+    page.slides.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
+    page.slides_chart.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
     # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
     for control in (page.model, page.prompt, page.strategy):
         control.input(lambda: "", None, page.forced, **QUIET)
@@ -209,7 +285,7 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
     decode = decoder or default_decoder(store)
     with gr.Blocks(title="Decoding Playground", delete_cache=(3600, 3600)) as demo:
         page = _layout()
-        _wire_controls(page)
+        _wire_controls(page, store)
         explore.wire(page, store, decode, compare.wire(page, store, decode))
         _wire_share(page, demo)
         api.wire(page, decode)
@@ -232,7 +308,7 @@ def launch_kwargs() -> dict[str, Any]:
     theme = gr.themes.Soft(primary_hue="blue", secondary_hue="amber", neutral_hue="slate",
                            font=[gr.themes.Font(f) for f in ("Inter", "ui-sans-serif", "system-ui", "sans-serif")],
                            font_mono=[gr.themes.Font(f) for f in ("JetBrains Mono", "ui-monospace", "monospace")])
-    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script>"
+    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script><style>{SLIDES_CSS}</style>"
     return dict(theme=theme, css=(ASSETS / "style.css").read_text(encoding="utf-8"), head=head,
                 **mcp_kwargs())
 

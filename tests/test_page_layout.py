@@ -1,0 +1,172 @@
+"""The page's layout and its small helpers, read from the Blocks config and called through the page's own
+handler functions (no browser): what comes first in the sidebar, the advanced group's label, the draft and
+amateur menus, the prompt a model switch keeps, what the model sees, Stop and the branches panel."""
+from __future__ import annotations
+
+import pytest
+
+from playground.engine import Request, run
+from playground.models import ModelStore
+from playground.ui import branches as ui_branches
+from playground.ui.controls import (advanced_label, controls_for, ordered, pair_choices, pair_update, stages_on,
+                                    tokenizer_family)
+from playground.ui.examples import prompt_on_model, toy_note
+from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
+from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, build_demo, model_sees
+from playground.whatif import branches
+from strategies.registry import get_strategy
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+
+
+@pytest.fixture(scope="module")
+def demo(store):
+    return build_demo(store)
+
+
+def order_of_elements(demo) -> list[str]:
+    """Every component's elem_id (or '#id' where it has none) in the page's depth-first layout order."""
+    props = {c["id"]: c["props"] for c in demo.config["components"]}
+    out: list[str] = []
+
+    def walk(node):
+        out.append(props.get(node["id"], {}).get("elem_id") or f"#{node['id']}")
+        for child in node.get("children", []):
+            walk(child)
+    walk(demo.config["layout"])
+    return out
+
+
+def component(demo, elem_id: str) -> dict:
+    return next(c for c in demo.config["components"] if c["props"].get("elem_id") == elem_id)
+
+
+def test_seed_and_max_new_tokens_come_before_the_strategy_settings_and_the_advanced_group(demo):
+    order = order_of_elements(demo)
+    seed, max_new = order.index("pg-seed"), order.index("pg-max-new")
+    temperature = order.index("pg-p-sampling-temperature")
+    advanced = order.index("pg-p-sampling-advanced")
+    assert seed < max_new < temperature < advanced
+    # the sampler's further stages (and the order) are inside the advanced group, the four common ones are not
+    for name in ("typical_p", "dry_multiplier", "mirostat_tau", "order", "repetition_penalty"):
+        assert order.index(f"pg-p-sampling-{name}") > advanced, name
+    for name in ("top_k", "top_p", "min_p"):
+        assert order.index(f"pg-p-sampling-{name}") < advanced, name
+    assert component(demo, "pg-p-sampling-advanced")["props"]["open"] is False
+    assert component(demo, "pg-p-sampling-advanced")["props"]["label"] == "Advanced sampler stages (0 on)"
+    # speculative: its own settings (draft, gamma) stay open, the chain's further ones fold
+    assert order.index("pg-p-speculative-draft") < order.index("pg-p-speculative-advanced")
+    # greedy and beam have no chain: no advanced group
+    assert "pg-p-greedy-advanced" not in order and "pg-p-beam-advanced" not in order
+
+
+def test_the_advanced_label_counts_the_stages_that_are_on_and_follows_the_values(demo):
+    controls = ordered(controls_for(get_strategy("sampling")))
+    rest = [c for c in controls if c.advanced]
+    defaults = {c.name: c.default for c in rest}
+    assert stages_on(rest, list(defaults.values())) == 0
+    on = dict(defaults, dry_multiplier=0.8, xtc_probability=1.0, xtc_threshold=0.3)  # threshold is no stage
+    assert stages_on(rest, [on[c.name] for c in rest]) == 2
+    assert advanced_label(2) == "Advanced sampler stages (2 on)"
+    on = dict(on, word_bias="the=-5", p_less=True, order="llama.cpp")
+    assert stages_on(rest, [on[c.name] for c in rest]) == 4  # text and checkbox stages count; the order does not
+    # the page's own change event of the group: its inputs are the group's controls, its output the label
+    box = component(demo, "pg-p-sampling-advanced")["id"]
+    fn = next(f for f in demo.fns.values() if [o._id for o in f.outputs] == [box])
+    assert [i.elem_id for i in fn.inputs] == [f"pg-p-sampling-{c.name}" for c in rest]
+    values = {c.name: c.default for c in rest} | {"dry_multiplier": 0.8, "top_nsigma": 1.0}
+    assert fn.fn(*[values[c.name] for c in rest])["label"] == "Advanced sampler stages (2 on)"
+
+
+def test_draft_and_amateur_menus_list_what_shares_the_models_tokenizer():
+    assert tokenizer_family("toy") == tokenizer_family("toy-small") != tokenizer_family("smollm2-135m")
+    assert tokenizer_family("smollm2-135m") == tokenizer_family("HuggingFaceTB/SmolLM2-360M-Instruct")
+    toy = pair_choices("draft", "toy")
+    assert "toy-small" in toy and "early_exit" in toy and "prompt_lookup" in toy
+    assert "eagle" in toy  # assets/eagle/toy holds a trained head
+    smol = pair_choices("draft", "smollm2-135m")
+    assert "toy-small" not in smol and "gemma3-270m" not in smol and "eagle" in smol
+    assert "eagle" not in pair_choices("draft", "gemma3-270m")  # no trained head for it
+    assert pair_choices("amateur", "toy") == ["early_exit", "window", "toy-small"]
+    assert pair_choices("amateur", "smollm2-135m") == ["early_exit", "window"]
+    # the page's menu: a dropdown that takes a typed hub id too, following the model
+    draft = next(c for c in controls_for(get_strategy("speculative")) if c.name == "draft")
+    assert draft.kind == "dropdown" and draft.custom
+    assert pair_update(draft, "smollm2-135m", "toy-small")["value"] == "early_exit"  # a toy draft does not fit
+    assert pair_update(draft, "toy", "toy-small")["value"] == "toy-small"
+    hub = pair_update(draft, "smollm2-135m", "HuggingFaceTB/SmolLM2-360M-Instruct")
+    assert hub["value"] == "HuggingFaceTB/SmolLM2-360M-Instruct" and hub["value"] in hub["choices"]
+
+
+def test_a_model_switch_replaces_only_a_prompt_nobody_typed():
+    assert prompt_on_model("toy", DEFAULT_PROMPT)[0] == NUMERIC_PROMPT
+    assert prompt_on_model("toy", "")[0] == NUMERIC_PROMPT
+    assert prompt_on_model("smollm2-135m", NUMERIC_PROMPT)[0] == DEFAULT_PROMPT
+    assert prompt_on_model("smollm2-135m", "")[0] == DEFAULT_PROMPT
+    assert prompt_on_model("toy", "Write one sentence about the ocean.")[0] == NUMERIC_PROMPT  # an example's
+    typed, note = prompt_on_model("toy", "My own words about the sea", ["<eos>", "once", "upon", "a"])
+    assert typed == "My own words about the sea"
+    assert "token numbers" in note and "once, upon, a" in note and "<eos>" not in note
+    assert prompt_on_model("smollm2-135m", "3 4 5") == ("3 4 5", "")  # numbers are text to SmolLM2
+    assert toy_note("smollm2-135m") == "" and "token numbers" in toy_note("toy-small")
+
+
+def test_what_the_model_sees_is_the_templated_prompt_of_the_loaded_tokenizer(store, smollm):
+    prompt, system = "Why is the sky blue?", ""
+    shown = model_sees(store, "smollm2-135m", prompt, system, True)
+    expected = smollm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                    add_generation_prompt=True, tokenize=False)
+    assert shown["value"] == expected
+    assert "helpful AI assistant" in shown["value"]  # the template's default system prompt, shown
+    n = len(smollm.encode(prompt, system, True))
+    assert shown["label"].endswith(f"{n} tokens")
+    # the chat template off: the plain prompt
+    plain = model_sees(store, "smollm2-135m", prompt, system, False)
+    assert plain["value"] == smollm.tokenizer.decode(smollm.encode(prompt, "", False))
+    assert model_sees(store, "smollm2-135m", "", "", True)["value"] == "prompt must not be empty"
+
+
+def test_what_the_model_sees_loads_no_model():
+    fresh = ModelStore("cpu")
+    assert model_sees(fresh, "gemma3-270m", "Hello", "", True)["value"] == LOADS_WITH_MODEL
+    assert fresh.loaded() == []
+
+
+def test_after_stop_the_panel_follows_the_stopped_run_and_a_branch_of_it_has_it_as_parent(store, toy):
+    before = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=3, max_new_tokens=6)).to_dict()
+    tree = branches.record(None, before)
+    full = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=4, max_new_tokens=10)).to_dict()
+    partial = dict(full, tokens=full["tokens"][:3], steps=full["steps"][:3], finish_reason="running",
+                   text="".join(t["text"] for t in full["tokens"][:3]))
+    radio, view, tree, forced, trace = ui_branches.on_stop(partial, tree)
+    assert trace["finish_reason"] == "stopped" and trace["seed"] == 4
+    assert len(tree["nodes"]) == 1 and tree["nodes"][0]["trace"]["seed"] == 4  # the panel names the stopped run
+    assert radio["choices"][0][0].startswith("run: ") and forced == ""
+    settings = branches.branch_settings(trace, 1, 9)
+    child = run(store, Request(max_new_tokens=10, **settings)).to_dict()
+    tree = branches.record(tree, child)
+    assert [n["parent"] for n in tree["nodes"]] == [None, 0]
+    assert ui_branches.on_stop(None, tree) == [ui_branches.gr.skip()] * 5
+
+
+def test_beam_and_speculative_runs_say_they_do_not_branch():
+    for name in ("beam", "sample_beam", "stochastic_beam", "speculative"):
+        note, hint, button = ui_branches.strategy_updates(name)
+        assert "one-token-per-step" in note and "one-token-per-step" in hint and button["interactive"] is False
+    for name in ("greedy", "sampling", "gumbel", "contrastive"):
+        note, hint, button = ui_branches.strategy_updates(name)
+        assert note == "" and hint == ui_branches.HINT and button["interactive"] is True
+
+
+def test_slides_view_and_glossary_are_on_the_page(demo):
+    order = order_of_elements(demo)
+    assert "pg-slides" in order and "pg-slides-chart" in order and "pg-glossary" in order
+    assert set(component(demo, "pg-slides-chart")["props"]["choices"][i][1]
+               for i in range(len(SLIDE_CHARTS))) == set(SLIDE_CHARTS)
+    glossary = next(c for c in demo.config["components"] if "varentropy" in str(c["props"].get("value", "")))
+    for word in ("entropy", "surprisal", "nats", "tau", "**Z**", "`·`", "`↵`"):
+        assert word in glossary["props"]["value"], word
+    # a strategy's own views sit right under the text, above the charts and the branches panel
+    assert order.index("pg-text") < order.index("pg-view-0") < order.index("pg-overview-main") \
+        < order.index("pg-branches")
