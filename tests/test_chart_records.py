@@ -141,7 +141,7 @@ def test_a_forced_step_is_drawn_as_forced_with_the_strategy_s_own_pick(store):
     assert ticks[int(notes["strategy's pick"])] == charts.show_token(" a")
     assert "forced <b>" in fig.layout.title.text and "would have taken" in fig.layout.title.text
     html = charts.token_html(trace)
-    assert html.count("pg-forced") == 1 and "the strategy would have taken &#x27; a&#x27;" in html
+    assert html.count("pg-forced") == 1 and "the strategy would have taken ·a" in html
     plain = run(store, Request("toy", "greedy", "1 2", max_new_tokens=4)).to_dict()
     assert "pg-forced" not in charts.token_html(plain)
     assert "chosen" in {a.text for a in charts.distribution_figure(plain, 0).layout.annotations}

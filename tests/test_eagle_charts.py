@@ -2,10 +2,10 @@
 the accepted path's edges bold, and tau per round as recorded."""
 from __future__ import annotations
 
-import html
 
 import pytest
 
+from playground.charts.common import show_token
 from playground.charts.eagle import FATES, tau_figure, tree_figure, views
 from playground.engine import Request, run
 from playground.charts.views import strategy_views
@@ -25,7 +25,7 @@ def test_tree_markers_are_the_recorded_fates(trace):
         assert drawn == {f: c for f, c in recorded.items() if c}
         bold = [t for t in fig.data if t.mode == "lines" and t.line.width == 4]
         assert len(bold) == r["accepted"]
-        assert fig.data[-1].text[-1] == html.escape(r["next"]["text"], quote=False)  # plotly reads tags, not &quot;
+        assert fig.data[-1].text[-1] == show_token(r["next"]["text"])  # "·" for a space, escaped for plotly
 
 
 def test_tau_bars_are_the_recorded_taus(trace):

@@ -89,7 +89,7 @@ def test_a_round_that_ended_the_text_shows_no_bonus():
     t = speculative("once upon a time there lived happily", 8, 0, draft="toy", gamma=4, measure_baseline=False)
     (r,) = t["rounds"]
     title = round_figure(t, 0).layout.title.text
-    assert title == "round 0: kept 2 of 2 drafts; the text ended at '<eos>'"
+    assert title == "round 0: kept 2 of 2 drafts; the text ended at &lt;eos&gt;"  # escaped: plotly reads tags
     assert "bonus" not in title and "text ended" in timeline_html(t)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View, escape
+from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, show_token, token_text
 from playground.charts.palette import (BEAM_EDGE, BEAM_KEPT, BEST, BEST_ROW, CLEAR, FELL_OFF, FELL_OFF_EDGE, FINISHED,
                                        FINISHED_OUTLINE, PROMPT, PRUNED, PRUNED_EDGE, SAMPLED_EDGE, SAMPLED_PREFIX,
                                        SELECTED)
@@ -71,7 +71,7 @@ def layout_rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
 def hover(node: dict[str, Any], score_label: str, logprob_label: str = "log-prob") -> str:
     """The hover label of one node; the token text escaped."""
     lines = [f"step {node['step']}, rank {node['rank']}",
-             f"token {escape(repr(node['text']), quote=False)} (id {node['token_id']})",
+             f"token {show_token(node['text'])} (id {node['token_id']})",
              f"{logprob_label} {_num(node['logprob'])}, {score_label} {_num(node['score'])}"]
     if node.get("model_score") is not None and node["model_score"] != node["score"]:
         lines.append(f"model log-prob {_num(node['model_logprob'])}, sum {_num(node['model_score'])}")
@@ -125,7 +125,28 @@ def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
                              hovertext=["prompt"] * len(roots), hoverinfo="text", meta={"role": "prompt"}))
     _layout(fig, trace, nodes, y, dense)
     _mark_step(fig, trace, step)
+    finished = sum(1 for n in nodes if n["status"] == "finished")
+    add_caption(fig, f"x: step, y: rank within the step; red: the winning path; stars: the {finished} finished "
+                     f"hypotheses; x marks: pruned; open circles: candidates that fell off the beam · {TOKEN_MARKS}")
     return fig
+
+
+def candidate_count(beam: dict[str, Any]) -> int:
+    """The candidates the search considered: the recorded counter, else the tree's nodes less the sampled
+    prefix tokens (they are drawn, not candidates)."""
+    counted = (beam.get("counters") or {}).get("candidates")
+    if counted is not None:
+        return int(counted)
+    return sum(1 for n in beam["nodes"] if n["status"] != "sampled")
+
+
+def _hypothesis(row: dict[str, Any]) -> str:
+    """A finished hypothesis's text as the table shows it; one that ended at once (its only token the end
+    of text, which decodes to nothing) says so instead of leaving the cell empty."""
+    text = row.get("text", "")
+    if text:
+        return escape(token_text(text))
+    return "<em>(nothing: ended at once)</em>" if row.get("eos") else "<em>(empty)</em>"
 
 
 def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
@@ -134,7 +155,7 @@ def _mark_step(fig: go.Figure, trace: dict[str, Any], step: int | None) -> None:
     if step is None or not 0 <= step < len(steps):
         return
     tokens = trace.get("tokens") or []
-    text = f"step {step}" + (f": {escape(repr(tokens[step]['text']), quote=False)}" if step < len(tokens) else "")
+    text = f"step {step}" + (f": {show_token(tokens[step]['text'])}" if step < len(tokens) else "")
     fig.add_vrect(x0=step - 0.5, x1=step + 0.5, fillcolor=SELECTED, opacity=0.18, line_width=0, layer="below",
                   name="selected_step", annotation=dict(text=text, font=dict(color=SELECTED, size=11)),
                   annotation_position="bottom left")
@@ -165,7 +186,7 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
     ys = [root_y.get(path[0]["tree"], 0)] + [y[n["id"]] for n in path]
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=BEST, width=3), hoverinfo="skip",
                              showlegend=False, meta={"role": "best_edges"}))
-    labels = [escape(n["text"], quote=False) for n in path] if len(path) <= MAX_LABELS else None
+    labels = [show_token(n["text"]) for n in path] if len(path) <= MAX_LABELS else None
     # neighbouring labels alternate above and below the path, so two short steps apart never collide
     positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(len(path))]
     fig.add_trace(go.Scatter(
@@ -173,7 +194,7 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
         text=labels, textposition=positions, textfont=dict(color=BEST, size=11), name="winning path",
         marker=dict(color=CLEAR, size=15, line=dict(color=BEST, width=2.5)),
         customdata=[n["id"] for n in path],
-        hovertext=[f"winning path, step {n['step']}: {escape(repr(n['text']), quote=False)}" for n in path],
+        hovertext=[f"winning path, step {n['step']}: {show_token(n['text'])}" for n in path],
         hoverinfo="text", meta={"role": "best"}))
 
 
@@ -181,7 +202,10 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
             dense: bool) -> None:
     beam = trace["beam"]
     rows = (max(y.values()) + 1) if y else 1
-    title = f"{beam.get('kind', 'beam')} tree: {len(nodes)} candidates"
+    sampled = sum(1 for n in nodes if n["status"] == "sampled")
+    title = f"{beam.get('kind', 'beam')} tree: {candidate_count(beam):,} candidates"
+    if sampled:
+        title += f" after {sampled} sampled prefix tokens"
     if beam.get("num_beams"):
         title += f", {beam['num_beams']} beams"
     if beam.get("finishing") == "keep_slot":
@@ -191,16 +215,18 @@ def _layout(fig: go.Figure, trace: dict[str, Any], nodes: list[dict[str, Any]], 
                   "prefixes have mass)")
     if dense:
         title += " (candidates that fell off are hidden: click the legend to show them)"
+    height = int(min(1400, max(380, 120 + 16 * rows)))
+    plot = height - 60 - 110  # the plot area's height: the legend goes a fixed 48 px under it, below the axis title
     fig.update_layout(title=title, xaxis_title="step", yaxis_title="rank within the step",
-                      height=int(min(1400, max(380, 120 + 16 * rows))), hovermode="closest",
-                      legend=dict(orientation="h", y=-0.16, yanchor="top", x=0, xanchor="left"),
-                      margin=dict(l=60, r=20, t=60, b=90))
+                      height=height, hovermode="closest",
+                      legend=dict(orientation="h", y=-48 / plot, yanchor="top", x=0, xanchor="left"),
+                      margin=dict(l=60, r=20, t=60, b=110))
     fig.update_yaxes(autorange="reversed", zeroline=False)
     fig.update_xaxes(zeroline=False, dtick=1 if _max_step(nodes) <= 20 else 5)
     for t in beam.get("trees") or []:
         ys = [y[n["id"]] for n in nodes if n["tree"] == t["tree"]]
         if ys:
-            prefix = escape(t.get("prefix_text", ""), quote=False)
+            prefix = show_token(t.get("prefix_text", ""))
             fig.add_annotation(x=-1, y=min(ys), text=f"tree {t['tree']}: {prefix}", showarrow=False, xanchor="left",
                                yshift=26, font=dict(size=10, color=SAMPLED_PREFIX))
 
@@ -228,7 +254,7 @@ def finished_table(trace: dict[str, Any]) -> str:
            "</tr></thead><tbody>"]
     for i, r in enumerate(rows):
         cells = [str(i + 1)] + ([str(r.get("tree", 0))] if trees else [])
-        cells += [escape(r.get("text", "")), str(r.get("length", ""))]
+        cells += [_hypothesis(r), str(r.get("length", ""))]
         cells += [_num(r.get(key)) for _, key in columns]
         cells.append("EOS" if r.get("eos") else "length limit")
         style = f' style="font-weight:bold;background:{BEST_ROW}"' if i == 0 else ""
@@ -273,7 +299,8 @@ def counters_html(beam: dict[str, Any]) -> str:
 
 
 def width_figure(beam: dict[str, Any]) -> go.Figure:
-    """How many candidates of each step were kept, finished, pruned or fell off."""
+    """How many tree nodes of each step were kept, finished, pruned or fell off (a sample-then-beam
+    tree's sampled prefix tokens are nodes too, not candidates)."""
     nodes = beam["nodes"]
     steps = sorted({n["step"] for n in nodes})
     counts = Counter((n["step"], n["status"]) for n in nodes)
@@ -282,8 +309,12 @@ def width_figure(beam: dict[str, Any]) -> go.Figure:
         ys = [counts.get((s, status), 0) for s in steps]
         if any(ys):
             fig.add_trace(go.Bar(x=steps, y=ys, name=style["name"], marker_color=style["marker"]["color"]))
-    fig.update_layout(barmode="stack", title="candidates per step by fate", xaxis_title="step",
-                      yaxis_title="candidates", height=320, legend=dict(orientation="h", y=-0.25))
+    # the legend a fixed 50 px under the plot, below the axis title
+    fig.update_layout(barmode="stack", title="tree nodes per step by fate", xaxis_title="step",
+                      yaxis_title="nodes", height=360, legend=dict(orientation="h", y=-50 / (360 - 86 - 110)),
+                      margin=dict(b=110))
+    add_caption(fig, f"each step's {sum(counts.values()):,} tree nodes by fate: kept in the beam, finished, pruned by a "
+                     f"rule, fell off the beam")
     return fig
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
@@ -23,3 +24,118 @@ def escape(text: object, quote: bool = True) -> str:
     there as markup and decodes &lt; &gt; &amp;, but shows &quot; as those six characters, and a
     quote in a label is plain text."""
     return html.escape(str(text), quote=quote)
+
+
+TOKEN_MARKS = "in tokens, · is a space and ↵ a newline"  # said once, in the captions that show tokens
+
+
+def token_text(text: str) -> str:
+    """How every chart writes a token: a leading space as "·", a newline as "↵" (a tab "⇥", a
+    carriage return "␍"), the empty token as "∅". Not escaped: for plain-text places (a tooltip
+    attribute escapes it as a whole)."""
+    visible = str(text).replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    if visible.startswith(" "):
+        visible = "·" + visible[1:]
+    return visible or "∅"
+
+
+def show_token(text: str) -> str:
+    """``token_text`` escaped for a plotly label or HTML text (plotly decodes the entities back, so
+    '<script>' shows as text; quotes are harmless in its labels)."""
+    return escape(token_text(text), quote=False)
+
+
+def num(x: float | None, digits: int = 2) -> str:
+    """A float for reading in a title or caption: ``digits`` decimals (1.84615 -> "1.85")."""
+    return "?" if x is None else f"{float(x):.{digits}f}"
+
+
+def prob_text(p: float | None) -> str:
+    """A probability for reading: 3 decimals from 0.001 up, scientific form below, "0" only for 0."""
+    if p is None:
+        return "?"
+    p = float(p)
+    if p == 0:
+        return "0"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.2e}"
+
+
+CAPTION = "caption"  # the name of a figure's one-line reading guide (an annotation under the plot)
+CAPTION_ROW = 22  # px a caption line takes at the figure's foot
+
+
+def add_caption(fig: go.Figure, text: str) -> go.Figure:
+    """How to read ``fig``, in one line built from the trace's recorded numbers, written inside the
+    figure under everything else (legend, buttons), so a screenshot or PNG export carries it.
+    ``place_caption`` (theme.themed calls it on every figure on its way out) gives it its own row at
+    the figure's foot, whatever margins were set after it; calling it again replaces the caption."""
+    fig.layout.annotations = [a for a in fig.layout.annotations or () if a.name != CAPTION]
+    margin_b = fig.layout.margin.b if fig.layout.margin.b is not None else 60
+    fig.add_annotation(text=text, name=CAPTION, xref="paper", yref="paper", x=0, y=0, xanchor="left",
+                       yanchor="top", yshift=-max(0, margin_b - CAPTION_ROW), showarrow=False, align="left",
+                       font=dict(size=12))
+    return fig
+
+
+def _foot(fig: go.Figure, per_row: int = 3) -> int:
+    """Pixels under the plot area that the bottom margin, and the buttons and legend placed below the
+    plot (at a negative paper y, a fraction of the plot's height), take."""
+    margin = fig.layout.margin
+    bottom = margin.b if margin.b is not None else 60
+    top = margin.t if margin.t is not None else 86
+    plot = max(60, (fig.layout.height or 450) - top - bottom)
+    lowest = bottom
+    for menu in fig.layout.updatemenus or ():
+        if menu.y is not None and menu.y < 0 and menu.visible is not False:
+            lowest = max(lowest, int(-menu.y * plot) + 34)
+    legend = fig.layout.legend
+    if legend.y is not None and legend.y < 0:
+        items = sum(1 for t in fig.data if t.showlegend is not False and t.name and t.visible is not False)
+        rows = max(1, -(-items // per_row))
+        lowest = max(lowest, int(-legend.y * plot) + 21 * rows + 6)
+    return lowest
+
+
+def caption_annotation(fig: go.Figure):
+    return next((a for a in fig.layout.annotations or () if a.name == CAPTION), None)
+
+
+def caption_of(fig: go.Figure) -> str | None:
+    """The caption ``add_caption`` wrote, or None."""
+    ann = caption_annotation(fig)
+    return None if ann is None else ann.text
+
+
+def place_caption(fig: go.Figure, per_line: int | None = None, narrow: bool = False) -> None:
+    """The caption's row at the foot of ``fig`` (a copy on its way out): the bottom margin and the
+    height grow by its lines, so the plot, its legend and buttons keep their places above it;
+    ``per_line`` wraps it (a phone)."""
+    ann = caption_annotation(fig)
+    if ann is None:
+        return
+    if per_line:
+        ann.text = "<br>".join(wrap(str(ann.text).replace("<br>", " "), per_line))
+    lines = str(ann.text).count("<br>") + 1
+    bottom = fig.layout.margin.b if fig.layout.margin.b is not None else 60
+    above = _foot(fig, 1 if narrow else 3)  # the room the legend and buttons under the plot take
+    # the plot keeps its height: the figure grows by the caption's row and any room the legend lacked
+    fig.update_layout(margin_b=above + CAPTION_ROW * lines,
+                      height=(fig.layout.height or 450) + above - bottom + CAPTION_ROW * lines)
+    ann.yshift = -above
+
+
+def wrap(text: str, per_line: int) -> list[str]:
+    """Words of a plotly label (which may hold <b> and <br>) in lines of at most ``per_line``
+    visible characters; tags count for nothing and are never split (plotly never wraps a title)."""
+    lines: list[str] = []
+    for part in text.split("<br>"):
+        line, shown = "", 0
+        for word in part.split(" "):
+            visible = len(re.sub(r"<[^>]+>", "", word))
+            if line and shown + 1 + visible > per_line:
+                lines.append(line)
+                line, shown = word, visible
+            else:
+                line, shown = (f"{line} {word}" if line else word), shown + (1 if line else 0) + visible
+        lines.append(line)
+    return lines

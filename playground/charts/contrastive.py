@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import View, escape
+from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, num, show_token, token_text
 from playground.charts.palette import AGREE, AMATEUR, CLEAR, DISAGREE, EXPERT, MASKED, OUTLINE, OVERRIDDEN, SCORE
 
 
@@ -22,7 +22,7 @@ def is_contrastive(trace: dict[str, Any]) -> bool:
 
 def _labels(cands: list[dict[str, Any]]) -> list[str]:
     """Token texts as unique axis labels (two ids can print alike)."""
-    texts = [repr(c["text"]) for c in cands]
+    texts = [show_token(c["text"]) for c in cands]
     return [t if texts.count(t) == 1 else f"{t} #{c['id']}" for t, c in zip(texts, cands)]
 
 
@@ -38,7 +38,7 @@ def _ranked(step: dict[str, Any], top: int) -> list[dict[str, Any]]:
 
 def step_figure(trace: dict[str, Any], step: int | None = None, top: int = 15) -> go.Figure:
     """One step: expert and amateur log-probabilities with the alpha line (masked tokens grey),
-    and below them the scores expert - lambda x amateur; the chosen and the expert's pick marked."""
+    and below them the scores expert - strength x amateur; the chosen and the expert's pick marked."""
     steps = trace["steps"]
     k = len(steps) - 1 if step is None else range(len(steps))[step]
     s = steps[k]
@@ -64,7 +64,12 @@ def step_figure(trace: dict[str, Any], step: int | None = None, top: int = 15) -
         _mark(fig, x, cands, s["expert_choice"], "expert greedy", 1)
     c = trace["contrastive"]
     fig.update_layout(barmode="group", title=f"step {k}: {c['expert']} vs {c['amateur']}, "
-                      f"lambda = {c['strength']:g}; grey = outside the plausible set", legend_orientation="h")
+                      f"strength {c['strength']:g}; grey = outside the plausible set", legend_orientation="h")
+    chosen = next(x for x in s["candidates"] if x["id"] == s["chosen"])
+    add_caption(fig, f"top: expert and amateur log-probabilities (nats); dashed line: the plausibility cut (alpha "
+                     f"{c['alpha']:g}) at {num(s.get('alpha_threshold'))}, {s.get('plausible_count', '?')} plausible; bottom: "
+                     f"score = expert − strength {c['strength']:g} × amateur, grey outside; chosen "
+                     f"{show_token(chosen['text'])} score {num(chosen['score'])} · {TOKEN_MARKS}")
     fig.update_yaxes(title_text="logprob", row=1, col=1)
     fig.update_yaxes(title_text="score", row=2, col=1)
     return fig
@@ -93,12 +98,14 @@ def run_figure(trace: dict[str, Any]) -> go.Figure:
     rows = _disagreements(trace)
     gap = [(ch["expert_logprob"] or 0.0) - (ex["expert_logprob"] or 0.0) for _, ch, ex in rows]
     differ = [ch["id"] != ex["id"] for _, ch, ex in rows]
-    hover = [f"step {k}: contrastive {ch['text']!r}, expert greedy {ex['text']!r}" for k, ch, ex in rows]
+    hover = [f"step {k}: contrastive {show_token(ch['text'])}, expert greedy {show_token(ex['text'])}" for k, ch, ex in rows]
     fig = go.Figure(go.Scatter(x=[k for k, _, _ in rows], y=gap, mode="markers+lines", hovertext=hover,
                                line_color=AGREE, marker_color=[DISAGREE if d else AGREE for d in differ],
                                marker_size=[10 if d else 6 for d in differ]))
     fig.update_layout(title=f"contrastive vs expert greedy: {sum(differ)} of {len(rows)} steps differ",
                       xaxis_title="step", yaxis_title="expert logprob of the pick - expert top logprob")
+    add_caption(fig, f"each step: how far below the expert's favourite the contrastive pick was (nats of expert "
+                     f"log-probability); red: the {sum(differ)} steps where they differ, 0 where they agree")
     return fig
 
 
@@ -111,7 +118,7 @@ def text_html(trace: dict[str, Any]) -> str:
         if ch["id"] == ex["id"]:
             parts.append(f"<span>{text}</span>")
         else:
-            tip = escape(f"step {k}: expert greedy would pick {ex['text']!r}")
+            tip = escape(f"step {k}: expert greedy would pick {token_text(ex['text'])}")
             parts.append(f'<span title="{tip}" style="background:{OVERRIDDEN}">{text}</span>')
     return "<div style='white-space:pre-wrap'>" + "".join(parts) + "</div>"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View, escape
+from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, num, show_token, token_text
 from playground.charts.palette import ACCEPTED, ADDED, REJECTED, ROOT, UNUSED
 from playground.charts.speculative import BELOW
 
@@ -45,10 +45,10 @@ def _rows(nodes: list[dict[str, Any]]) -> dict[int, float]:
 
 def _hover(n: dict[str, Any]) -> str:
     if n["fate"] == "root":
-        return f"root {n['text']!r}: the last committed token"
+        return escape(f"root {token_text(n['text'])}: the last committed token", quote=False)
     test = f", accept prob {n['accept_prob']:.3g}" if n.get("accept_prob") is not None else ""
     u = f", u {n['u']:.3g}" if n.get("u") is not None else ""
-    return escape(f"{n['text']!r}: draft {n['q_draft']:.3g}, target {n['p_target']:.3g}, "
+    return escape(f"{token_text(n['text'])}: draft {n['q_draft']:.3g}, target {n['p_target']:.3g}, "
                   f"cumulative draft {n['score']:.3g}{test}{u} -> {n['fate']}", quote=False)
 
 
@@ -56,6 +56,8 @@ def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
     r = trace["rounds"][round_index]
     nodes = r["tree"]
     y = _rows(nodes)
+    leaves = int(max(y.values(), default=0)) + 1
+    crowded = leaves > 24  # one label per leaf row would overlap: the path keeps its labels, hover keeps the rest
     fig = go.Figure()
     for n in nodes[1:]:
         colour, opacity = FATES[n["fate"]]
@@ -66,21 +68,30 @@ def tree_figure(trace: dict[str, Any], round_index: int) -> go.Figure:
     for fate, (colour, opacity) in FATES.items():
         group = [n for n in nodes if n["fate"] == fate]
         if group:
-            fig.add_scatter(x=[n["depth"] for n in group], y=[y[n["node"]] for n in group], mode="markers+text",
-                            text=[escape(n["text"], quote=False) for n in group], textposition="top center",
+            labelled = not crowded or fate in ("root", "accepted")
+            fig.add_scatter(x=[n["depth"] for n in group], y=[y[n["node"]] for n in group],
+                            mode="markers+text" if labelled else "markers",
+                            text=[show_token(n["text"]) for n in group] if labelled else None,
+                            textposition="middle right", textfont=dict(size=11),
                             marker=dict(size=12, color=colour, opacity=opacity), name=fate,
                             hovertext=[_hover(n) for n in group], hoverinfo="text")
     nxt = r["next"]
     last = nodes[nxt["after_node"]]
     fig.add_scatter(x=[last["depth"], last["depth"] + 1], y=[y[last["node"]]] * 2, mode="lines+markers+text",
                     line=dict(color=ADDED, width=3, dash="dot"), marker=dict(size=[0, 14], color=ADDED),
-                    text=["", escape(nxt["text"], quote=False)], textposition="top center",
+                    text=["", show_token(nxt["text"])], textposition="middle right",
                     name=f"target's token ({nxt['kind']}, from {nxt['drawn_from']})",
-                    hovertext=["", escape(f"{nxt['text']!r}: drawn with p {nxt['drawn_prob']:.3g}", quote=False)],
+                    hovertext=["", escape(f"{token_text(nxt['text'])}: drawn with p {nxt['drawn_prob']:.3g}", quote=False)],
                     hoverinfo="text")
-    fig.update_layout(title=f"round {r['round']}: {r['drafted']} drafts, {r['accepted']} accepted, tau {r['tau']}",
-                      xaxis=dict(title="depth (tokens after the last committed one)", dtick=1),
-                      yaxis=dict(visible=False), legend=BELOW)
+    fig.update_layout(title=f"round {r['round']}: {r['drafted']} drafts, {r['accepted']} accepted, tau {num(r['tau'])}",
+                      # room on the right for the labels of the deepest column (they sit right of their node)
+                      xaxis=dict(title="depth (tokens after the last committed one)", dtick=1,
+                                 range=[-0.3, max(n["depth"] for n in nodes) + 1.8]),
+                      yaxis=dict(visible=False), legend=dict(BELOW, y=-0.25),
+                      height=int(min(1200, max(420, 180 + 22 * leaves))), margin=dict(b=110))
+    add_caption(fig, f"the draft tree left to right: green the {r['accepted']} accepted drafts, red rejected, grey "
+                     f"never tested; blue dotted: the target's own token; tau {num(r['tau'])} tokens this round"
+                     + (" (labels on the path only: hover a node)" if crowded else "") + f" · {TOKEN_MARKS}")
     return fig
 
 
@@ -92,8 +103,10 @@ def tau_figure(trace: dict[str, Any]) -> go.Figure:
     fig.add_hline(y=s["tau"] or 0, line=dict(color=ADDED, dash="dash"))
     speed = ((trace.get("timing") or {}).get("speculative") or {}).get("measured_speedup")
     extra = f" · measured {speed:.3g}x vs plain decoding" if speed is not None else ""
-    fig.update_layout(title=f"tau per round (mean {s['tau']}){extra}", xaxis_title="round",
+    fig.update_layout(title=f"tau per round (mean {num(s['tau'])}){extra}", xaxis_title="round",
                       yaxis_title="tokens per target pass", xaxis=dict(dtick=1))
+    add_caption(fig, f"bars: tokens each of the {len(taus)} rounds committed per target pass (accepted drafts + "
+                     f"the target's own); dashed: the mean tau {num(s['tau'])}")
     return fig
 
 

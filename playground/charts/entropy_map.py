@@ -15,8 +15,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View
-from playground.charts.figures import show_token
+from playground.charts.common import View, add_caption
+from playground.charts.common import show_token
 from playground.charts.palette import CHOSEN, TEMPLATE
 
 COLORSCALE = "Viridis"
@@ -55,9 +55,11 @@ def entropy_map_figure(trace: dict[str, Any], selected: int | None = None) -> go
                                  marker=dict(size=20, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=3)),
                                  hoverinfo="skip"))
     fig.update_layout(template=TEMPLATE, height=360, margin=dict(t=80, b=50),
-                      title=dict(text="Entropy map: each token's step, the model's own distribution"),
+                      title=dict(text="Entropy map: the model's own distribution per step"),
                       xaxis=dict(title_text="entropy (nats)", rangemode="tozero"),
                       yaxis=dict(title_text="varentropy (nats²)", rangemode="tozero"))
+    add_caption(fig, f"each of the {len(pts)} tokens at its step's entropy (x, nats) and varentropy (y, nats²); "
+                     f"colour: how many tokens the decoder kept ({min(kept):,} to {max(kept):,})")
     return fig
 
 

@@ -28,14 +28,14 @@ Token text is model output: it is escaped before it goes into HTML or plotly lab
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import escape
+from playground.charts.common import (TOKEN_MARKS, add_caption, escape, num, prob_text, show_token,  # noqa: F401
+                                      token_text, wrap)
 from playground.charts.stage_warnings import stage_warnings
 from playground.charts.palette import (BANNED, BUTTON_BACKGROUND, BUTTON_BORDER, CHOSEN, CLEAR, CONFIDENT, CUMULATIVE,
                                        CUT, DISALLOWED, ENTROPY, EPSILON, ETA, FINAL, GRAMMAR_FORCED, INK, KEPT,
@@ -111,16 +111,6 @@ STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages t
 
 # --- small helpers --------------------------------------------------------------------------------
 
-def show_token(text: str) -> str:
-    """Token text made visible and safe for a label: spaces as a middle dot, newlines as arrows,
-    HTML escaped (plotly decodes the entities back, so '<script>' shows as text)."""
-    visible = text.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
-    if visible.startswith(" "):
-        visible = "·" + visible[1:]
-    # plotly decodes &lt; &gt; &amp; but shows &quot; literally; quotes are harmless in its labels
-    return escape(visible or "∅", quote=False)
-
-
 def prob_color(p: float | None, alpha: float = 0.42) -> str:
     """Red (surprising) through amber to green (confident) for a probability in [0, 1]."""
     p = 0.0 if p is None or math.isnan(p) else min(1.0, max(0.0, p))
@@ -178,6 +168,21 @@ def _bar_index(stages: list[dict[str, Any]]) -> int:
     return first_cut - 1
 
 
+# what the selector did with the final distribution (the dashes of the distribution chart), per selector
+SELECTOR_USE = {"multinomial": "after chain (sampled from)", "greedy": "after chain (argmax taken)",
+                "gumbel": "after chain (Gumbel-max over it)",
+                "beam": "entered the beam (p adds to the beam score)",
+                "gumbel-top-k": "entered the beam (Gumbel-top-k)",
+                "contrastive": "contrastive scores as p (the argmax is taken)"}
+
+
+def selector_label(trace: dict[str, Any], step: dict[str, Any] | None = None) -> str:
+    """The name of the final distribution, by what the recorded selector did with it: sampling draws
+    from it, greedy takes its argmax, beam search keeps the tokens that entered the beam."""
+    names = [st["name"] for st in _stages(step or {})][-1:] + list(reversed(trace.get("chain") or []))
+    return next((SELECTOR_USE[n] for n in names if n in SELECTOR_USE), "after chain")
+
+
 BASES = ("chain", "model", "final")  # what the distribution chart's bars show; see bar_stage
 
 
@@ -193,7 +198,8 @@ def bar_stage(step: dict[str, Any], basis: str = "chain") -> tuple[str, list[flo
         return "model p", [_prob(c["raw_prob"]) for c in step["candidates"]]
     index = {"model": 0, "final": len(stages) - 1}.get(basis, _bar_index(stages))
     entering = stages[index]
-    label = "model p" if entering["name"] == "raw" else f"p after {_display(entering['name'])}"
+    label = ("model p" if entering["name"] == "raw" else SELECTOR_USE.get(entering["name"])
+             or f"p after {_display(entering['name'])}")
     return label, [_prob(p) for p in entering["probs"]]
 
 
@@ -250,9 +256,10 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     bars = _Bars(cands, shown, bar_probs, ticks)
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    _add_bars(fig, cands, shown, bar_probs, label, chosen_i, ticks)
+    use = selector_label(trace, s)
+    _add_bars(fig, cands, shown, bar_probs, label, chosen_i, ticks, use)
     if _stages(s):
-        _add_chain_markers(fig, cands, shown, bar_probs, label)
+        _add_chain_markers(fig, cands, shown, bar_probs, label, use)
     heights, drew_mass = _add_stage_marks(fig, s, bars)
     if not drew_mass:
         _add_cumulative(fig, bars)
@@ -269,8 +276,8 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     info = step_summary(trace, step)
     kept_total = _kept_total(s)
     verb = "forced" if forced else "chose"
-    title = (f"Step {step}: {verb} <b>{show_token(info['text'])}</b> · p {_fmt(info['prob'])}"
-             f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total} kept" if kept_total is not None else ""))
+    title = (f"Step {step}{_which_step(trace, step)}: {verb} <b>{show_token(info['text'])}</b> · p {_fmt(info['prob'])}"
+             f" · model p {_fmt(info['raw_prob'])}" + (f" · {kept_total:,} kept" if kept_total is not None else ""))
     if forced:
         title += f"<br><sup>a branch: the strategy would have taken {show_token(s.get('strategy_choice_text', '?'))}</sup>"
     elif grammar_decision(s):  # the grammar's record: what it allowed, and the model's mass on it
@@ -293,8 +300,34 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,
                      tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
     _add_zoom_buttons(fig, [bool(cands[i]["kept"]) for i in shown], y_range)
+    add_caption(fig, distribution_caption(trace, step, basis))
     return fig
 
+
+def _which_step(trace: dict[str, Any], step: int) -> str:
+    """" of 20 · the most uncertain" when ``step`` is the step of the highest model entropy (the one the
+    page shows after a run), else " of 20"."""
+    n = len(trace.get("steps") or [])
+    return f" of {n}" + (" · the most uncertain" if n > 1 and step == most_uncertain_step(trace) else "")
+
+
+def distribution_caption(trace: dict[str, Any], step: int, basis: str = "chain") -> str:
+    """How to read the distribution chart of ``step``, from its record: what the bars are, how many
+    tokens of the vocabulary the decoder kept, each stage's recorded decision, what the selector did."""
+    s = trace["steps"][step]
+    label, bars = bar_stage(s, basis)
+    kept = _kept_total(s)
+    parts = [f"bars: {label}, blue kept, grey cut" + (f" ({kept:,} kept of the vocabulary)" if kept is not None else "")]
+    for st in _stages(s)[1:]:
+        mark = STAGE_MARKS.get(st["name"])
+        said = _summary(st) if st.get("decision") else ""
+        if mark is not None and said:
+            parts.append(f"{_display(st['name'])} line: {said}")
+    final = [_prob(c["prob"]) for c in s["candidates"]]
+    if _stages(s) and any(abs(f - b) > 1e-6 for f, b in zip(final, bars)):  # drawn only where they differ
+        parts.append(f"dashes: {selector_label(trace, s)}")
+    parts.append(f"H {num(s.get('raw_entropy'))} nats (model)")
+    return "; ".join(parts) + " · " + TOKEN_MARKS
 
 def _add_strategy_choice(fig: go.Figure, s: dict[str, Any], shown: list[int], bar_probs: list[float]) -> None:
     """At a forced step (a branch), the token the strategy itself would have taken, as recorded."""
@@ -352,7 +385,7 @@ class _StageView:
 
 
 def _add_bars(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar_probs: list[float], label: str,
-              chosen_i: int | None, ticks: list[str]) -> None:
+              chosen_i: int | None, ticks: list[str], use: str = "after chain") -> None:
     """Two bar traces, kept (blue) and cut (grey), at the positions of ``shown``; the chosen one outlined."""
     for kept, name, color in ((True, "kept", KEPT), (False, "cut", CUT)):
         pos = [j for j, i in enumerate(shown) if bool(cands[i]["kept"]) == kept]
@@ -366,20 +399,20 @@ def _add_bars(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar
             customdata=[[c["id"], _prob(c["prob"]), _prob(c["raw_prob"])] for c in rows],
             text=[ticks[j] for j in pos], textposition="none",
             hovertemplate=("<b>%{text}</b> (id %{customdata[0]})<br>" + label + " %{y:.4f}<br>"
-                           "model p %{customdata[2]:.4f}<br>after chain %{customdata[1]:.4f}<extra>"
+                           "model p %{customdata[2]:.4f}<br>" + use + " %{customdata[1]:.4g}<extra>"
                            + name + "</extra>")), secondary_y=False)
 
 
 def _add_chain_markers(fig: go.Figure, cands: list[dict[str, Any]], shown: list[int], bar_probs: list[float],
-                       label: str) -> None:
+                       label: str, use: str = "after chain") -> None:
     """Dashes at the after-chain probability (what the selector drew from, renormalised), and diamonds at
     the model's own probability when the bars show a transformed distribution."""
     x = list(range(len(shown)))
     final = [_prob(cands[i]["prob"]) for i in shown]
     if any(abs(f - bar_probs[i]) > 1e-6 for f, i in zip(final, shown)):
-        fig.add_trace(go.Scatter(x=x, y=final, mode="markers", name="after chain (sampled from)",
+        fig.add_trace(go.Scatter(x=x, y=final, mode="markers", name=use, meta={"role": "final"},
                                  marker=dict(symbol="line-ew", size=22, line=dict(width=3, color=FINAL)),
-                                 hovertemplate="after chain %{y:.4f}<extra></extra>"), secondary_y=False)
+                                 hovertemplate=use + " %{y:.4g}<extra></extra>"), secondary_y=False)
     if label != "model p":
         fig.add_trace(go.Scatter(x=x, y=[_prob(cands[i]["raw_prob"]) for i in shown], mode="markers",
                                  name="model p (raw)",
@@ -388,8 +421,12 @@ def _add_chain_markers(fig: go.Figure, cands: list[dict[str, Any]], shown: list[
 
 
 def _kept_total(s: dict[str, Any]) -> int | None:
+    """How many tokens of the vocabulary the decoder kept at step ``s``, as recorded: the last stage's
+    count, else the step's own (no stage on: the whole vocabulary), else None (not recorded)."""
     stages = _stages(s)
-    return int(stages[-1]["kept_count"]) if stages else None
+    if stages:
+        return int(stages[-1]["kept_count"])
+    return int(s["kept_count"]) if s.get("kept_count") is not None else None
 
 
 def _add_stage_marks(fig: go.Figure, s: dict[str, Any], bars: _Bars) -> tuple[list[float], bool]:
@@ -537,9 +574,10 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
     """
     s = trace["steps"][step]
     cands = s["candidates"]
+    # no stage recorded (no transform on): the model's own distribution, with the step's recorded count of
+    # the vocabulary kept (all of it), or no count when the trace has none (never the candidates' count)
     stages = _stages(s) or [{"name": "raw", "probs": [_prob(c["raw_prob"]) for c in cands],
-                             "kept": [bool(c["kept"]) for c in cands],
-                             "kept_count": sum(1 for c in cands if c["kept"])}]
+                             "kept": [bool(c["kept"]) for c in cands], "kept_count": s.get("kept_count")}]
     order = sorted(range(len(cands)), key=lambda i: -_prob(cands[i]["raw_prob"]))
     rows = order[:top]
     chosen_i = next((i for i in order if cands[i]["id"] == s["chosen"]), None)
@@ -550,7 +588,8 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
               for i in rows]
     selector = (trace.get("chain") or ["?"])[-1]
     titles = [f"{k + 1}. {_display(st['name'])}<br>"
-              + " · ".join(filter(None, (_summary(st), "" if st["name"] == "grammar" else f"{st['kept_count']} kept")))
+              + " · ".join(filter(None, (_summary(st), "" if st["name"] == "grammar" or st.get("kept_count") is None
+                                       else f"{st['kept_count']:,} kept")))
               for k, st in enumerate(stages)]
     fig = make_subplots(rows=1, cols=len(stages), shared_yaxes=True, subplot_titles=titles,
                         horizontal_spacing=0.02 if len(stages) > 4 else 0.04)
@@ -584,6 +623,10 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
                                  if selector != "?" else f"Chain at step {step}"),
                       margin=dict(t=110), legend=dict(y=1.16), height=170 + 30 * len(rows))
     _add_stage_warnings(fig, trace, step)
+    last = stages[-1].get("kept_count")
+    add_caption(fig, "panels: the step's distribution after each stage, left to right; blue: kept after the stage, "
+                     "grey: removed by it (drawn at its p before)"
+                + (f"; {int(last):,} tokens of the vocabulary left" if last is not None else "") + " · " + TOKEN_MARKS)
     return fig
 
 
@@ -645,6 +688,11 @@ def overview_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
     ent_max = max([_prob(s.get("raw_entropy")) for s in steps] + [_prob(s.get("entropy")) for s in steps] + [0.5])
     fig.update_yaxes(title_text="entropy (nats)", range=[0, ent_max * 1.1], showgrid=False, secondary_y=True,
                      tickformat=".1f", nticks=6)
+    if len(steps) == n and n:
+        top = most_uncertain_step(trace)
+        add_caption(fig, "bars: the model's p of each chosen token (coloured like the text); line: the model's "
+                         "entropy in nats" + ("; dotted: after the chain" if any(s.get("stages") for s in steps) else "")
+                    + f"; most uncertain: step {top} (H {num(steps[top].get('raw_entropy'))} nats)")
     return fig
 
 
@@ -679,7 +727,7 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         forced = aligned and bool(steps[i].get("forced"))
         if forced:
             tip += ("\nforced (a branch): the strategy would have taken "
-                    f"{steps[i].get('strategy_choice_text', '?')!r}")
+                    f"{token_text(steps[i].get('strategy_choice_text', '?'))}")
         by_grammar = aligned and grammar_forced(steps[i])
         if by_grammar:
             tip += "\nforced by the grammar: the only token it allowed here"
@@ -717,7 +765,7 @@ def dry_span(trace: dict[str, Any], selected: int | None) -> dict[int, str]:
 
 def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,
                step: dict[str, Any] | None, alternatives: int) -> str:
-    lines = [f"step {i} · {tok['text']!r}", f"model p {_fmt(p_raw)} (the model's own distribution)",
+    lines = [f"step {i} · {token_text(tok['text'])}", f"model p {_fmt(p_raw)} (the model's own distribution)",
              f"drawn with p {_fmt(p)} (the distribution it was drawn from)"
              + (f" · log p {tok['logprob']:.3f}" if tok.get("logprob") is not None else "")]
     if step is not None:
@@ -726,7 +774,7 @@ def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_r
         if rank is not None:
             lines[1] += f" · rank {rank}"
         banned = disallowed_ids(step)
-        alts = [f"{c['text']!r} {_fmt(_prob(c['raw_prob']))}"
+        alts = [f"{token_text(c['text'])} {_fmt(_prob(c['raw_prob']))}"
                 + ("" if c["kept"] else " (not allowed)" if c["id"] in banned else " (cut)")
                 for c in cands if c["id"] != tok["id"]][:alternatives]
         if alts:
@@ -792,6 +840,8 @@ def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tup
                               margin=dict(t=(80 if fig is figs[1] else 44) + 20 * len(lines), b=40))
         figs[1].update_xaxes(nticks=3)
         legend_below_buttons(figs[0])
+        for fig in figs:  # a half-width column: the caption wraps shorter, the legend under the plot takes rows
+            fig.update_layout(meta={"compact": True})
     return figs
 
 
@@ -804,23 +854,6 @@ def legend_below_buttons(fig: go.Figure) -> None:
     if (fig.layout.margin.b or 0) < 190:
         fig.update_layout(margin_b=190, height=(fig.layout.height or 460) + 80)
     fig.update_layout(legend_y=min(below) - 0.16)
-
-
-def wrap(text: str, per_line: int) -> list[str]:
-    """Words of a plotly label (which may hold <b> and <br>) in lines of at most ``per_line``
-    visible characters; tags count for nothing and are never split (plotly never wraps a title)."""
-    lines: list[str] = []
-    for part in text.split("<br>"):
-        line, shown = "", 0
-        for word in part.split(" "):
-            visible = len(re.sub(r"<[^>]+>", "", word))
-            if line and shown + 1 + visible > per_line:
-                lines.append(line)
-                line, shown = word, visible
-            else:
-                line, shown = (f"{line} {word}" if line else word), shown + (1 if line else 0) + visible
-        lines.append(line)
-    return lines
 
 
 def empty_figure(message: str = "Generate to see the charts") -> go.Figure:

@@ -14,8 +14,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View, escape
-from playground.charts.figures import show_token
+from playground.charts.common import View, add_caption, escape
+from playground.charts.common import show_token
 from playground.charts.palette import CHOSEN, FEASIBLE, FIGHTING, FIGHTING_BAND, GRAMMAR_FORCED, TEMPLATE
 
 LOW_Z = 0.1  # below this feasible mass the grammar is fighting the model
@@ -106,6 +106,9 @@ def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | 
                       yaxis=dict(type="log", title_text="Z_t (log)", range=[math.log10(bottom) - 0.4, 0.15],
                                  dtick=1 if bottom >= 1e-6 else 2, exponentformat="power"),
                       legend=dict(y=1.02), margin=dict(t=104, b=50))
+    add_caption(fig, f"Z_t: the mass the model gave the tokens the grammar allowed at each step (log axis); lowest "
+                     f"{_fmt(lowest)} at step {steps[worst]}; diamonds: {sum(forced)} forced steps; red band: Z below "
+                     f"{LOW_Z:g}")
     return fig
 
 

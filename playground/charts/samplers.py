@@ -6,8 +6,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View
-from playground.charts.figures import show_token
+from playground.charts.common import View, add_caption, num, show_token
 from playground.charts.palette import CHOSEN, INK, MIROSTAT, TEMPLATE, XTC
 
 
@@ -26,11 +25,13 @@ def _labels(trace: dict[str, Any], steps: list[int]) -> list[str]:
     return [show_token(tokens[i]["text"]) if i < len(tokens) else "" for i in steps]
 
 
-def _frame(fig: go.Figure, title: str, y_title: str, selected: int | None) -> go.Figure:
+def _frame(fig: go.Figure, title: str, y_title: str, selected: int | None, caption: str = "") -> go.Figure:
     if selected is not None:
         fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
     fig.update_layout(template=TEMPLATE, title=dict(text=title), height=300, hovermode="x unified",
                       xaxis=dict(title_text="step"), yaxis=dict(title_text=y_title), margin=dict(t=80, b=50))
+    if caption:
+        add_caption(fig, caption)
     return fig
 
 
@@ -54,7 +55,11 @@ def mirostat_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
         fig.add_hline(y=tau, name="mirostat tau", line=dict(color=MIROSTAT, dash="dot", width=2),
                       annotation=dict(text=f"target τ {tau:g}", font=dict(color=MIROSTAT)),
                       annotation_position="top left")
-    return _frame(fig, "Mirostat: μ per step (bits)", "bits", selected)
+    mus = [d.get("mu") for _, d in series if d.get("mu") is not None]
+    return _frame(fig, "Mirostat: μ per step (bits)", "bits", selected,
+                  f"line: μ, the surprise cap before each step ({num(mus[0]) if mus else '?'} → "
+                  f"{num(mus[-1]) if mus else '?'} bits); x: the chosen token's surprise; dotted: the target τ"
+                  + (f" {tau:g}" if tau is not None else "") + " · in bits, mirostat's own unit (1 bit = 0.69 nats)")
 
 
 def adaptive_p_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
@@ -81,7 +86,11 @@ def adaptive_p_figure(trace: dict[str, Any], selected: int | None = None) -> go.
         fig.add_hline(y=target, name="adaptive-p target", line=dict(color=MIROSTAT, dash="dot", width=2),
                       annotation=dict(text=f"target {target:g}", font=dict(color=MIROSTAT)),
                       annotation_position="top left")
-    return _frame(fig, "Adaptive-p: running average per step", "probability", selected)
+    last = series[-1][1].get("average")
+    return _frame(fig, "Adaptive-p: running average per step", "probability", selected,
+                  "line: the running average of the chosen tokens' p before each step (last "
+                  f"{num(last, 3)}); dashed: the p it aimed at; x: the chosen token's p; dotted: the target"
+                  + (f" {target:g}" if target is not None else ""))
 
 
 def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | None:
@@ -104,7 +113,14 @@ def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
         fig.add_hline(y=coins[0][1].get("probability"), name="xtc probability",
                       line=dict(color=XTC, dash="dot", width=1.5))
     title = " and ".join(filter(None, ("dynamic temperature" if temps else "", "XTC's coin" if coins else "")))
-    return _frame(fig, title[0].upper() + title[1:] + " per step", "value", selected)
+    said = []
+    if temps:
+        said.append(f"line: the temperature used at each step ({num(min(d.get('t') or 0 for _, d in temps))} to "
+                    f"{num(max(d.get('t') or 0 for _, d in temps))})")
+    if coins:
+        said.append(f"circles: XTC's coin, filled where it acted ({sum(acted)} of {len(coins)} steps); dotted: its "
+                    "probability")
+    return _frame(fig, title[0].upper() + title[1:] + " per step", "value", selected, "; ".join(said))
 
 
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:

@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import View, escape
+from playground.charts.common import TOKEN_MARKS, add_caption, show_token, token_text, View, escape
 from playground.charts.palette import (ACCEPTED, ACCEPTED_BACKGROUND, ACCEPTED_INK, ADDED, ADDED_BACKGROUND, ADDED_INK,
                                        BASELINE, DRAFT, FASTER, GUIDE, INK, LOSSY_INK, RAW, REJECTED,
                                        REJECTED_BACKGROUND, REJECTED_INK, RESIDUAL, SLOW_INK, SLOWER, SUBDUED_INK,
@@ -54,14 +54,14 @@ def _span(text: str, style: str, title: str) -> str:
 
 def _draft_title(d: dict[str, Any]) -> str:
     if not d.get("evaluated"):
-        return f"drafted {d['text']!r}; never checked: an earlier draft was rejected"
+        return f"drafted {token_text(d['text'])}; never checked: an earlier draft was rejected"
     verdict = "accepted" if d["accepted"] else "rejected"
     if d.get("discarded"):
         verdict = "passed, but discarded: the text had ended before it"
     draw = f", u = {_num(d.get('u'))}" if d.get("u") is not None else ""
     own = (f", target model's own p {_num(d['raw_p_target'])} vs its K-th largest {_num(d['raw_kth'])}"
            if d.get("raw_kth") is not None else "")
-    return (f"{d['text']!r}: target {_num(d['p_target'])}, draft {_num(d['q_draft'])}{own}, "
+    return (f"{token_text(d['text'])}: target {_num(d['p_target'])}, draft {_num(d['q_draft'])}{own}, "
             f"accept prob {_num(d['accept_prob'])}{draw} -> {verdict}")
 
 
@@ -76,7 +76,7 @@ def added_title(r: dict[str, Any]) -> str:
     if added is None:
         return "nothing added: the text ended in this round"
     how = "resampled" if r["resampled"] else "bonus"
-    return (f"{added['text']!r}: {how}, drawn with p {_num(added['drawn_prob'])} from {SOURCES[r['drawn_from']]}; "
+    return (f"{token_text(added['text'])}: {how}, drawn with p {_num(added['drawn_prob'])} from {SOURCES[r['drawn_from']]}; "
             f"target p {_num(added['p_target'])}")
 
 
@@ -153,7 +153,7 @@ def timeline_html(trace: dict[str, Any]) -> str:
 
 def _labels(entries: list[dict[str, Any]]) -> list[str]:
     """Category labels for tokens; two ids can decode to the same text, so repeats get their id."""
-    texts = [repr(e["text"]) for e in entries]
+    texts = [show_token(e["text"]) for e in entries]
     return [f"{t} #{e['id']}" if texts.count(t) > 1 else t for t, e in zip(texts, entries)]
 
 
@@ -188,7 +188,7 @@ def round_figure(trace: dict[str, Any], round_index: int | None = None) -> go.Fi
     r = trace["rounds"][index]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.55, 0.45], subplot_titles=(
         "drafted tokens: target vs draft probability", _panel_title(r)))
-    names = [f"{i}: {d['text']!r}" for i, d in enumerate(r["draft"])]
+    names = [f"{i}: {show_token(d['text'])}" for i, d in enumerate(r["draft"])]
     fig.add_bar(x=names, y=[d["p_target"] for d in r["draft"]], name="target", marker_color=TARGET, row=1, col=1)
     fig.add_bar(x=names, y=[d["q_draft"] for d in r["draft"]], name="draft", marker_color=DRAFT, row=1, col=1)
     checked = [d for d in r["draft"] if d["evaluated"]]
@@ -217,12 +217,16 @@ def round_figure(trace: dict[str, Any], round_index: int | None = None) -> go.Fi
     title = f"round {r['round']}: kept {r['kept']} of {r['gamma']} drafts"
     if added is not None:
         how = "resampled" if r["resampled"] else "bonus"
-        title += (f"; {how} {added['text']!r}: p {_num(added['drawn_prob'])} in what it was drawn from, "
+        title += (f"; {how} {show_token(added['text'])}: p {_num(added['drawn_prob'])} in what it was drawn from, "
                   f"target p {_num(added['p_target'])}")
     else:
-        title += f"; the text ended at {trace['tokens'][r['start'] + r['committed'] - 1]['text']!r}"
+        title += f"; the text ended at {show_token(trace['tokens'][r['start'] + r['committed'] - 1]['text'])}"
     fig.update_layout(title=title, barmode="group", yaxis_title="probability", yaxis_range=[0, 1.05],
                       legend=BELOW)
+    tested = sum(1 for d in r["draft"] if d["evaluated"])
+    add_caption(fig, f"left: each drafted token's target p (blue) beside its draft q; diamonds: its accept prob "
+                     f"min(1, p/q), green kept ({r['kept']} of {r['gamma']}), red rejected; {tested} tested; right: "
+                     f"the distribution the target's token was drawn from · {TOKEN_MARKS}")
     return fig
 
 
@@ -246,6 +250,9 @@ def accepted_lengths_figure(trace: dict[str, Any]) -> go.Figure:
                         line=dict(color=GUIDE, dash="dot"))
     title = "accepted drafts per round" + (f" ({plural(idle, 'round')} drafted nothing)" if idle else "")
     fig.update_layout(title=title, xaxis_title="accepted", yaxis_title="rounds", xaxis=dict(dtick=1))
+    add_caption(fig, f"bars: how many of the {len(rounds)} drafting rounds kept 0, 1, 2... drafts"
+                + (f"; dotted: the count if each draft passed on its own with the measured α {_num(alpha, 2)}"
+                   if alpha is not None and rounds else ""))
     return fig
 
 
@@ -277,6 +284,9 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
         parts.append(f"verify γ+1 = {vk:.2f} steps")
     fig.update_layout(title=" · ".join(parts), yaxis_title="seconds", xaxis2_title="γ (drafts per round)", legend=BELOW,
                       yaxis2_title="speedup")
+    add_caption(fig, f"left: seconds per token, plain target decoding vs speculative; right: speedup expected at "
+                     f"each γ from the measured α {_num(s.get('alpha'), 2)} and cost ratio c {_num(w.get('c'), 2)}, "
+                     f"the star the measured {_num(w.get('measured_speedup'), 3)}x; dashed: no speedup")
     return fig
 
 

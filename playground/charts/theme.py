@@ -9,11 +9,13 @@ Pure: plotly only.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from playground.charts.common import place_caption
 from playground.charts.figures import legend_below_buttons, wrap
 from playground.charts.palette import (CLEAR, DARK_GRID, DARK_INK, DARK_PAGE, INK, LIGHT_GRID, LIGHT_INK, LIGHT_PAGE,
                                        NEUTRAL_GRID, NEUTRAL_INK, NEUTRAL_PAGE, PLOTLY_INKS, TEMPLATE)
@@ -73,13 +75,21 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     for menu in out.layout.updatemenus or ():
         menu.font.color = t.ink
     width = view_width(view)
-    if width is not None and width < NARROW and not export:
+    narrow = width is not None and width < NARROW and not export
+    if narrow:
         _fit_narrow(out, width)
     elif width is not None:
         lines = _wrap_panel_titles(out, int(width * 0.7), 14)  # the main column: about 70% of a desktop page
         if lines > 1:  # room above the panels for their extra lines
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
+    # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
+    # is wide (12 px type: about 6.6 px a character)
+    compact = isinstance(out.layout.meta, dict) and bool(out.layout.meta.get("compact"))
+    # the page's padding and the margins; a strategy's view may sit in a half-width Compare column, so a
+    # desktop caption never runs longer than such a column holds
+    plot_width = (width - 40 - 80) if narrow else min((width or 1440) * 0.7 - 120, 520)
+    place_caption(out, max(30, int(plot_width / 6.6)), narrow or compact)
     return out
 
 
@@ -124,6 +134,10 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     for ax in fig.select_xaxes():
         if ax.dtick is not None and ax.type != "category":  # a tick every step would overlap
             ax.dtick, ax.nticks = None, 7
+    _thin_token_ticks(fig, plot_width)
+    for menu in fig.layout.updatemenus or ():  # the in-chart buttons fit the phone's width in one row
+        menu.font.size = 10
+        menu.pad = dict(t=2, r=2, l=0, b=2)
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
         mode = getattr(trace, "mode", None) or ""
@@ -136,3 +150,19 @@ def _columns(fig: go.Figure) -> int:
     lefts = {round(ax.domain[0], 3) for name in fig.layout if name.startswith("xaxis")
              for ax in [fig.layout[name]] if ax.domain is not None}
     return max(1, len(lefts))
+
+
+def _thin_token_ticks(fig: go.Figure, plot_width: int) -> None:
+    """Token labels on a phone: upright-turned (-90°) when angled ones would touch, and only every
+    k-th one when even those would (11 px type needs about 13 px a label); hover keeps every token."""
+    for ax in fig.select_xaxes():
+        if ax.tickvals is None or ax.ticktext is None or len(ax.tickvals) < 2:
+            continue
+        n = len(ax.tickvals)
+        room = (plot_width - 80) / _columns(fig) / n  # px a label gets (the phone margins: 40 px a side)
+        if room >= 26:
+            continue
+        ax.tickangle, ax.tickfont.size = -90, 10
+        every = max(1, math.ceil(13 / room))
+        if every > 1:
+            ax.ticktext = [t if i % every == 0 else "" for i, t in enumerate(ax.ticktext)]

@@ -4,13 +4,14 @@ Both read the JSON-ready dicts that ``playground.whatif.sample_many`` and ``play
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import escape
-from playground.charts.figures import prob_color, show_token
-from playground.charts.palette import EXACT, GUIDE, SAMPLED
+from playground.charts.common import TOKEN_MARKS, add_caption, escape, show_token
+from playground.charts.figures import prob_color
+from playground.charts.palette import EXACT, GUIDE, SAMPLED, TEMPLATE
 
 
 def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
@@ -29,19 +30,39 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
         exact.append(None)
     fig = go.Figure()
     fig.add_bar(x=labels, y=freq, name=f"sampled ({result['n']} seeds)", marker_color=SAMPLED,
-                hovertemplate="%{x}<br>frequency %{y:.4f}<extra></extra>")
+                hovertemplate="%{x}<br>frequency %{y:.4g}<extra></extra>")
     if any(p is not None for p in exact):
         fig.add_bar(x=labels, y=exact, name="exact probability", marker_color=EXACT,
-                    hovertemplate="%{x}<br>exact %{y:.4f}<extra></extra>")
+                    hovertemplate="%{x}<br>exact %{y:.4g}<extra></extra>")
     conditional = _conditional(result)
     if conditional:
         fig.add_bar(x=labels, y=[conditional.get(tuple(o["ids"])) for o in shown] + ([None] if rest else []),
                     name="P(y | y valid): the model restricted to valid texts", marker_color=GUIDE,
                     hovertemplate="%{x}<br>P(y | y valid) %{y:.4g}<extra></extra>")
-    fig.update_layout(title=_title(result), barmode="group", yaxis_title="share of samples",
+    fig.update_layout(template=TEMPLATE, title=_title(result), barmode="group", yaxis_title="share of samples",
                       xaxis_tickangle=-30, height=440, margin=dict(t=70, b=120),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
+    drawn = [o for o in result["outcomes"] if o["count"]]
+    add_caption(fig, f"blue: the share of the {result['n']} samples that wrote each outcome ({len(drawn)} distinct); "
+                     "orange: its exact probability under the strategy's distribution"
+                + (f"; {len(rest)} rarer outcomes summed in the last pair" if rest else "") + f" · {TOKEN_MARKS}")
     return fig
+
+
+def exact_text(p: float) -> str:
+    """An outcome's exact probability for the table: 4 significant digits, scientific below 0.001, so a
+    drawn outcome never reads 0 (a probability that underflowed to 0 says it is below float range)."""
+    if p == 0:
+        return "< 1e-308"
+    return f"{p:.4g}" if p >= 1e-3 else f"{p:.3e}"
+
+
+def _nats(t: dict[str, Any]) -> str:
+    """A token's surprisal in nats, -log p: the recorded log-probability (the summary's ``surprisal`` is
+    in bits, converted by ln 2 when no log-probability is recorded)."""
+    if t.get("logprob") is not None:
+        return f"{-float(t['logprob']):.2f}"
+    return f"{float(t['surprisal']) * math.log(2):.2f}"
 
 
 def _conditional(result: dict[str, Any]) -> dict[tuple[int, ...], float]:
@@ -73,7 +94,7 @@ def sample_table_html(result: dict[str, Any], top: int = 30) -> str:
     """The outcomes as an HTML table (show_token escapes the model text)."""
     rows = []
     for o in result["outcomes"][:top]:
-        exact = "–" if o["probability"] is None else f"{o['probability']:.4f}"
+        exact = "–" if o["probability"] is None else exact_text(o["probability"])
         seed = o["seeds"][0] if o["seeds"] else "–"
         rows.append(f"<tr><td>{o['count']}</td><td>{o['frequency']:.4f}</td><td>{exact}</td><td>{seed}</td>"
                     f"<td><code>{''.join(show_token(p) for p in o['pieces'])}</code></td></tr>")
@@ -119,7 +140,7 @@ def score_html(summary: dict[str, Any]) -> str:
             continue
         rows.append(f"<tr><td style='background:{prob_color(t['prob'])}'><code>"
                     f"{show_token(t['text'])}</code></td><td>{t['prob']:.4f}</td><td>{t['rank']}</td>"
-                    f"<td>{t['surprisal']:.2f}</td><td>{t['entropy']:.2f}</td>"
+                    f"<td>{_nats(t)}</td><td>{t['entropy']:.2f}</td>"
                     f"<td><code>{show_token(t['greedy'])}</code></td></tr>")
     g = summary.get("grammar")
     where = "" if not g else (
@@ -129,5 +150,5 @@ def score_html(summary: dict[str, Any]) -> str:
         f"{' and is a whole valid text' if g['whole'] else ' but is not yet a whole valid text'}.</p>")
     return (f"{where}<p><b>perplexity {summary['perplexity']:.4g}</b> · total log-probability "
             f"{summary['total_logprob']:.4g} · scored {'as the answer to the prompt' if summary['mode'] == 'chat' else 'raw'}"
-            f"</p><table class='pg-table'><tr><th>token</th><th>prob</th><th>rank</th><th>surprisal (bits)</th>"
+            f"</p><table class='pg-table'><tr><th>token</th><th>prob</th><th>rank</th><th>surprisal (nats)</th>"
             f"<th>entropy (nats)</th><th>greedy</th></tr>{''.join(rows)}</table>")
