@@ -263,3 +263,12 @@ def test_a_phone_wraps_the_caption_and_thins_token_ticks(smol_traces):
     assert out.layout.xaxis.tickangle == -90
     shown = [t for t in out.layout.xaxis.ticktext if t]
     assert 0 < len(shown) < len(out.layout.xaxis.ticktext)
+
+
+def test_the_basis_buttons_keep_the_caption_in_its_row(toy_traces):
+    """A click on a basis button swaps in that basis's annotations: their caption sits where the shown one does."""
+    out = themed(charts.switchable_distribution(toy_traces["chain"], 0), "dark:1440")
+    placed = next(a for a in out.layout.annotations if a.name == "caption")
+    for button in out.layout.updatemenus[-1].buttons:
+        [swapped] = [a for a in button.args[1]["annotations"] if a.get("name") == "caption"]
+        assert swapped["yshift"] == placed.yshift and swapped["text"].startswith("bars: ")

@@ -122,6 +122,22 @@ def place_caption(fig: go.Figure, per_line: int | None = None, narrow: bool = Fa
     fig.update_layout(margin_b=above + CAPTION_ROW * lines,
                       height=(fig.layout.height or 450) + above - bottom + CAPTION_ROW * lines)
     ann.yshift = -above
+    # buttons that swap the figure's annotations (the distribution's bases) carry the same caption row
+    for menu in fig.layout.updatemenus or ():
+        buttons = list(menu.buttons or ())
+        for button in buttons:
+            args = list(button.args or ())
+            if len(args) > 1 and isinstance(args[1], dict) and args[1].get("annotations") is not None:
+                swapped = [a.to_plotly_json() if hasattr(a, "to_plotly_json") else dict(a)
+                           for a in args[1]["annotations"]]
+                for a in swapped:
+                    if a.get("name") == CAPTION:
+                        text = str(a.get("text", ""))
+                        if per_line:
+                            text = "<br>".join(wrap(text.replace("<br>", " "), per_line))
+                        a.update(text=text, yshift=-above)
+                button.args = [args[0], dict(args[1], annotations=swapped), *args[2:]]
+        menu.buttons = buttons
 
 
 def wrap(text: str, per_line: int) -> list[str]:

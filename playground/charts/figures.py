@@ -833,7 +833,7 @@ def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tup
     figs = switchable_distribution(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
     if compact:
         for fig in figs:
-            lines = wrap(fig.layout.title.text or "", 58)
+            lines = wrap(fig.layout.title.text or "", 46)  # 15 px type in a half-width column
             fig.update_layout(title_text="<br>".join(lines), title_font_size=15, font_size=12,
                               legend=dict(orientation="h", y=-0.28, yanchor="top", x=0, xanchor="left",
                                           font_size=11),

@@ -52,7 +52,9 @@ BUTTON_BACKGROUND, BUTTON_BORDER = rgba(SLATE_400, 0.15), rgba(SLATE_400, 0.5)  
 # The page themes (theme.py): text, grid, and the background an exported PNG gets
 LIGHT_INK, LIGHT_GRID, LIGHT_PAGE = INK, rgba(SLATE_400, 0.30), WHITE
 DARK_INK, DARK_GRID, DARK_PAGE = SLATE_200, rgba(SLATE_400, 0.25), NIGHT
-NEUTRAL_INK, NEUTRAL_GRID, NEUTRAL_PAGE = SLATE_400, GRID, WHITE  # before the page says its theme
+# before the page says its theme (and for a figure sent without one): a slate that reads on white (4.8:1)
+# and on the dark page, where the lighter SLATE_400 read pale grey on a light page
+NEUTRAL_INK, NEUTRAL_GRID, NEUTRAL_PAGE = SLATE_500, GRID, WHITE
 PLOTLY_INKS = ("#444", "#444444", BLACK, "#000", "#000000", "#2a3f5f")  # the dark inks plotly writes by default
 
 # The step charts (figures.py): the distribution, the chain's waterfall, the overview

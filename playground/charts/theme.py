@@ -79,18 +79,24 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     if narrow:
         _fit_narrow(out, width)
     elif width is not None:
-        lines = _wrap_panel_titles(out, int(width * 0.7), 14)  # the main column: about 70% of a desktop page
+        # the main column: about 70% of a desktop page; a Compare side's plot: under a quarter of it
+        lines = _wrap_panel_titles(out, int(width * (0.22 if _compact(out) else 0.7)), 14)
         if lines > 1:  # room above the panels for their extra lines
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
     # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
     # is wide (12 px type: about 6.6 px a character)
-    compact = isinstance(out.layout.meta, dict) and bool(out.layout.meta.get("compact"))
+    compact = _compact(out)
     # the page's padding and the margins; a strategy's view may sit in a half-width Compare column, so a
     # desktop caption never runs longer than such a column holds
-    plot_width = (width - 40 - 80) if narrow else min((width or 1440) * 0.7 - 120, 520)
+    plot_width = (width - 40 - 80) if narrow else min((width or 1440) * 0.7 - 120, 300 if compact else 520)
     place_caption(out, max(30, int(plot_width / 6.6)), narrow or compact)
     return out
+
+
+def _compact(fig: go.Figure) -> bool:
+    """The figure was drawn for a half-width Compare column (figures.step_figures' ``compact``)."""
+    return isinstance(fig.layout.meta, dict) and bool(fig.layout.meta.get("compact"))
 
 
 def _wrap_panel_titles(fig: go.Figure, plot_width: int, size: int) -> int:
@@ -138,6 +144,8 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     for menu in fig.layout.updatemenus or ():  # the in-chart buttons fit the phone's width in one row
         menu.font.size = 10
         menu.pad = dict(t=2, r=2, l=0, b=2)
+        if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
+            menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
         mode = getattr(trace, "mode", None) or ""
