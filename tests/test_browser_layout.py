@@ -111,13 +111,67 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
         page.wait_for_timeout(700)
         assert page.locator("#pg-sidebar").is_hidden() and page.locator("#pg-branches").is_hidden()
-        assert page.locator("#pg-waterfall").is_hidden()
+        assert page.locator("#pg-waterfall").is_hidden() and page.locator("#pg-view-0").is_hidden()
         dist = box(page, "#pg-dist")
         assert dist["width"] >= 0.7 * width, dist
         size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#pg-dist .gtitle')).fontSize)")
         assert size >= 28
+        # the beam tree instead: it alone, as wide
+        page.locator("#pg-slides-chart input").click()
+        page.get_by_role("option", name="strategy view", exact=True).click()
+        page.wait_for_function("() => document.getElementById('pg-dist').classList.contains('pg-slide-hidden')",
+                               timeout=10_000)
+        page.wait_for_timeout(700)
+        assert box(page, "#pg-view-0")["width"] >= 0.7 * width and page.locator("#pg-view-1").is_hidden()
         page.locator("#pg-slides input").uncheck()
         page.wait_for_function("() => !document.body.classList.contains('pg-slides')", timeout=10_000)
         assert page.locator("#pg-sidebar").is_visible() and page.locator("#pg-waterfall").is_visible()
+    finally:
+        page.close()
+
+
+def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_under_it(browser, url, store):
+    store.get("smollm2-135m")
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        page.goto(url)
+        page.wait_for_selector("#pg-seed input")
+        page.locator("#pg-max-new input[type=number]").fill("200")
+        page.locator("#pg-max-new input[type=number]").press("Tab")
+        page.locator("#pg-prompt textarea").fill("Write a long story about a lighthouse keeper.")
+        page.locator("#pg-generate").click()
+        page.wait_for_function("() => document.querySelectorAll('#pg-text .pg-tok').length >= 4", timeout=120_000)
+        page.locator("#pg-stop").click()
+        wait_done(page)
+        page.wait_for_function("() => /run: /.test(document.getElementById('pg-branch-tree')?.innerText || '')",
+                               timeout=20_000)
+        shown = "".join(page.locator("#pg-text .pg-tok").all_inner_texts()).replace("·", " ").strip()
+        label = page.locator("#pg-branch-tree label").first.inner_text()
+        assert " ".join(shown.split())[:20] in " ".join(label.split()), (shown, label)
+        # a bar of the stopped run's distribution branches it: the branch hangs under the stopped run
+        page.wait_for_function("() => document.querySelector('#pg-dist .js-plotly-plot')?.dataset.pgBranchHooked",
+                               timeout=20_000)
+        page.locator("#pg-text .pg-tok").nth(1).click()  # step 1, then a short budget for the branch
+        page.wait_for_function("() => /^Step 1\\b/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
+                               timeout=20_000)
+        page.locator("#pg-max-new input[type=number]").fill("8")
+        page.locator("#pg-max-new input[type=number]").press("Tab")
+        page.wait_for_function("() => document.querySelector('#pg-dist .js-plotly-plot')?.dataset.pgBranchHooked",
+                               timeout=20_000)
+        bar = page.locator("#pg-dist .barlayer .point path").nth(1)
+        bar.scroll_into_view_if_needed()
+        b = bar.bounding_box()
+        page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] - 3)  # plotly clicks the hovered point
+        page.wait_for_timeout(300)
+        page.mouse.click(b["x"] + b["width"] / 2, b["y"] + b["height"] - 3)
+        try:
+            page.wait_for_function("() => document.querySelectorAll('#pg-branch-tree label').length >= 2",
+                                   timeout=120_000)
+        except Exception:
+            page.screenshot(path="/tmp/shots23b/debug_stop.png", full_page=True)
+            raise AssertionError(page.locator("#pg-status").inner_text() + " | "
+                                 + page.locator("#pg-branch-tree").inner_text()) from None
+        labels = page.locator("#pg-branch-tree label").all_inner_texts()
+        assert labels[0].strip().startswith("run: ") and "└ step" in labels[1]
     finally:
         page.close()

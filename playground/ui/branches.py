@@ -38,6 +38,7 @@ BRANCH_JS = "window.addEventListener('pg-branch', (e) => trigger('click', {token
 NOT_BRANCHABLE = ("Branching needs a one-token-per-step strategy (greedy, sampling, gumbel or contrastive): "
                   "a {family} step commits several tokens at once, so there is no single choice to replace. "
                   "Switch the strategy to branch.")
+RUN_NOTE = '<p class="pg-summary">This is the run itself.</p>'
 ROOT_NOTE = ('<p class="pg-summary">This is the run itself. Click a bar of the distribution to branch it; '
              "a branch is shown here beside its parent.</p>")
 
@@ -91,8 +92,8 @@ def branch_note(strategy: Any) -> str:
 
 def strategy_updates(strategy: Any) -> list[Any]:
     """[note under the chart, the panel's hint, the continue button] for a run of ``strategy``."""
-    ok = branchable(strategy)
-    hint = HINT if ok or not strategy else NOT_BRANCHABLE.format(family=family_of(strategy))
+    ok = branchable(strategy) or not strategy
+    hint = HINT if ok else NOT_BRANCHABLE.format(family=family_of(strategy))
     return [branch_note(strategy), hint, gr.update(interactive=ok)]
 
 
@@ -121,8 +122,8 @@ def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str
 def tree_updates(tree: branches.Tree) -> list[Any]:
     """[tree radio, beside-the-parent view, tree state, forced-tokens box] for ``tree``."""
     pair = branches.parent_of(tree)
-    view = branch_html(*pair) if pair else ROOT_NOTE
     current = tree["nodes"][tree["current"]]["trace"]
+    view = branch_html(*pair) if pair else ROOT_NOTE if branchable(current.get("strategy")) else RUN_NOTE
     return [gr.update(choices=branches.labels(tree), value=tree["current"]), view, tree,
             branches.path_text(branches.forced_path(current))]
 

@@ -84,17 +84,23 @@ LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it r
 # Slides view: the chart shown large (its plot's element id) and the rest folded away
 SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
                 "strategy view": "pg-view-0"}
+# hidden in the slides view whichever chart is chosen: the strategy's further views
+SLIDE_HIDDEN = ["pg-view-1", "pg-view-2", "pg-view-3", "pg-view-html"]
 SLIDES_JS = """(on, chart) => {
-  const ids = %s;
+  const ids = %s, always = %s;
   document.body.classList.toggle('pg-slides', !!on);
   for (const [name, id] of Object.entries(ids)) {
     const el = document.getElementById(id);
     if (el) el.classList.toggle('pg-slide-hidden', !!on && name !== chart);
   }
+  for (const id of always) {
+    const el = document.getElementById(id);
+    if (el) el.classList.toggle('pg-slide-hidden', !!on);
+  }
   setTimeout(() => window.dispatchEvent(new Event('resize')), 80);
   setTimeout(() => window.dispatchEvent(new Event('resize')), 400);
   return [];
-}""" % json.dumps(SLIDE_CHARTS)
+}""" % (json.dumps(SLIDE_CHARTS), json.dumps(SLIDE_HIDDEN))
 SLIDES_CSS = """
 body.pg-slides .pg-header, body.pg-slides #pg-sidebar, body.pg-slides #pg-pickers, body.pg-slides #pg-examples,
 body.pg-slides #pg-queue-note, body.pg-slides #pg-example-note, body.pg-slides #pg-sees,
@@ -103,8 +109,8 @@ body.pg-slides #pg-glossary, body.pg-slides .pg-slide-hidden { display: none !im
 body.pg-slides #pg-main { flex: 1 1 100% !important; width: 100% !important; max-width: 100% !important; }
 body.pg-slides #pg-text { font-size: 1.6rem; line-height: 1.5; }
 body.pg-slides #pg-main .js-plotly-plot .gtitle { font-size: 30px !important; }
-body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle,
-body.pg-slides #pg-main .js-plotly-plot .legendtext { font-size: 20px !important; }
+body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle {
+  font-size: 20px !important; }
 body.pg-slides #pg-main .js-plotly-plot .xtick text, body.pg-slides #pg-main .js-plotly-plot .ytick text {
   font-size: 17px !important; }
 """
@@ -185,9 +191,10 @@ def _layout() -> Page:
             _sidebar(page)
         with gr.Column(scale=3, elem_id="pg-main"):
             with gr.Row(equal_height=True, elem_id="pg-slides-bar"):
-                page.slides = gr.Checkbox(False, label="Slides view (the settings fold away, one chart large)",
+                page.slides = gr.Checkbox(False, label="Slides view: one chart large",
                                           scale=2, elem_id="pg-slides", min_width=200, container=False)
-                page.slides_chart = gr.Dropdown(list(SLIDE_CHARTS), value="distribution", show_label=False,
+                page.slides_chart = gr.Dropdown(list(SLIDE_CHARTS), value="distribution", label="Chart shown large",
+                                                show_label=False,
                                                 elem_id="pg-slides-chart", scale=1, min_width=160, container=False)
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
                 with gr.Tab("Explore", id="explore") as page.explore_tab:
@@ -239,7 +246,9 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     page.model.change(lambda m: toy_note(m, store.get(m).vocabulary() if m in store.loaded() else None),
                       page.model, page.prompt_note, **QUIET)
     sees_inputs = [page.model, page.prompt, page.system, page.chat]
-    gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand],
+    # ... and once a run has loaded the model (its trace file is written when the run ends)
+    gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand,
+           page.trace_file.change],
           lambda *v: model_sees(store, *v), sees_inputs, page.sees, trigger_mode="always_last", **QUIET)
     # the draft and amateur menus list what fits the model
     for panel in (page.panel, page.compare_panel):
