@@ -17,6 +17,7 @@ from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget
 from playground.ui import share
 from playground.ui.components import share_query
+from playground.ui import events
 from playground.ui.events import handler
 from playground.ui.handlers import generate, restore, status_html, stopped
 
@@ -165,3 +166,19 @@ def test_a_branch_link_carries_its_forced_tokens_and_a_changed_strategy():
         {"model": "toy", "strategy": "greedy", "prompt": "1 2", "force": "0:9,3:12"}
     cfg, _ = restore(pairs)
     assert (cfg.model, cfg.strategy, cfg.prompt, cfg.forced) == ("toy", "greedy", "1 2", "0:9,3:12")
+
+
+# --- Stop: the run reads it between two frames and sends its own last frame ----------------------------
+
+def test_stop_ends_a_handler_run_after_the_step_in_flight_with_a_stopped_frame(store):
+    def run():
+        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40):
+            yield [frame.status, len(frame.trace["tokens"]), frame.final]
+
+    frames = handler(run, 0)(gr.Request(session_hash="stop-test"))
+    seen = [next(frames) for _ in range(5)]  # the prompt's announcement, then 4 tokens
+    assert events.RUNS.stop("stop-test") is True  # the page's Stop for this session
+    rest = list(frames)
+    assert [n for _, n, _ in rest] == [4, 4] and rest[-1][2]  # no token after it; the last frame is final
+    assert "stopped at step 3" in rest[0][0] and "stopped at step 3" in rest[-1][0]
+    assert seen[-1][1] == 4 and events.RUNS.stop("stop-test") is False  # the run has ended

@@ -5,9 +5,12 @@ The lowest file of the ui room: it imports no other ui module.
 """
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import logging
+import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import gradio as gr
@@ -29,6 +32,73 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True,
                "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
 
 LOG = logging.getLogger("playground")
+STOP_WAIT_SECONDS = 15.0  # how long Stop waits for the run to send its last frame before the page settles
+
+
+class Run:
+    """One handler run of a browser session: ``stop`` is set by the page's Stop, ``done`` when it ended."""
+
+    def __init__(self) -> None:
+        self.stop, self.done = threading.Event(), threading.Event()
+
+
+class Runs:
+    """The run each browser session has going (one at a time: every model event shares one group).
+    Stop sets the run's flag; the handler reads it between two frames, so the run ends after the step
+    in flight, with its own last frame, instead of being cut wherever a cancel lands."""
+
+    def __init__(self) -> None:
+        self._lock, self._runs = threading.Lock(), {}  # type: ignore[var-annotated]
+
+    def begin(self, session: str) -> Run:
+        run = Run()
+        with self._lock:
+            self._runs[session] = run
+        return run
+
+    def end(self, session: str, run: Run) -> None:
+        run.done.set()
+        with self._lock:
+            if self._runs.get(session) is run:
+                del self._runs[session]
+
+    def stop(self, session: str, wait_s: float = 0.0) -> bool:
+        """Ask ``session``'s run to stop; wait up to ``wait_s`` for it to end. False when none is going."""
+        with self._lock:
+            run = self._runs.get(session)
+        if run is None:
+            return False
+        run.stop.set()
+        run.done.wait(wait_s)
+        return True
+
+
+RUNS = Runs()
+_CURRENT: contextvars.ContextVar[Run | None] = contextvars.ContextVar("playground_run", default=None)
+
+
+@contextmanager
+def current_run(run: Run | None) -> Iterator[None]:
+    """``run`` as the one ``stop_requested`` reads while the handler's generator advances one frame."""
+    token = _CURRENT.set(run)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def stop_requested() -> bool:
+    """Whether the page's Stop was clicked for the run this code is advancing (False outside a page run)."""
+    run = _CURRENT.get()
+    return run is not None and run.stop.is_set()
+
+
+def request_stop(request: gr.Request) -> None:
+    """The Stop button: the session's run ends after its current step, and this returns once it sent its
+    last frame (or after STOP_WAIT_SECONDS), so what runs next on the page sees the final state."""
+    session = getattr(request, "session_hash", None)
+    if session:
+        RUNS.stop(session, STOP_WAIT_SECONDS)
 
 
 def refusal(err: InvalidRequest) -> gr.Error:
@@ -52,20 +122,40 @@ def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = Fa
     app stays ready for the next request. With ``status`` (one of the event's outputs), the message is
     also written there, where it stays after the toast fades, until the next run writes its own."""
     def wrapped(*args: Any) -> Iterator[Any]:
-        values, extra = args[:n_inputs], args[n_inputs:]
+        values, extra = args[:n_inputs], list(args[n_inputs:])
+        request = extra.pop() if extra and isinstance(extra[-1], gr.Request) else None
         kwargs = {"progress": extra[0]} if progress and extra else {}
+        session = getattr(request, "session_hash", None)
+        run = RUNS.begin(session) if session else None
+        frames = None
         try:
-            yield from fn(*values, **kwargs)
+            frames = fn(*values, **kwargs)
+            while True:  # each frame is made with this run current, so the handler can read its Stop
+                with current_run(run):
+                    try:
+                        frame = next(frames)
+                    except StopIteration:
+                        return
+                yield frame
         except InvalidRequest as err:
             if status is not None:
                 yield {status: refusal_html(err)}  # Gradio takes a dict of some of the outputs
             raise refusal(err) from None
+        finally:
+            if frames is not None and hasattr(frames, "close"):
+                frames.close()  # a cancelled or dropped run ends its decoder now, between two steps
+            if run is not None:
+                RUNS.end(session, run)
 
     names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     if progress:  # Gradio injects a tracker into a positional parameter whose default is gr.Progress()
         params.append(inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress()))
+    # and the request (its session, which Stop names) into one annotated gr.Request; not an API input
+    params.append(inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                    annotation=gr.Request))
     wrapped.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapped.__annotations__ = {"request": gr.Request}
     wrapped.__name__ = getattr(fn, "__name__", "handler")
     return wrapped
 

@@ -36,6 +36,7 @@ from playground.serving.budget import Budget
 from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
+from playground.ui.events import stop_requested
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON
 
@@ -202,8 +203,8 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
     dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
     with_prompt = show_prompt(model, chat)
-    k = -1
-    for trace in decode(req, progress):
+    k, traces, halted = -1, decode(req, progress), False
+    for trace in traces:
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
             d = trace.to_dict()
             yield Frame(d, charts.token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
@@ -223,10 +224,24 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
             draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
         yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step, figures, views,
                     final=False)
+        if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
+            halted = True
+            break
+    if halted:
+        close = getattr(traces, "close", None)
+        if close is not None:
+            close()  # the engine closes the strategy between two steps; the models are released
     if trace is None or trace.finish_reason == READING_REASON:
         return
     full = trace.to_dict()
-    step = _final_step(full, final_step)
+    if halted:
+        full = stopped(full)
+        step = len(full["steps"]) - 1 if full["steps"] else None
+        # the status and text first (cheap), so the page says it stopped right away; the charts follow
+        yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
+                    None, None, final=False)
+    else:
+        step = _final_step(full, final_step)
     yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
                 _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
 

@@ -1,0 +1,148 @@
+"""Stop under load, two clients: a browser runs a long SmolLM2 generation while a script (gradio_client)
+queues a second long run behind it; the browser clicks Stop. The run ends after the step in flight:
+at most that token (and one already on its way to a busy page) shows, the status says "stopped at step n" within a second of that token, and
+no token arrives after it. Times are read in the page (a MutationObserver), not polled.
+
+Skips where no browser can be had (fails under CI=true), like tests/test_browser.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+from playground.ui import events, explore
+from playground.ui.components import share_query
+from playground.ui.page import serve
+from playground.tools.screenshots import chromium_path, launch_browser
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+
+OBSERVE = """() => {
+  window.__log = [];
+  const rec = () => window.__log.push([performance.now(),
+      document.querySelectorAll('#pg-text .pg-tok').length,
+      document.getElementById('pg-status')?.innerText || '']);
+  for (const id of ['pg-text', 'pg-status'])
+    new MutationObserver(rec).observe(document.getElementById(id), {childList: true, subtree: true, characterData: true});
+}"""
+CLICK_STOP = "() => { const t = performance.now(); document.getElementById('pg-stop').click(); return t; }"
+STOPPED_AT = re.compile(r"stopped at step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "playwright is not installed (pip install playwright)"
+    else:
+        reason = None if chromium_path() else "no Chromium at /usr/bin/chromium (apt-get install chromium)"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"browser tests must run under CI=true: {reason}")
+        pytest.skip(reason)
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def url(store):
+    store.get("smollm2-135m")  # warm: the clicks time decoding, not loading
+    demo, address = serve(store)
+    yield address
+    demo.close()
+
+
+def token_changes(log: list, since: float) -> list[tuple[float, int]]:
+    """(time, token count) at each change of the count after ``since``."""
+    out, last = [], None
+    for t, n, _ in log:
+        if n != last:
+            if t >= since:
+                out.append((t, n))
+            last = n
+    return out
+
+
+def test_stop_under_load_ends_after_the_step_in_flight_and_says_where(browser, url, monkeypatch):
+    from gradio_client import Client
+
+    # the server's side, in this process: when Stop reached it, and each frame the run sent
+    sent: list[tuple[float, int, bool]] = []
+    stop_at: list[float] = []
+    generate, stop = explore.generate, events.RUNS.stop
+
+    def recorded_generate(*args, **kwargs):
+        for frame in generate(*args, **kwargs):
+            yield frame
+            sent.append((time.perf_counter(), len(frame.trace.get("tokens") or []), "stopped at" in frame.status))
+
+    def recorded_stop(session, wait_s=0.0):
+        stop_at.append(time.perf_counter())
+        return stop(session, wait_s)
+
+    monkeypatch.setattr(explore, "generate", recorded_generate)
+    monkeypatch.setattr(events.RUNS, "stop", recorded_stop)
+
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    query = share_query("smollm2-135m", "sampling", "Write a long story about a dragon and a lighthouse.", "", True, 1,
+                        300, {"temperature": 0.8}, "greedy", {}, run="")
+    page.goto(url.rstrip("/") + "/" + query)
+    page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.startsWith('Write')")
+    page.evaluate(OBSERVE)
+    page.locator("#pg-generate").click()
+    page.wait_for_function("() => document.querySelectorAll('#pg-text .pg-tok').length >= 6", timeout=240_000,
+                           polling=20)
+    # the second client: a long run queued behind the browser's, which starts as soon as Stop frees the model
+    job = Client(url, verbose=False).submit("smollm2-135m", "sampling", "Tell me everything about the ocean.", "{}",
+                                            2, 200, "", "auto", "auto", "", api_name="/generate")
+    try:
+        page.wait_for_function("() => document.querySelectorAll('#pg-text .pg-tok').length >= 8", timeout=120_000,
+                               polling=20)
+        log = page.evaluate("() => window.__log")
+        counts = token_changes(log, 0.0)[-6:]
+        step_s = (counts[-1][0] - counts[0][0]) / max(1, len(counts) - 1) / 1000
+        clicked = page.evaluate(CLICK_STOP)
+        page.wait_for_function("() => /stopped at step/.test(document.getElementById('pg-status').innerText)",
+                               timeout=60_000, polling=20)
+        page.wait_for_timeout(max(3000, int(3000 * step_s)))  # time for any late frame to show
+        log = page.evaluate("() => window.__log")
+        at_click = [n for t, n, _ in log if t < clicked][-1]
+        after = token_changes(log, clicked)
+        shown = min(t for t, _, s in log if t >= clicked and STOPPED_AT.search(s))
+        last_token = max([t for t, _ in after] or [clicked])
+        print(f"\n[timing] stop under load: one step {step_s:.2f} s; {len(after)} token(s) after the click; "
+              f"last token {(last_token - clicked) / 1000:.2f} s, 'stopped at step' "
+              f"{(shown - clicked) / 1000:.2f} s after the click ({(shown - last_token) / 1000:.2f} s after the "
+              f"last token)")
+        # the server: after Stop reached it, the step in flight is the last (one more token at most), and its
+        # final frame ("stopped at step n") follows that step within a second; nothing is sent after it
+        assert stop_at, "Stop did not reach the server"
+        late = [(t, n, fin) for t, n, fin in sent if t >= stop_at[0]]
+        before = [n for t, n, _ in sent if t < stop_at[0]]
+        tokens_then = before[-1] if before else 0
+        final_t = min(t for t, _, fin in late if fin)
+        step_end = max([t for t, n, fin in late if not fin] or [stop_at[0]])
+        print(f"[timing] server: {max(n for _, n, _ in late) - tokens_then} token(s) after Stop arrived "
+              f"; final frame {final_t - stop_at[0]:.2f} s after it, "
+              f"{final_t - step_end:.2f} s after the step in flight")
+        assert max(n for _, n, _ in late) <= tokens_then + 1
+        assert final_t - step_end < 1.0
+        assert all(n == late[-1][1] for t, n, _ in late if t >= final_t)
+        # the page: it ends on that final frame, and no token shows after its status says stopped
+        page.wait_for_function("(n) => document.querySelectorAll('#pg-text .pg-tok').length === n && "
+                               "/stopped at step/.test(document.getElementById('pg-status').innerText)",
+                               arg=late[-1][1], timeout=60_000, polling=50)
+        n_final = late[-1][1]
+        status = page.locator("#pg-status").inner_text()
+        assert STOPPED_AT.search(status).group(1) == str(n_final - 1)  # steps count from 0, as the slider does
+        assert f"{n_final} tokens" in status
+    finally:
+        job.cancel()
+        page.close()
