@@ -115,7 +115,7 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         dist = box(page, "#pg-dist")
         assert dist["width"] >= 0.7 * width, dist
         size = page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#pg-dist .gtitle')).fontSize)")
-        assert size >= 28
+        assert size >= 28 or width < 700  # projector sizes; a phone keeps its own
         # the beam tree instead: it alone, as wide
         page.locator("#pg-slides-chart input").click()
         page.get_by_role("option", name="strategy view", exact=True).click()

@@ -107,12 +107,15 @@ body.pg-slides #pg-queue-note, body.pg-slides #pg-example-note, body.pg-slides #
 body.pg-slides #pg-prompt-note, body.pg-slides #pg-branches, body.pg-slides #pg-export,
 body.pg-slides #pg-glossary, body.pg-slides .pg-slide-hidden { display: none !important; }
 body.pg-slides #pg-main { flex: 1 1 100% !important; width: 100% !important; max-width: 100% !important; }
-body.pg-slides #pg-text { font-size: 1.6rem; line-height: 1.5; }
-body.pg-slides #pg-main .js-plotly-plot .gtitle { font-size: 30px !important; }
-body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle {
-  font-size: 20px !important; }
-body.pg-slides #pg-main .js-plotly-plot .xtick text, body.pg-slides #pg-main .js-plotly-plot .ytick text {
-  font-size: 17px !important; }
+body.pg-slides #pg-main .modebar-container, body.pg-slides #pg-dist-note { display: none !important; }
+@media (min-width: 700px) {  /* projector sizes; a phone keeps its own */
+  body.pg-slides #pg-text { font-size: 1.6rem; line-height: 1.5; }
+  body.pg-slides #pg-main .js-plotly-plot .gtitle { font-size: 28px !important; }
+  body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle {
+    font-size: 20px !important; }
+  body.pg-slides #pg-main .js-plotly-plot .xtick text, body.pg-slides #pg-main .js-plotly-plot .ytick text {
+    font-size: 17px !important; }
+}
 """
 
 
