@@ -56,7 +56,9 @@ def test_seed_and_max_new_tokens_come_before_the_strategy_settings_and_the_advan
     assert component(demo, "pg-p-sampling-advanced")["props"]["open"] is False
     assert component(demo, "pg-p-sampling-advanced")["props"]["label"] == "Advanced sampler stages (0 on)"
     # speculative: its own settings (draft, gamma) stay open, the chain's further ones fold
-    assert order.index("pg-p-speculative-draft") < order.index("pg-p-speculative-advanced")
+    assert order.index("pg-p-speculative-draft") < order.index("pg-p-speculative-temperature") \
+        < order.index("pg-p-speculative-advanced")
+    assert order.index("pg-b-contrastive-amateur") < order.index("pg-b-contrastive-temperature")
     # greedy and beam have no chain: no advanced group
     assert "pg-p-greedy-advanced" not in order and "pg-p-beam-advanced" not in order
 

@@ -107,8 +107,9 @@ def _pairs_model(params: type) -> bool:
 
 
 def ordered(controls: list[Control]) -> list[Control]:
-    """The strategy's own settings and the primary chain ones first, then the advanced ones (a stable sort)."""
-    return sorted(controls, key=lambda c: c.advanced)
+    """The strategy's own settings (a draft, an amateur, gamma...), then the primary chain ones, then the
+    advanced ones (a stable sort: each group in its dataclass order)."""
+    return sorted(controls, key=lambda c: (c.advanced, c.name in CHAIN_FIELDS))
 
 
 def stages_on(controls: Sequence[Control], values: Sequence[Any]) -> int:
