@@ -155,16 +155,15 @@ def pair_update(c: Control, model: str, value: Any) -> Any:
 
 
 def _numeric_control(d: dict[str, Any], common: dict[str, Any], integer: bool) -> Control:
-    """A slider over the declared range (ending at ui_max where given); a number box when unbounded."""
+    """A slider over the declared range, ends included (ending at ui_max where given); a number box when
+    unbounded."""
     step = d.get("step") or (1 if integer else 0.01)
     low, high = d.get("low"), d.get("ui_max") if d.get("ui_max") is not None else d.get("high")
     if low is None or high is None or (high - low) / step > 5000:
         return Control(kind="number", minimum=d.get("low"), maximum=d.get("high"), step=step, integer=integer,
                        **common)
-    if d.get("low_open"):
-        low += step  # the open end itself is refused, so the slider starts one step inside
-    if d.get("high_open") and d.get("ui_max") is None:
-        high -= step
+    # An open end stays on the slider: set there, the run is refused with the field and its range (the
+    # message the CLI and the API give), never moved silently one step inside.
     high = max(high, common["default"])
     return Control(kind="slider", minimum=low, maximum=high, step=step, integer=integer, **common)
 

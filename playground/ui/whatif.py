@@ -131,34 +131,34 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
 
     def on_sample(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg = page.split_config(values[:len(config)])
-        n, tokens, batched = values[len(config):]
+        n, tokens, batched, theme = values[len(config):]
         fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                          bool(batched), events.progress(progress),
                                          grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")))
-        yield [plot_value(fig), table]
+        yield [plot_value(fig, theme), table]
 
     # the sidebar's grammar, where the page has its controls
     grammar_inputs = [c for c in (getattr(page, "grammar_kind", None), getattr(page, "grammar_text", None))
                       if c is not None]
     grammar_inputs = grammar_inputs if len(grammar_inputs) == 2 else []
 
-    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, *grammar: Any, progress: Any = None
-                 ) -> Iterator[list[Any]]:
+    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, theme: str, *grammar: Any,
+                 progress: Any = None) -> Iterator[list[Any]]:
         tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
                                                    events.progress(progress), grammar_value(*grammar)
                                                    if grammar else None)
-        yield [tokens, table, trace, *map(plot_value, figs)]
+        yield [tokens, table, trace, *(plot_value(f, theme) for f in figs)]
 
-    def on_score_click(trace: dict[str, Any] | None, evt: gr.EventData) -> list[Any]:
+    def on_score_click(trace: dict[str, Any] | None, theme: str, evt: gr.EventData) -> list[Any]:
         picked = select_score_step(trace, event_data(evt).get("step", 0))
-        return [picked[0], *map(plot_value, picked[1:])] if picked else [gr.skip()] * 4
+        return [picked[0], *(plot_value(f, theme) for f in picked[1:])] if picked else [gr.skip()] * 4
 
-    w.sample_run.click(handler(on_sample, len(config) + 3, True), [*config, w.n, w.tokens, w.batched],
+    w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
                        [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
-    w.score_run.click(handler(on_score, 5 + len(grammar_inputs), True),
-                      [page.model, page.prompt, page.system, page.chat, w.score_text, *grammar_inputs],
+    w.score_run.click(handler(on_score, 6 + len(grammar_inputs), True),
+                      [page.model, page.prompt, page.system, page.chat, w.score_text, page.theme, *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
-    w.score_tokens.click(on_score_click, w.score_trace, [w.score_tokens, *w.score_plots], **QUIET)
+    w.score_tokens.click(on_score_click, [w.score_trace, page.theme], [w.score_tokens, *w.score_plots], **QUIET)
