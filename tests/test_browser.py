@@ -130,7 +130,7 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
 
     # clicking a token selects its step in the charts below
     page.locator("#pg-text .pg-tok").nth(1).click()
-    page.wait_for_function("() => /^Step 1:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
+    page.wait_for_function("() => /^Step 1( of \\d+)?( · [^:]*)?:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
                            timeout=20_000)
     assert page.locator("#pg-step input[type=number]").input_value() == "1"
     # ... and so does clicking a bar of the overview chart (plotly_click, forwarded by assets/playground.js)
@@ -140,7 +140,7 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
     bar.scroll_into_view_if_needed()
     box = bar.bounding_box()
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 3)
-    page.wait_for_function("() => /^Step 3:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
+    page.wait_for_function("() => /^Step 3( of \\d+)?( · [^:]*)?:/.test(document.querySelector('#pg-dist .gtitle')?.textContent || '')",
                            timeout=20_000)
     assert page.locator("#pg-text .pg-tok.pg-sel").get_attribute("data-step") == "3"
 

@@ -177,3 +177,12 @@ def test_slides_view_and_glossary_are_on_the_page(demo):
     # a strategy's own views sit right under the text, above the charts and the branches panel
     assert order.index("pg-text") < order.index("pg-view-0") < order.index("pg-overview-main") \
         < order.index("pg-branches")
+
+
+def test_max_new_tokens_is_a_box_that_passes_any_value_to_the_refusal(demo):
+    """A slider would move 100000 to its end in the browser before any check saw it; the box sends it
+    on, and the run is refused with the field and its range (tests/test_page_messages.py)."""
+    box = component(demo, "pg-max-new")
+    assert box["type"] == "number" and box["props"].get("maximum") is None and box["props"]["precision"] == 0
+    slider = component(demo, "pg-p-sampling-top_p")  # an open low end (top-p 0) is on the slider,
+    assert slider["props"]["minimum"] == 0  # to be refused with its range rather than moved

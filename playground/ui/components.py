@@ -31,7 +31,7 @@ class Page:
     random_seed: gr.Checkbox
     theme: gr.Textbox
     params_box: gr.Accordion
-    max_new: gr.Slider
+    max_new: gr.Number
     chat: gr.Checkbox
     system: gr.Textbox
     prompt: gr.Textbox

@@ -124,8 +124,10 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
                    page.png_files, api_visibility="private")
     # Stop cancels between two steps (the engine yields after every token), then settles the page
     side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
-    # (a handler's run reads Stop between two frames and sends its own last one; a bar click's branch is cancelled)
-    page.stop.click(events.request_stop, None, None, queue=False, cancels=branch_events[:1], api_visibility="private").then(
+    # (the handler's run also reads Stop between two frames; cancelling the events drops the frames the
+    # browser has not drawn yet, so the page stops at once instead of catching up)
+    page.stop.click(events.request_stop, None, None, queue=False, cancels=[event, compare_event, *branch_events],
+                    api_visibility="private").then(
         on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
         [main.status, *main.views, page.trace_file, *side_views], **QUIET).then(
         branches.on_stop, [page.trace, panel.state], [panel.tree, panel.view, panel.state, panel.forced, page.trace],

@@ -161,8 +161,9 @@ def _sidebar(page: Page) -> None:
                           info=f"An integer in [0, {MAX_SEED}]: the same seed gives the same run.")
     page.random_seed = gr.Checkbox(False, label="Random seed: a new one each run, written into the box",
                                    elem_id="pg-random-seed")
-    page.max_new = gr.Slider(1, MAX_NEW_TOKENS, value=share.DEFAULT_MAX_NEW_TOKENS, step=1, label="Max new tokens",
-                             elem_id="pg-max-new")
+    # a box, like Seed: a value out of range is refused with the range, never shortened silently
+    page.max_new = gr.Number(value=share.DEFAULT_MAX_NEW_TOKENS, label="Max new tokens", precision=0,
+                             elem_id="pg-max-new", info=f"An integer in [1, {MAX_NEW_TOKENS}].")
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
         page.panel = build_panel("p", default)
