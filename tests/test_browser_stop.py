@@ -113,7 +113,6 @@ def test_stop_under_load_ends_after_the_step_in_flight_and_says_where(browser, u
                                timeout=60_000, polling=20)
         page.wait_for_timeout(max(3000, int(3000 * step_s)))  # time for any late frame to show
         log = page.evaluate("() => window.__log")
-        at_click = [n for t, n, _ in log if t < clicked][-1]
         after = token_changes(log, clicked)
         shown = min(t for t, _, s in log if t >= clicked and STOPPED_AT.search(s))
         last_token = max([t for t, _ in after] or [clicked])

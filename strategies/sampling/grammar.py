@@ -263,12 +263,11 @@ class Grammar(TransformBase):
     def spec(self) -> GrammarSpec:
         return self.compiled.spec
 
-    def allowed(self, vocab: int, rows: list[int] | None = None) -> torch.Tensor:
+    def allowed(self, vocab: int) -> torch.Tensor:
         """[rows, vocab] bool: the tokens each row's matcher allows next."""
         import llguidance.torch as llt
 
-        matchers = self.matchers if rows is None else [self.matchers[r] for r in rows]
-        return allowed_mask(matchers, vocab, llt)
+        return allowed_mask(self.matchers, vocab, llt)
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         eos = self.compiled.tokenizer.eos_tokens
