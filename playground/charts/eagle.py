@@ -12,6 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from playground.charts import break_even
 from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, num, show_token, token_text
 from playground.charts.palette import ACCEPTED, ADDED, REJECTED, ROOT, UNUSED
 from playground.charts.speculative import BELOW
@@ -122,8 +123,9 @@ def round_of_step(trace: dict[str, Any], step: int | None) -> int:
 
 
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
-    """The selected step's round as a tree, and tau over rounds; [] for any other trace."""
+    """The selected step's round as a tree, tau over rounds and the break-even lanes; [] for any
+    other trace."""
     if not trace.get("rounds") or not is_eagle(trace):
         return []
     return [View("EAGLE draft tree", figure=tree_figure(trace, round_of_step(trace, step))),
-            View("tau per round", figure=tau_figure(trace))]
+            View("tau per round", figure=tau_figure(trace)), *break_even.views(trace)]

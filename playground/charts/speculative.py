@@ -16,6 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.charts import break_even
 from playground.charts.common import TOKEN_MARKS, add_caption, show_token, token_text, View, escape
 from playground.charts.palette import (ACCEPTED, ACCEPTED_BACKGROUND, ACCEPTED_INK, ADDED, ADDED_BACKGROUND, ADDED_INK,
                                        BASELINE, DRAFT, FASTER, GUIDE, INK, LOSSY_INK, RAW, REJECTED,
@@ -291,8 +292,9 @@ def speed_figure(trace: dict[str, Any]) -> go.Figure:
 
 
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
-    """Timeline, the round that produced the selected step's token in detail, accepted lengths and
-    speed; [] for a trace without rounds, and for EAGLE's tree rounds (charts_eagle draws those)."""
+    """Timeline, the round that produced the selected step's token in detail, accepted lengths,
+    speed and the break-even lanes; [] for a trace without rounds, and for EAGLE's tree rounds
+    (charts_eagle draws those)."""
     if not trace.get("rounds") or (trace.get("speculative") or {}).get("draft_kind") == "eagle":
         return []
     out = [View("speculative rounds", html=timeline_html(trace)),
@@ -304,4 +306,4 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
         out.append(View("speed", html=f'<div style="color:var(--body-text-color-subdued, {SUBDUED_INK})">With measure_baseline on, plain target '
                                       'decoding of the same length is timed after the last round and '
                                       'compared here.</div>'))
-    return out
+    return out + break_even.views(trace)
