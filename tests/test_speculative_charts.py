@@ -28,7 +28,7 @@ def trace() -> dict:
 
 def test_views_of_a_speculative_trace(trace):
     got = views(trace)
-    assert [v.title for v in got] == ["speculative rounds", "round detail", "accepted per round", "speed"]
+    assert [v.title for v in got] == ["speculative rounds", "round detail", "accepted per round", "speed", "break-even lanes"]
     assert got[0].html and all(v.figure is not None for v in got[1:])
     assert views({"steps": [], "tokens": []}) == [] and views({**trace, "rounds": []}) == []
 

@@ -26,6 +26,8 @@ from torch import nn
 
 from playground.engine import Request, run
 from playground.models import ModelStore
+from playground.models.dtypes import cpu_has_native_bf16
+from playground.tools import eagle_data
 from strategies.speculative.eagle.head import HEADS, EagleHead, load_head, save_head
 
 NOISE = 0.1
@@ -83,68 +85,136 @@ def sampled_answers(lm: Any, prompts: list[list[int]], per_prompt: int, length: 
     return out
 
 
-def sequences(lm: Any, quick: bool, seed: int, answers_per_prompt: int = 4, doc_chars: int = 200_000
-              ) -> tuple[list[list[int]], dict[str, Any]]:
+def sequences(lm: Any, quick: bool, seed: int, prompts: int = 1600, answer_tokens: int = 128,
+              doc_chars: int = 3_000_000) -> tuple[list[list[int]], dict[str, Any]]:
     if lm.key == "toy":
         seqs = sampled_answers(lm, TOY_PROMPTS, 64, 24, seed)
         return seqs, {"sampled_answers": len(seqs), "prompts": len(TOY_PROMPTS), "tokens_each": 24}
-    prompts = [lm.encode(p) for p in CHAT_PROMPTS[: 4 if quick else None]]
-    answers = sampled_answers(lm, prompts, 2 if quick else answers_per_prompt, 64, seed)
-    texts = package_text(20_000 if quick else doc_chars)
-    docs = [lm.tokenizer(t)["input_ids"][:128] for t in texts]
-    return answers + docs, {"sampled_answers": len(answers), "chat_prompts": len(prompts), "answer_tokens": 64,
-                            "stdlib_docstrings": len(docs), "max_doc_tokens": 128}
+    if quick:
+        prompts, answer_tokens, doc_chars = 8, 16, 20_000
+    return eagle_data.cached(lm, CHAT_HELD_OUT, prompts, answer_tokens, doc_chars, seed)
 
 
-def features(lm: Any, seqs: list[list[int]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(ids [L], last hidden states [L, d]) per sequence, from one target pass each."""
-    out = []
+def features(lm: Any, seqs: list[list[int]], batch_tokens: int = 4096) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(ids [L], last hidden states [L, d]) per sequence, from one target pass each, kept in float32.
+
+    Sequences of equal length share a pass. ``lm`` may be the target in bfloat16 (what a CPU with
+    native bfloat16 runs fastest; the features then are those the head reads at run time there)."""
+    out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(seqs)
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(seqs):
+        by_length.setdefault(len(ids), []).append(i)
+    for length, members in by_length.items():
+        rows = max(1, batch_tokens // length)
+        for j in range(0, len(members), rows):
+            group = members[j:j + rows]
+            batch = torch.tensor([seqs[i] for i in group], device=lm.device)
+            with torch.inference_mode():  # the decoder alone: its last state is what the LM head reads
+                hidden = lm.model.get_decoder()(input_ids=batch).last_hidden_state.float()
+            for row, i in enumerate(group):  # cloned outside inference mode: trainable input
+                out[i] = (torch.tensor(seqs[i]), hidden[row].clone())
+    return out  # type: ignore[return-value]
+
+
+def frequency_order(seqs: list[list[int]], vocab_size: int) -> tuple[list[int], torch.Tensor]:
+    """Every token id, most frequent in ``seqs`` first (ties by id): the draft vocabulary's ranking;
+    and the counts."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
     for ids in seqs:
-        hidden = lm.forward(torch.tensor([ids], device=lm.device), hidden=True).hidden_states[-1][0]
-        out.append((torch.tensor(ids), hidden.float().clone()))  # cloned outside inference mode: trainable input
+        counts += torch.bincount(torch.tensor(ids), minlength=vocab_size)
+    return sorted(range(vocab_size), key=lambda i: (-int(counts[i]), i)), counts
+
+
+def batches(data: list[tuple[torch.Tensor, torch.Tensor]], batch_tokens: int, rng: random.Random
+            ) -> list[list[int]]:
+    """One epoch: indices shuffled, grouped by similar length into batches of about ``batch_tokens``."""
+    order = list(range(len(data)))
+    rng.shuffle(order)
+    out: list[list[int]] = []
+    for j in range(0, len(order), 512):
+        chunk = sorted(order[j:j + 512], key=lambda i: len(data[i][0]))
+        current: list[int] = []
+        for i in chunk:
+            if current and (len(current) + 1) * len(data[i][0]) > batch_tokens:
+                out.append(current)
+                current = []
+            current.append(i)
+        if current:
+            out.append(current)
+    rng.shuffle(out)
     return out
 
 
-def loss_terms(head: EagleHead, lm: Any, ids: torch.Tensor, feats: torch.Tensor, g: torch.Generator
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SmoothL1 on the feature and cross-entropy against the target's distribution, one sequence."""
+def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], batch: list[int],
+               vocab: torch.Tensor | None, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """SmoothL1 on the feature and cross-entropy against the target's distribution over the draft
+    vocabulary (``vocab``; None is the whole one), for a right-padded batch of sequences.
+
+    Right padding is exact for the causal head: a real position never sees a later one."""
     embed, lm_head = lm.model.get_input_embeddings(), lm.model.get_output_embeddings()
+    weight = lm_head.weight if vocab is None else lm_head.weight[vocab]
+    width = max(len(data[i][0]) for i in batch) - 1
+    d = data[batch[0]][1].shape[-1]
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    inputs = torch.zeros(len(batch), width, d)
+    targets = torch.zeros(len(batch), width, d)
+    mask = torch.zeros(len(batch), width, dtype=torch.bool)
+    for row, i in enumerate(batch):
+        seq, feats = data[i]
+        n = len(seq) - 1
+        ids[row, :n], inputs[row, :n], targets[row, :n], mask[row, :n] = seq[1:], feats[:-1], feats[1:], True
     with torch.no_grad():
-        emb = embed(ids[1:].to(lm.device)).float()
-        target_logp = lm_head(feats[1:]).float().log_softmax(-1)
-    noisy = feats[:-1] + (torch.rand(feats[:-1].shape, generator=g) * 2 - 1) * NOISE
-    pred, _ = head(emb.unsqueeze(0), noisy.unsqueeze(0))
-    pred = pred[0]
-    reg = nn.functional.smooth_l1_loss(pred, feats[1:])
-    ce = -(target_logp.exp() * lm_head(pred).float().log_softmax(-1)).sum(-1).mean()
+        emb = embed(ids.to(lm.device)).float()
+        target_p = (targets[mask] @ weight.float().T).softmax(-1)
+    noisy = inputs + (torch.rand(inputs.shape, generator=g) * 2 - 1) * NOISE
+    pred, _ = head(emb, noisy)
+    pred = pred[mask]
+    reg = nn.functional.smooth_l1_loss(pred, targets[mask])
+    ce = -(target_p * (pred @ weight.float().T).log_softmax(-1)).sum(-1).mean()
     return reg, ce
 
 
-def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float, cap_seconds: float,
-          seed: int) -> tuple[EagleHead, dict[str, Any]]:
+def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, lr: float, cap_seconds: float,
+          seed: int, vocab: torch.Tensor | None, batch_tokens: int, autocast: bool = False, log: Any = print
+          ) -> tuple[EagleHead, dict[str, Any]]:
+    """AdamW, linear warm-up then cosine decay to a tenth over the planned steps; stops at the cap.
+    ``autocast``: matrix products in bfloat16 (weights and optimiser stay float32)."""
+    import math
     torch.manual_seed(seed)
     head = EagleHead(lm.model.config).float().train()
     for p in lm.model.parameters():
         p.requires_grad_(False)
     opt = torch.optim.AdamW(head.parameters(), lr=lr)
-    order = random.Random(seed)
+    rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
+    plan = [batches(data, batch_tokens, rng) for _ in range(epochs)]
+    planned = sum(map(len, plan))
+    warm = min(200, planned // 10 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
+        0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / planned)))))
     start, done, history = time.perf_counter(), 0, []
-    for step in range(steps):
+    for batch in (b for epoch in plan for b in epoch):
         if time.perf_counter() - start > cap_seconds:
             break
-        ids, feats = data[order.randrange(len(data))]
-        reg, ce = loss_terms(head, lm, ids, feats, g)
-        loss = reg + CE_WEIGHT * ce
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            reg, ce = loss_terms(head, lm, data, batch, vocab, g)
+            loss = reg + CE_WEIGHT * ce
         opt.zero_grad()
         loss.backward()
         opt.step()
-        done = step + 1
+        sched.step()
+        done += 1
         history.append((float(reg.detach()), float(ce.detach())))
+        if done % 50 == 0:
+            tail = history[-50:]
+            log(f"step {done}/{planned} {time.perf_counter() - start:.0f} s smooth_l1 "
+                f"{sum(r for r, _ in tail) / 50:.4f} ce {sum(c for _, c in tail) / 50:.3f}")
     tail = history[-50:]
     seconds = round(time.perf_counter() - start, 1)
-    return head.eval(), {"steps": done, "steps_planned": steps, "lr": lr, "seconds": seconds,
-                         "capped": done < steps, "final_smooth_l1": round(sum(r for r, _ in tail) / len(tail), 5),
+    return head.eval(), {"epochs": epochs, "steps": done, "steps_planned": planned, "batch_tokens": batch_tokens,
+                         "lr": lr, "autocast_bfloat16": autocast, "schedule": f"linear warm-up {warm} steps, cosine to 0.1 x lr",
+                         "seconds": seconds, "capped": done < planned,
+                         "final_smooth_l1": round(sum(r for r, _ in tail) / len(tail), 5),
                          "final_ce": round(sum(c for _, c in tail) / len(tail), 4),
                          "losses_averaged_over_last": len(tail)}
 
@@ -161,46 +231,111 @@ def held_out_tau(store: Any, key: str, prompts: list[str], tokens: int, **params
     return round(produced / rounds, 4)
 
 
+ACCEPTANCE_TREE = (5, 3)  # static depth x branching whose rounds measure acceptance by depth and rank
+
+
+def acceptance_by_depth(traces: list[Any], depth: int, branching: int) -> dict[str, Any]:
+    """From greedy static-tree rounds: at each depth, how often it was reached (its parent accepted)
+    and at which sibling rank the target's token was found (children are drafted most probable first)."""
+    reached = [0] * depth
+    hits = [[0] * branching for _ in range(depth)]
+    for trace in traces:
+        for r in trace.rounds:
+            nodes = r["tree"]
+            for d in range(1, depth + 1):
+                parent = r["path"][d - 1] if d - 1 < len(r["path"]) else None
+                if parent is None:
+                    break
+                kids = [n["node"] for n in nodes if n["parent"] == parent]
+                if not kids:
+                    break
+                reached[d - 1] += 1
+                chosen = r["path"][d] if d < len(r["path"]) else None
+                if chosen in kids:
+                    hits[d - 1][kids.index(chosen)] += 1
+    return {"tree": f"static depth {depth} branching {branching}", "reached": reached, "rank_hits": hits}
+
+
+def evaluate(store: Any, lm: Any, root: Path) -> None:
+    """Held-out tau (static 4 x 2, the record the guard test reads), tau by draft vocabulary size, and
+    acceptance by depth and rank, all greedy on the held-out prompts, into ``head.json``."""
+    head, record = load_head(lm, root)
+    toy = lm.key == "toy"
+    held_out, tokens = (TOY_HELD_OUT, 16) if toy else (CHAT_HELD_OUT, 48)
+    record["held_out"] = {"prompts": held_out, "max_new_tokens": tokens, "temperature": 0.0,
+                          "tree": "static depth 4 branching 2",
+                          "tau": held_out_tau(store, lm.key, held_out, tokens, eagle_depth=4, eagle_branching=2)}
+    if head.draft_ids is not None:
+        sizes = [n for n in (8192, 16384, 32768) if n < head.draft_ids.numel()] + [0, -1]
+        record["held_out"]["tau_by_draft_vocab"] = {
+            str(n): held_out_tau(store, lm.key, held_out, tokens, eagle_depth=4, eagle_branching=2, eagle_vocab=n)
+            for n in sizes}
+    depth, branching = ACCEPTANCE_TREE
+    traces = [run(store, Request(lm.key, "speculative", p, {"draft": "eagle", "temperature": 0.0,
+                                                            "measure_baseline": False, "eagle_depth": depth,
+                                                            "eagle_branching": branching}, seed=0,
+                                 max_new_tokens=tokens)) for p in held_out]
+    record["held_out"]["acceptance"] = acceptance_by_depth(traces, depth, branching)
+    (root / lm.key / "head.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record["held_out"]))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="toy")
-    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--cap-minutes", type=float, default=55.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a few sequences and steps (a smoke test)")
-    ap.add_argument("--answers-per-prompt", type=int, default=4, help="sampled answers per chat prompt")
-    ap.add_argument("--doc-chars", type=int, default=200_000, help="characters of standard-library docstrings")
+    ap.add_argument("--prompts", type=int, default=1600, help="chat prompts the target answers")
+    ap.add_argument("--answer-tokens", type=int, default=128, help="most tokens of each answer")
+    ap.add_argument("--doc-chars", type=int, default=3_000_000, help="characters of standard-library docstrings")
+    ap.add_argument("--draft-vocab", type=int, default=None,
+                    help="the head drafts only the N most frequent tokens of its training data (0: all)")
+    ap.add_argument("--batch-tokens", type=int, default=4096)
     ap.add_argument("--evaluate", action="store_true", help="only measure held-out tau into head.json")
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
     store = ModelStore("cpu")
     lm = store.get(args.model)
-    held_out = TOY_HELD_OUT if args.model == "toy" else CHAT_HELD_OUT
-    tokens = 16 if args.model == "toy" else 48
+    toy = args.model == "toy"
     if args.evaluate:
-        _, record = load_head(lm, args.out)
-        record["held_out"] = {"prompts": held_out, "max_new_tokens": tokens, "temperature": 0.0,
-                              "tree": "static depth 4 branching 2",
-                              "tau": held_out_tau(store, lm.key, held_out, tokens, eagle_depth=4, eagle_branching=2)}
-        (args.out / lm.key / "head.json").write_text(json.dumps(record, indent=1) + "\n")
-        print(json.dumps(record["held_out"]))
+        evaluate(store, lm, args.out)
         return
-    seqs, data_record = sequences(lm, args.quick, args.seed, args.answers_per_prompt, args.doc_chars)
+    seqs, data_record = sequences(lm, args.quick, args.seed, args.prompts, args.answer_tokens, args.doc_chars)
     t0 = time.perf_counter()
-    data = features(lm, seqs)
+    fast = not toy and cpu_has_native_bf16()
+    data = features(lm.with_weights("bfloat16") if fast else lm, seqs, 2048)
     data_record.update(sequences=len(data), tokens=sum(len(i) for i, _ in data),
+                       feature_weights="bfloat16" if fast else lm.weights,
                        feature_seconds=round(time.perf_counter() - t0, 1))
-    steps = args.steps or (20 if args.quick else 1500 if args.model == "toy" else 20000)
-    lr = args.lr or (3e-3 if args.model == "toy" else 5e-4)
-    head, fit = train(lm, data, steps, lr, args.cap_minutes * 60, args.seed)
+    order, counts = frequency_order(seqs, lm.vocab_size)
+    size = args.draft_vocab if args.draft_vocab is not None else (0 if toy else 32768)
+    vocab = torch.tensor(order[:size]) if 0 < size < lm.vocab_size else None
+    epochs = args.epochs or (1 if args.quick else 60 if toy else 3)
+    lr = args.lr or (3e-3 if toy else 5e-4)
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    log(f"{len(data)} sequences, {data_record['tokens']} tokens; training {epochs} epochs")
+    head, fit = train(lm, data, epochs, lr, args.cap_minutes * 60, args.seed, vocab, args.batch_tokens, fast, log)
+    seen = int((counts > 0).sum())
+    draft_vocabulary = ({"size": lm.vocab_size, "kind": "full (the target's own LM head)"} if vocab is None else
+                        {"size": size, "kind": "the most frequent tokens of the training data, most frequent first",
+                         "map": "draft_ids in head.safetensors: draft index -> target id",
+                         "distinct_tokens_in_data": seen,
+                         "data_mass_covered": round(float(counts[vocab].sum() / counts.sum()), 5)})
+    if vocab is not None:
+        head.set_draft_ids(vocab)
     record = {"model": lm.key, "seed": args.seed, "data": data_record, "training": fit,
-              "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution), "
-                      f"noise U(-{NOISE}, {NOISE})",
-              "draft_vocabulary": "full (the target's own LM head)",
-              "command": f"python -m playground.tools.train_eagle --model {lm.key} --steps {steps} --lr {lr} "
-                         f"--cap-minutes {args.cap_minutes} --answers-per-prompt {args.answers_per_prompt} "
-                         f"--doc-chars {args.doc_chars} --seed {args.seed}"}
+              "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution over the draft "
+                      f"vocabulary), noise U(-{NOISE}, {NOISE})",
+              "draft_vocabulary": draft_vocabulary,
+              "command": f"python -m playground.tools.train_eagle --model {lm.key} --epochs {epochs} --lr {lr} "
+                         f"--cap-minutes {args.cap_minutes} --prompts {args.prompts} "
+                         f"--answer-tokens {args.answer_tokens} --doc-chars {args.doc_chars} "
+                         f"--draft-vocab {size} --batch-tokens {args.batch_tokens} --seed {args.seed}"
+                         + (" --quick" if args.quick else "")}
     folder = save_head(head, lm.key, record, args.out)
     print(json.dumps(record))
     print(f"saved to {folder}")

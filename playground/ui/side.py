@@ -25,7 +25,7 @@ GLOSSARY = """- **entropy**: how spread the distribution of a step is, −Σ p·
   grammar took nothing away).
 - **token marks**: `·` is a space and `↵` a newline inside a token, so `·the` is " the"."""
 
-VIEW_PLOTS = 4  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
+VIEW_PLOTS = 5  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
 
 

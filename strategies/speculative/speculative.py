@@ -76,13 +76,20 @@ class SpeculativeParams(ChainParams):
                               low=1, high=1000, step=1, ui_max=50)
     lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
     eagle_tree: str = param("static", "EAGLE draft tree: static (every node gets eagle_branching children, to "
-                            "eagle_depth; branching 1 is a chain) or dynamic (EAGLE-2: expand the most probable "
-                            "nodes, keep the best eagle_total_tokens; temperature 0 only).",
-                            choices=("static", "dynamic"))
+                            "eagle_depth; branching 1 is a chain), dynamic (EAGLE-2: expand the most probable "
+                            "nodes, keep the best eagle_total_tokens; temperature 0 only), or auto (the static "
+                            "tree whose depth and branching give the most tokens per second by this machine's "
+                            "measured pass costs and the head's measured acceptance by depth; eagle_depth and "
+                            "eagle_branching are then chosen, not read).",
+                            choices=("static", "dynamic", "auto"))
     eagle_depth: int = param(4, "Levels of the EAGLE draft tree (tokens on its longest path).", low=1, high=8, step=1)
     eagle_branching: int = param(2, "Children per expanded node of the EAGLE tree (nodes expanded per level when "
                                  "dynamic).", low=1, high=8, step=1)
     eagle_total_tokens: int = param(16, "Drafts a dynamic EAGLE tree keeps.", low=1, high=64, step=1)
+    eagle_vocab: int = param(0, "EAGLE draft vocabulary: the head's LM-head reading covers only the N most "
+                             "frequent tokens of its training data (its stored map; FR-Spec). 0 = as the head "
+                             "ships; -1 = the whole vocabulary. Verification is unchanged: only drafts outside "
+                             "the N become impossible.", low=-1, high=262144, step=1, ui_max=49152)
     measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
 
     def validate(self) -> None:

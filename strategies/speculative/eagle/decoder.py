@@ -115,10 +115,15 @@ class EagleDecoder:
     cache: Any = None
     head_cache: Any = None
     head: Any = field(default=None, repr=False)
+    vocab: int = 0  # eagle_vocab: 0 the head's own map (or none), -1 the whole vocabulary, N its first N
+    draft_map: torch.Tensor | None = field(default=None, repr=False)  # draft index -> target id
+    draft_weight: torch.Tensor | None = field(default=None, repr=False)  # the LM head's rows of draft_map
+    _draft_bias: torch.Tensor | None = field(default=None, repr=False)
 
     def prefill(self) -> None:
         if self.head is None:  # the shipped head; a test may hand in another
             self.head, _ = load_head(self.target)
+        self._draft_vocabulary()
         self.head_cache = self.head.new_cache()
         self.cache = rollback_cache(self.target)
         d = int(self.target.model.config.hidden_size)
@@ -127,6 +132,43 @@ class EagleDecoder:
             out = self.target.forward(self._tensor(self.ids[:-1]), self.cache, hidden=True)
             self.cache, self.target_passes = out.cache, self.target_passes + 1
             self.features = out.hidden_states[-1][0]
+
+    def _draft_vocabulary(self) -> None:
+        """The rows the draft's LM-head reading multiplies by (FR-Spec): the head's stored map, a prefix
+        of it, or every row."""
+        stored = getattr(self.head, "draft_ids", None)
+        size = 0 if stored is None else int(stored.numel())
+        if self.vocab == -1 or (self.vocab == 0 and stored is None):
+            self.draft_map = self.draft_weight = None
+            return
+        if stored is None or not 1 <= self.vocab <= size and self.vocab != 0:
+            allowed = "0 or -1 (it drafts from the whole vocabulary)" if stored is None else f"-1, 0 or 1..{size}"
+            raise InvalidRequest(f"eagle_vocab for the {self.target.key} head must be {allowed}, got {self.vocab}")
+        n = size if self.vocab == 0 else self.vocab
+        key = ("eagle_draft_rows", n, id(self.head))
+        cached = self.target.attached.get(key)
+        if cached is None:
+            ids = stored[:n].to(self.target.device)
+            lm_head = self.target.model.get_output_embeddings()
+            cached = (ids, lm_head.weight.index_select(0, ids).contiguous(),
+                      None if getattr(lm_head, "bias", None) is None else lm_head.bias.index_select(0, ids))
+            self.target.attached[key] = cached
+        self.draft_map, self.draft_weight, self._draft_bias = cached
+
+    @property
+    def vocab_label(self) -> int | str:
+        """The draft vocabulary's size, or 'full'."""
+        return "full" if self.draft_map is None else int(self.draft_map.numel())
+
+    def draft_logits(self, feature: torch.Tensor) -> torch.Tensor:
+        """[1, V] float32 logits the draft reads from a predicted feature [d]; -inf outside its vocabulary."""
+        lm_head = self.target.model.get_output_embeddings()
+        if self.draft_map is None:
+            return lm_head(feature.unsqueeze(0)).float()
+        small = torch.nn.functional.linear(feature.unsqueeze(0), self.draft_weight, self._draft_bias).float()
+        logits = torch.full((1, lm_head.weight.shape[0]), float("-inf"), device=small.device)
+        logits[0, self.draft_map] = small[0]
+        return logits
 
     def _tensor(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], device=self.target.device)
@@ -147,7 +189,7 @@ class EagleDecoder:
     def _draft_row(self, feature: torch.Tensor, text: list[int]) -> torch.Tensor:
         """[V] the draft's distribution from a predicted feature: the target's LM head, then the chain
         (at temperature 0 the raw softmax, whose order picks the top drafts)."""
-        logits = self.target.model.get_output_embeddings()(feature.unsqueeze(0)).float()
+        logits = self.draft_logits(feature)
         if self.greedy:
             return logits.softmax(-1)[0]
         return apply_chain(self.chain, logits, self._tensor(text)).softmax(-1)[0]

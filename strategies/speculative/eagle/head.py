@@ -12,6 +12,13 @@ token embedding removed (the target's is reused) and its own final norm kept (tr
 addition to the paper's head, which lets the output match the target's normed features). Only the
 head's own weights are stored: ``head.safetensors`` next to ``head.json`` (its record: data, steps,
 losses, held-out tau) under ``assets/eagle/<model key>/``.
+
+A head may draft from a reduced vocabulary (FR-Spec, Zhao et al. 2025, "FR-Spec: Accelerating
+Large-Vocabulary Language Models via Frequency-Ranked Speculative Sampling"): its LM-head reading
+multiplies only by the rows of the N most frequent target tokens of its training data. The map from
+draft index to target id is stored with the weights (``draft_ids``, most frequent first) and read
+back with them; without it a reduced head would silently draft ids 0..N-1. Verification still uses
+the target's whole distribution, so the output is unchanged: only drafts outside the N are impossible.
 """
 from __future__ import annotations
 
@@ -54,7 +61,7 @@ class EagleHead(nn.Module):
     layer's KV cache; ``attention_mask`` (4D additive) and ``position_ids`` drive tree drafting.
     """
 
-    def __init__(self, target_config: Any):
+    def __init__(self, target_config: Any, draft_ids: torch.Tensor | None = None):
         super().__init__()
         from transformers import AutoModel
         d = int(target_config.hidden_size)
@@ -64,6 +71,16 @@ class EagleHead(nn.Module):
         for name, child in list(self.layer.named_children()):
             if child is embedding:  # the target's embedding is used instead; never stored twice
                 setattr(self.layer, name, None)
+        self.register_buffer("draft_ids", None, persistent=True)
+        if draft_ids is not None:
+            self.set_draft_ids(draft_ids)
+
+    def set_draft_ids(self, ids: torch.Tensor) -> None:
+        """Draft only from the target ids ``ids`` (distinct, in range; most frequent first)."""
+        ids = torch.as_tensor(ids, dtype=torch.long).flatten()
+        if ids.numel() == 0 or len(set(ids.tolist())) != ids.numel() or int(ids.min()) < 0:
+            raise ValueError("draft_ids must be distinct non-negative target ids")
+        self.draft_ids = ids.to(self.fc.weight.device)
 
     def forward(self, embeddings: torch.Tensor, features: torch.Tensor, cache: Any = None,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
@@ -82,7 +99,8 @@ def save_head(head: EagleHead, key: str, record: dict[str, Any], root: Path = HE
     from safetensors.torch import save_file
     folder = root / key
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in head.state_dict().items()}, str(folder / "head.safetensors"))
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(folder / "head.safetensors"))
     (folder / "head.json").write_text(json.dumps(record, indent=1) + "\n")
     return folder
 
@@ -94,8 +112,12 @@ def load_head(lm: Any, root: Path = HEADS) -> tuple[EagleHead, dict[str, Any]]:
         return cached
     from safetensors.torch import load_file
     folder = root / lm.key
-    head = EagleHead(lm.model.config)
-    head.load_state_dict(load_file(str(folder / "head.safetensors")))
+    state = load_file(str(folder / "head.safetensors"))
+    head = EagleHead(lm.model.config, state.get("draft_ids"))
+    head.load_state_dict(state, strict=True)
+    if head.draft_ids is not None and int(head.draft_ids.max()) >= lm.vocab_size:
+        raise ValueError(f"the {lm.key} head drafts id {int(head.draft_ids.max())}, past the vocabulary "
+                         f"({lm.vocab_size})")
     head.to(lm.device, dtype=lm.model.dtype).eval()
     loaded = (head, json.loads((folder / "head.json").read_text()))
     lm.attached[ATTACHED_KEY] = loaded

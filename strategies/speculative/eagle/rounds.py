@@ -17,7 +17,9 @@ import torch
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext
 from strategies.speculative.eagle.tree import depths
+from strategies.speculative.eagle.auto_tree import auto_tree
 from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
+from strategies.speculative.eagle.head import load_head
 from strategies.recording import finish, make_step
 
 
@@ -84,12 +86,15 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     """
     greedy = params.temperature == 0
     check_eagle(ctx.lm, greedy, params.eagle_tree)
-    decoder = EagleDecoder(ctx.lm, chain, greedy, params.eagle_tree, params.eagle_depth, params.eagle_branching,
-                           params.eagle_total_tokens, ctx.generator(1), ctx.generator(0), list(ctx.prompt_ids),
-                           ctx.clock.now)
+    auto = params.eagle_tree == "auto"
+    decoder = EagleDecoder(ctx.lm, chain, greedy, "static" if auto else params.eagle_tree, params.eagle_depth,
+                           params.eagle_branching, params.eagle_total_tokens, ctx.generator(1), ctx.generator(0),
+                           list(ctx.prompt_ids), ctx.clock.now, vocab=params.eagle_vocab)
     started = ctx.clock.now()
     with torch.inference_mode():
         decoder.prefill()
+    choice = auto_tree(decoder, load_head(ctx.lm)[1]) if auto else None
+    trace.extra["speculative"] = {"auto_tree": choice}
     reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
     taus: list[int] = []
     while len(trace.tokens) < ctx.max_new_tokens:
@@ -103,22 +108,24 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
         draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
         taus.append(committed)
         finish(trace, ctx, started, "running", decoder.target_passes)
-        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None)
+        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None, choice)
         if eos:
             reason = "eos"
             break
         yield trace
     finish(trace, ctx, started, reason, decoder.target_passes)
     reference = baseline(ctx, len(trace.tokens), chain) if params.measure_baseline else None
-    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference)
+    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference, choice)
     yield trace
 
 
 def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produced: int, accepted: int,
-            taus: list[int], draft_s: float, verify_s: float, reference: dict[str, Any] | None) -> None:
+            taus: list[int], draft_s: float, verify_s: float, reference: dict[str, Any] | None,
+            choice: dict[str, Any] | None) -> None:
     trace.extra["speculative"] = {
         "draft": "eagle", "draft_kind": "eagle", "verify": "greedy" if decoder.greedy else "tree_rejection",
-        "tree": params.eagle_tree, "depth": params.eagle_depth, "branching": params.eagle_branching,
+        "tree": params.eagle_tree, "depth": decoder.depth, "branching": decoder.branching,
+        "auto_tree": choice, "draft_vocab": decoder.vocab_label,
         "total_tokens": params.eagle_total_tokens if params.eagle_tree == "dynamic" else None,
         "target_forward_passes": decoder.target_passes, "draft_forward_passes": decoder.head_passes,
         "verify_passes": rounds, "rounds": rounds, "accepted": accepted,

@@ -1,0 +1,181 @@
+"""``eagle_tree='auto'``: the static tree that should give the most tokens per second here.
+
+EAGLE-2 (Li et al. 2024) shapes the tree by the draft's confidence because acceptance follows it;
+on a GPU a wider pass is nearly free, on a CPU it is not: the cost of a pass grows with its rows
+(for int4 weights from about 4 rows on). So the choice needs two measured things:
+
+- ``PassCosts``: this machine's milliseconds for one target pass over k tree tokens and one head
+  pass (with its draft rows) over k nodes, for k in ``SIZES`` (those that fit the model's context),
+  measured once per model, weights and draft vocabulary in this process (median of ``REPEATS`` after
+  a warm-up, after a cached context of ``CONTEXT`` tokens) and kept with the model; trees are never
+  larger than the largest size measured;
+- the head's acceptance by depth and rank, measured on held-out prompts when it was trained
+  (``head.json``, ``held_out.acceptance``): at depth d, the share of rounds that reached d in which the
+  target's token was among the b most probable drafts.
+
+For a static tree of depth D and branching b, the expected accepted drafts are
+sum_{d<=D} prod_{j<=d} a_b(j) (a_b(j): acceptance within the top b at depth j, the last measured
+depth's rate beyond it), a round commits that plus one, and costs the head's passes (the catch-up
+over the last round's tokens, then one per level below the root, b^l nodes at level l) plus one
+target pass over the 1 + b + ... + b^D tree tokens. Plain decoding costs one one-token pass a token.
+The choice maximises committed tokens per millisecond; its figures go into the trace, so the page
+shows what was expected next to what happened.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from playground.errors import InvalidRequest
+from strategies.speculative.drafts import crop, rollback_cache
+from strategies.speculative.eagle.tree import attention_mask, position_ids
+
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+REPEATS = 3
+CONTEXT = 48
+MAX_NODES = 128  # tree tokens a verification pass may hold
+MAX_DEPTH = 8
+COSTS_KEY = "eagle_pass_costs"
+
+
+@dataclass(frozen=True)
+class PassCosts:
+    sizes: tuple[int, ...]
+    verify_ms: tuple[float, ...]  # one target pass over k tree tokens
+    head_ms: tuple[float, ...]  # one head pass over k nodes, with their draft rows
+
+    def at(self, table: tuple[float, ...], k: float) -> float:
+        """Linear interpolation in k (beyond the last size: the last slope)."""
+        xs = self.sizes
+        if k <= xs[0]:
+            return table[0]
+        for i in range(1, len(xs)):
+            if k <= xs[i] or i == len(xs) - 1:
+                x0, x1, y0, y1 = xs[i - 1], xs[i], table[i - 1], table[i]
+                return y0 + (y1 - y0) * (k - x0) / (x1 - x0)
+        return table[-1]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "verify_ms": [round(v, 3) for v in self.verify_ms],
+                "head_ms": [round(v, 3) for v in self.head_ms]}
+
+
+def _median_ms(fn: Callable[[], None]) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def measure(decoder: Any) -> PassCosts:
+    """The pass costs of ``decoder``'s target and head (an ``EagleDecoder`` after ``prefill``)."""
+    target, head = decoder.target, decoder.head
+    span = min(CONTEXT, target.max_context // 4)
+    sizes = tuple(k for k in SIZES if span + k <= target.max_context)
+    context = torch.arange(span, device=target.device).unsqueeze(0) % max(2, target.vocab_size)
+    cache = rollback_cache(target)
+    cache = target.forward(context, cache).cache
+    d = int(target.model.config.hidden_size)
+    feats = torch.zeros(1, span, d, device=target.device, dtype=target.model.dtype)
+    emb = target.model.get_input_embeddings()(context)
+    head_cache = head.new_cache()
+    _, head_cache = head(emb, feats, head_cache)
+    verify, draft = [], []
+    for k in sizes:
+        parents = [-1] + [0] * (k - 1)
+        mask, pos = attention_mask(parents, span), position_ids(parents, span)
+        tokens = (torch.arange(k, device=target.device).unsqueeze(0) + 1) % max(2, target.vocab_size)
+
+        def verify_pass() -> None:
+            target.forward(tokens, cache, hidden=True, attention_mask=mask, position_ids=pos)
+            crop(cache, k)
+
+        def head_pass() -> None:
+            out, _ = head(target.model.get_input_embeddings()(tokens), feats[:, :1].expand(1, k, d), head_cache, mask.to(target.device, target.model.dtype),
+                          pos.to(target.device))
+            for row in out[0]:
+                decoder.draft_logits(row)
+            crop(head_cache, k)
+
+        verify.append(_median_ms(verify_pass))
+        draft.append(_median_ms(head_pass))
+    return PassCosts(sizes, tuple(verify), tuple(draft))
+
+
+def costs_for(decoder: Any) -> tuple[PassCosts, bool]:
+    """The measured costs for this model, weights and draft vocabulary, measured on first use;
+    (costs, measured just now)."""
+    key = (COSTS_KEY, decoder.target.weights, decoder.vocab_label)
+    cached = decoder.target.attached.get(key)
+    if cached is not None:
+        return cached, False
+    costs = measure(decoder)
+    decoder.target.attached[key] = costs
+    return costs, True
+
+
+def acceptance_rates(acceptance: dict[str, Any], branching: int) -> list[float]:
+    """a_b(d) for each measured depth: hits within the top ``branching`` over rounds that reached d."""
+    out = []
+    for reached, hits in zip(acceptance["reached"], acceptance["rank_hits"]):
+        out.append(sum(hits[:branching]) / reached if reached else 0.0)
+    return out
+
+
+def expected_accepted(rates: list[float], depth: int) -> float:
+    total, survive = 0.0, 1.0
+    for d in range(depth):
+        survive *= rates[min(d, len(rates) - 1)] if rates else 0.0
+        total += survive
+    return total
+
+
+def tree_nodes(depth: int, branching: int) -> int:
+    return sum(branching ** level for level in range(1, depth + 1))
+
+
+def choose(costs: PassCosts, acceptance: dict[str, Any]) -> dict[str, Any]:
+    """The static (depth, branching) of most committed tokens per millisecond, with its figures."""
+    plain = costs.at(costs.verify_ms, 1)
+    widest = len(acceptance["rank_hits"][0]) if acceptance.get("rank_hits") else 1
+    best: dict[str, Any] | None = None
+    for branching in range(1, widest + 1):
+        rates = acceptance_rates(acceptance, branching)
+        for depth in range(1, MAX_DEPTH + 1):
+            nodes = tree_nodes(depth, branching)
+            if nodes + 1 > min(MAX_NODES, costs.sizes[-1]):
+                break
+            accepted = expected_accepted(rates, depth)
+            tau = 1 + accepted
+            draft = costs.at(costs.head_ms, tau) + sum(costs.at(costs.head_ms, branching ** level)
+                                                       for level in range(1, depth))
+            verify = costs.at(costs.verify_ms, nodes + 1)
+            speedup = tau * plain / (draft + verify)
+            if best is None or speedup > best["expected_speedup"]:
+                best = {"depth": depth, "branching": branching, "nodes": nodes, "expected_tau": round(tau, 3),
+                        "expected_draft_ms": round(draft, 3), "expected_verify_ms": round(verify, 3),
+                        "plain_ms": round(plain, 3), "expected_speedup": round(speedup, 3)}
+    assert best is not None
+    return best
+
+
+def auto_tree(decoder: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """Pick the tree for ``decoder`` (after ``prefill``) from its head's ``record``; set its depth and
+    branching and return what the trace records about the choice."""
+    acceptance = record.get("held_out", {}).get("acceptance")
+    if not acceptance:
+        raise InvalidRequest(f"eagle_tree 'auto' needs the {decoder.target.key} head's measured acceptance by "
+                             f"depth (python -m playground.tools.train_eagle --model {decoder.target.key} "
+                             f"--evaluate); use eagle_tree 'static' or 'dynamic'")
+    costs, fresh = costs_for(decoder)
+    choice = choose(costs, acceptance)
+    decoder.depth, decoder.branching = choice["depth"], choice["branching"]
+    return {**choice, "costs": costs.as_dict(), "costs_measured_now": fresh, "acceptance": acceptance}

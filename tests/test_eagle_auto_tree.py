@@ -1,0 +1,92 @@
+"""``eagle_tree='auto'``: the choice follows the measured costs (a flat verify cost takes a wide deep
+tree, a verify cost that grows with its rows takes a short chain), the pass costs are measured once
+per model and weights, and an auto run records its choice and stays greedy-exact."""
+from __future__ import annotations
+
+import pytest
+
+from playground.engine import Request, run
+from playground.errors import InvalidRequest
+from strategies.speculative.eagle.auto_tree import (SIZES, PassCosts, acceptance_rates, choose,
+                                                    expected_accepted)
+from strategies.speculative.eagle.head import ATTACHED_KEY, load_head
+
+# Depth d reached 100 times each: the top draft is right half the time, the second the other half.
+HALF_AND_HALF = {"reached": [100] * 5, "rank_hits": [[50, 50, 0]] * 5}
+
+
+def costs(verify, head=lambda k: 0.0) -> PassCosts:
+    return PassCosts(SIZES, tuple(verify(k) for k in SIZES), tuple(head(k) for k in SIZES))
+
+
+def test_acceptance_rates_read_the_rank_counts():
+    assert acceptance_rates(HALF_AND_HALF, 1) == [0.5] * 5
+    assert acceptance_rates(HALF_AND_HALF, 2) == [1.0] * 5
+    assert expected_accepted([0.5], 3) == pytest.approx(0.5 + 0.25 + 0.125)
+
+
+def test_a_flat_verify_cost_takes_the_widest_tree_that_fits():
+    """Verifying is free of its size (a GPU's picture): two children catch every token, so the deepest
+    binary tree within 128 tree tokens wins (depth 6: 126 drafts), committing 7 tokens a pass."""
+    got = choose(costs(lambda k: 1.0), HALF_AND_HALF)
+    assert (got["depth"], got["branching"], got["nodes"]) == (6, 2, 126)
+    assert got["expected_tau"] == pytest.approx(7.0) and got["expected_speedup"] == pytest.approx(7.0)
+
+
+def test_a_verify_cost_that_grows_with_rows_takes_a_short_chain():
+    """Each tree token costs a plain step: one draft (tau 1.5 for 2 steps) beats everything bigger."""
+    got = choose(costs(lambda k: float(k)), HALF_AND_HALF)
+    assert (got["depth"], got["branching"]) == (1, 1)
+    assert got["expected_speedup"] == pytest.approx(0.75)
+
+
+def test_a_slow_draft_shortens_the_tree():
+    flat = choose(costs(lambda k: 1.0), HALF_AND_HALF)
+    slow = choose(costs(lambda k: 1.0, head=lambda k: 1.0), HALF_AND_HALF)
+    assert slow["depth"] < flat["depth"]
+
+
+@pytest.fixture
+def toy_auto(store):
+    return run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
+                                                            "temperature": 0.0, "measure_baseline": False},
+                              max_new_tokens=20))
+
+
+def test_an_auto_run_records_its_choice_and_is_greedy(store, toy_auto):
+    plain = run(store, Request("toy", "sampling", "1 2", {"temperature": 0.0}, max_new_tokens=20))
+    assert toy_auto.token_ids == plain.token_ids
+    spec = toy_auto.extra["speculative"]
+    choice = spec["auto_tree"]
+    assert (spec["depth"], spec["branching"]) == (choice["depth"], choice["branching"])
+    assert max(len(r["tree"]) - 1 for r in toy_auto.rounds) <= choice["nodes"]
+    measured = choice["costs"]
+    assert measured["sizes"] == [k for k in SIZES if k + 16 <= 64]  # toy reads 64 tokens
+    assert all(v > 0 for v in measured["verify_ms"] + measured["head_ms"])
+    assert choice["acceptance"] == load_head(store.get("toy"))[1]["held_out"]["acceptance"]
+
+
+def test_the_costs_are_measured_once_per_model(store, toy_auto):
+    again = run(store, Request("toy", "speculative", "3", {"draft": "eagle", "eagle_tree": "auto",
+                                                           "temperature": 0.0, "measure_baseline": False},
+                               max_new_tokens=8))
+    first, second = toy_auto.extra["speculative"]["auto_tree"], again.extra["speculative"]["auto_tree"]
+    assert second["costs_measured_now"] is False and second["costs"] == first["costs"]
+
+
+def test_auto_sampling_is_a_static_tree(store):
+    trace = run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
+                                                             "temperature": 1.0, "measure_baseline": False},
+                               seed=3, max_new_tokens=12))
+    spec = trace.extra["speculative"]
+    assert spec["tree"] == "auto" and spec["verify"] == "tree_rejection"
+    assert all(len(r["tree"]) - 1 <= spec["auto_tree"]["nodes"] for r in trace.rounds)
+
+
+def test_auto_without_measured_acceptance_is_refused(store, monkeypatch):
+    lm = store.get("toy")
+    head, record = load_head(lm)
+    bare = {k: v for k, v in record.items() if k != "held_out"}
+    monkeypatch.setitem(lm.attached, ATTACHED_KEY, (head, bare))
+    with pytest.raises(InvalidRequest, match="measured acceptance"):
+        run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto"}, max_new_tokens=4))
