@@ -1,14 +1,17 @@
 """EAGLE drafts against plain decoding and the other drafts: tau and honest wall-clock ratios.
 
-    .venv/bin/python bench/bench_eagle.py [--model smollm2-135m] [--tokens 48] [--dtype float32] [--quick]
+    .venv/bin/python bench/bench_eagle.py [--model smollm2-135m] [--tokens 48] [--dtypes bfloat16,int4] [--quick]
 
 ``--quick`` runs toy with its shipped head on its held-out prompts (seconds; what the tests run).
 Otherwise the model's held-out prompts from its head record (prompts its training never saw).
 Every configuration runs through the ``speculative`` strategy with ``measure_baseline`` on, so each
 ratio is plain target decoding of the same length over the speculative run, measured back to back
 in the same request; rows are chain drafts (branching 1), static trees, a dynamic tree (temperature
-0 only), early exit and prompt lookup. Per row: tau (tokens per target pass, mean over prompts) and
-the geometric mean of the wall-clock ratios.
+0 only), the ``auto`` tree (chosen from this machine's measured pass costs), the head's draft
+vocabulary at several sizes (when it stores a map), early exit and prompt lookup, for each of the
+target's weights in ``--dtypes`` (every ratio is against plain decoding on the same weights). Per
+row: tau (tokens per target pass, mean over prompts), the geometric mean of the wall-clock ratios,
+and the break-even's parts: draft and verify ms per round and plain ms per step after the prompt (means).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playground.engine import Request, run  # noqa: E402
 from playground.models import ModelStore  # noqa: E402
-from strategies.speculative.eagle.head import head_dir  # noqa: E402
+from strategies.speculative.eagle.head import head_dir, load_head  # noqa: E402
 
 CONFIGS = [  # (label, params)
     ("eagle chain depth 4", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 1}),
@@ -31,21 +34,37 @@ CONFIGS = [  # (label, params)
     ("eagle tree 3x3 (40 nodes)", {"draft": "eagle", "eagle_depth": 3, "eagle_branching": 3}),
     ("eagle dynamic 5x3 keep 16", {"draft": "eagle", "eagle_tree": "dynamic", "eagle_depth": 5,
                                    "eagle_branching": 3, "eagle_total_tokens": 16}),
+    ("eagle auto", {"draft": "eagle", "eagle_tree": "auto"}),
+    ("eagle auto, full vocabulary", {"draft": "eagle", "eagle_tree": "auto", "eagle_vocab": -1}),
+    ("eagle tree 4x2, vocab 8192", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 2, "eagle_vocab": 8192}),
+    ("eagle tree 4x2, vocab 16384", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 2,
+                                     "eagle_vocab": 16384}),
+    ("eagle tree 4x2, full vocab", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 2, "eagle_vocab": -1}),
     ("early_exit g=2", {"draft": "early_exit", "gamma": 2}),
     ("prompt_lookup g=4", {"draft": "prompt_lookup", "gamma": 4}),
 ]
 
 
 def measure(store: ModelStore, model: str, prompts: list[str], params: dict, tokens: int,
-            dtype: str = "float32") -> tuple[float, float]:
-    """(mean tau, geometric mean of plain / speculative wall-clock) over ``prompts``."""
-    taus, logs = [], []
+            dtype: str) -> dict[str, float]:
+    """Means over ``prompts``: tau, draft / verify ms per round, plain ms per token; and the geometric
+    mean of plain / speculative wall-clock."""
+    taus, logs, draft, verify, plain, rounds = [], [], 0.0, 0.0, [], 0
     for prompt in prompts:
         trace = run(store, Request(model, "speculative", prompt, {"measure_baseline": True, **params}, seed=0,
                                    max_new_tokens=tokens, dtype=dtype))
-        taus.append(len(trace.tokens) / trace.extra["speculative"]["verify_passes"])
-        logs.append(math.log(trace.timing.extra["speculative"]["measured_speedup"]))
-    return sum(taus) / len(taus), math.exp(sum(logs) / len(logs))
+        spec, speed = trace.extra["speculative"], trace.timing.extra["speculative"]
+        taus.append(len(trace.tokens) / spec["verify_passes"])
+        logs.append(math.log(speed["measured_speedup"]))
+        per_round = trace.timing.extra["rounds"]
+        draft += sum(r["draft"] for r in per_round)
+        verify += sum(r["verify"] for r in per_round)
+        rounds += len(per_round)
+        base = speed["baseline"]
+        plain.append(base["step_seconds"] or base["seconds"] / max(1, base["tokens"]))
+    return {"tau": sum(taus) / len(taus), "ratio": math.exp(sum(logs) / len(logs)),
+            "draft_ms": 1000 * draft / rounds, "verify_ms": 1000 * verify / rounds,
+            "plain_ms": 1000 * sum(plain) / len(plain)}  # a plain step after the prompt
 
 
 def main() -> None:
@@ -53,20 +72,33 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--dtype", default="float32", help="the target's weights: auto, float32, bfloat16 or int4")
+    ap.add_argument("--dtypes", default="bfloat16,int4,float32",
+                    help="the target's weights, comma-separated: auto, float32, bfloat16, int4")
     args = ap.parse_args()
     model = "toy" if args.quick else args.model
     tokens = 16 if args.quick else args.tokens
+    dtypes = ["float32"] if args.quick else args.dtypes.split(",")
     prompts = json.loads((head_dir(model) / "head.json").read_text())["held_out"]["prompts"]
     store = ModelStore("cpu")
-    store.get(model)
-    for temperature in (0.0, 1.0):
-        for label, params in CONFIGS:
-            if params.get("eagle_tree") == "dynamic" and temperature:
-                continue
-            tau, ratio = measure(store, model, prompts, {"temperature": temperature, **params}, tokens, args.dtype)
-            print(f"{model}: T={temperature:g} {label:28s} tau {tau:.2f}  plain / speculative wall-clock ratio, "
-                  f"geometric mean over {len(prompts)} prompts: {ratio:.2f}x", flush=True)
+    lm = store.get(model)
+    mapped = load_head(lm)[0].draft_ids is not None
+    for dtype in dtypes:
+        try:
+            store.get(model).with_weights(dtype) if dtype != "auto" else None
+        except Exception as e:  # weights this CPU cannot run (int4 on a scalar kernel, a failed check)
+            print(f"{model}: {dtype} skipped: {e}")
+            continue
+        for temperature in (0.0, 1.0):
+            for label, params in CONFIGS:
+                if params.get("eagle_tree") == "dynamic" and temperature:
+                    continue
+                if "eagle_vocab" in params and not mapped:
+                    continue
+                m = measure(store, model, prompts, {"temperature": temperature, **params}, tokens, dtype)
+                print(f"{model} {dtype}: T={temperature:g} {label:30s} tau {m['tau']:.2f}  plain / speculative "
+                      f"wall-clock ratio, geometric mean over {len(prompts)} prompts: {m['ratio']:.2f}x  "
+                      f"(draft {m['draft_ms']:.1f} ms + verify {m['verify_ms']:.1f} ms a round; plain "
+                      f"{m['plain_ms']:.1f} ms a token)", flush=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def test_an_auto_run_records_its_choice_and_is_greedy(store, toy_auto):
     measured = choice["costs"]
     assert measured["sizes"] == [k for k in SIZES if k + 16 <= 64]  # toy reads 64 tokens
     assert all(v > 0 for v in measured["verify_ms"] + measured["head_ms"])
+    assert measured["verify_ms"] == sorted(measured["verify_ms"])
     assert choice["acceptance"] == load_head(store.get("toy"))[1]["held_out"]["acceptance"]
 
 
@@ -90,3 +91,9 @@ def test_auto_without_measured_acceptance_is_refused(store, monkeypatch):
     monkeypatch.setitem(lm.attached, ATTACHED_KEY, (head, bare))
     with pytest.raises(InvalidRequest, match="measured acceptance"):
         run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto"}, max_new_tokens=4))
+
+
+def test_a_small_pass_never_costs_more_than_a_larger_one():
+    from strategies.speculative.eagle.auto_tree import monotone
+    assert monotone([15.9, 129.8, 9.6, 6.2, 1.6, 1.7]) == (1.6, 1.6, 1.6, 1.6, 1.6, 1.7)
+    assert monotone([1.0, 2.0, 3.0]) == (1.0, 2.0, 3.0)

@@ -64,6 +64,11 @@ def examples() -> list[Example]:
         Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
                                             run="generate", **{**hot, "max_new_tokens": 120}),
                 "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+        Example("SmolLM2 · EAGLE auto tree", cfg(strategy="speculative", prompt="Explain how a compass works.",
+                                                 params={"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0},
+                                                 run="generate", **{**smol, "max_new_tokens": 48}),
+                "the head drafts a tree whose size comes from this machine's measured pass costs; the text is "
+                "greedy's, token for token, and the break-even lanes say whether drafting paid here and why."),
         Example("JSON schema · SmolLM2", cfg(strategy="greedy", prompt="Give a JSON object for a person named Ada, 36.",
                                              grammar_kind="json", grammar_text=GRAMMAR["json"], run="generate",
                                              **smol),

@@ -7,8 +7,9 @@ on a GPU a wider pass is nearly free, on a CPU it is not: the cost of a pass gro
 - ``PassCosts``: this machine's milliseconds for one target pass over k tree tokens and one head
   pass (with its draft rows) over k nodes, for k in ``SIZES`` (those that fit the model's context),
   measured once per model, weights and draft vocabulary in this process (median of ``REPEATS`` after
-  a warm-up, after a cached context of ``CONTEXT`` tokens) and kept with the model; trees are never
-  larger than the largest size measured;
+  a warm-up, the fastest of ``REPEATS``, after a cached context of ``CONTEXT`` tokens; a smaller pass
+  never costs more than a larger one) and kept with the model; trees are never larger than the largest
+  size measured;
 - the head's acceptance by depth and rank, measured on held-out prompts when it was trained
   (``head.json``, ``held_out.acceptance``): at depth d, the share of rounds that reached d in which the
   target's token was among the b most probable drafts.
@@ -23,7 +24,6 @@ shows what was expected next to what happened.
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -35,7 +35,7 @@ from strategies.speculative.drafts import crop, rollback_cache
 from strategies.speculative.eagle.tree import attention_mask, position_ids
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-REPEATS = 3
+REPEATS = 5
 CONTEXT = 48
 MAX_NODES = 128  # tree tokens a verification pass may hold
 MAX_DEPTH = 8
@@ -64,14 +64,25 @@ class PassCosts:
                 "head_ms": [round(v, 3) for v in self.head_ms]}
 
 
-def _median_ms(fn: Callable[[], None]) -> float:
-    fn()  # warm-up
+def _fastest_ms(fn: Callable[[], None]) -> float:
+    """The fastest of ``REPEATS`` runs after a warm-up: what the pass costs when nothing else
+    interrupts it (other load only ever adds time)."""
+    fn()
     times = []
     for _ in range(REPEATS):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    return min(times)
+
+
+def monotone(table: list[float]) -> tuple[float, ...]:
+    """Each cost no more than any cost of a larger pass (a pass over more tokens never costs less;
+    a small pass measured slow was interrupted)."""
+    out = list(table)
+    for i in range(len(out) - 2, -1, -1):
+        out[i] = min(out[i], out[i + 1])
+    return tuple(out)
 
 
 @torch.inference_mode()
@@ -101,13 +112,12 @@ def measure(decoder: Any) -> PassCosts:
         def head_pass() -> None:
             out, _ = head(target.model.get_input_embeddings()(tokens), feats[:, :1].expand(1, k, d), head_cache, mask.to(target.device, target.model.dtype),
                           pos.to(target.device))
-            for row in out[0]:
-                decoder.draft_logits(row)
+            decoder.draft_logits(out[0])
             crop(head_cache, k)
 
-        verify.append(_median_ms(verify_pass))
-        draft.append(_median_ms(head_pass))
-    return PassCosts(sizes, tuple(verify), tuple(draft))
+        verify.append(_fastest_ms(verify_pass))
+        draft.append(_fastest_ms(head_pass))
+    return PassCosts(sizes, monotone(verify), monotone(draft))
 
 
 def costs_for(decoder: Any) -> tuple[PassCosts, bool]:

@@ -160,14 +160,15 @@ class EagleDecoder:
         """The draft vocabulary's size, or 'full'."""
         return "full" if self.draft_map is None else int(self.draft_map.numel())
 
-    def draft_logits(self, feature: torch.Tensor) -> torch.Tensor:
-        """[1, V] float32 logits the draft reads from a predicted feature [d]; -inf outside its vocabulary."""
+    def draft_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """[n, V] float32 logits the draft reads from predicted features [n, d], in one product (the
+        LM head's rows are read once for all of them); -inf outside the draft vocabulary."""
         lm_head = self.target.model.get_output_embeddings()
         if self.draft_map is None:
-            return lm_head(feature.unsqueeze(0)).float()
-        small = torch.nn.functional.linear(feature.unsqueeze(0), self.draft_weight, self._draft_bias).float()
-        logits = torch.full((1, lm_head.weight.shape[0]), float("-inf"), device=small.device)
-        logits[0, self.draft_map] = small[0]
+            return lm_head(features).float()
+        small = torch.nn.functional.linear(features, self.draft_weight, self._draft_bias).float()
+        logits = torch.full((features.shape[0], lm_head.weight.shape[0]), float("-inf"), device=small.device)
+        logits[:, self.draft_map] = small
         return logits
 
     def _tensor(self, ids: list[int]) -> torch.Tensor:
@@ -186,13 +187,14 @@ class EagleDecoder:
         self.head_passes += 1
         return pred[0]
 
-    def _draft_row(self, feature: torch.Tensor, text: list[int]) -> torch.Tensor:
-        """[V] the draft's distribution from a predicted feature: the target's LM head, then the chain
-        (at temperature 0 the raw softmax, whose order picks the top drafts)."""
-        logits = self.draft_logits(feature)
+    def _draft_rows(self, features: torch.Tensor, texts: list[list[int]]) -> list[torch.Tensor]:
+        """[V] per predicted feature [n, d]: the draft's distribution, the target's LM head then the
+        chain on that node's text (at temperature 0 the raw softmax, whose order picks the top drafts)."""
+        logits = self.draft_logits(features)
         if self.greedy:
-            return logits.softmax(-1)[0]
-        return apply_chain(self.chain, logits, self._tensor(text)).softmax(-1)[0]
+            return list(logits.softmax(-1))
+        return [apply_chain(self.chain, logits[i:i + 1], self._tensor(text)).softmax(-1)[0]
+                for i, text in enumerate(texts)]
 
     def _children(self, row: torch.Tensor, k: int) -> list[int]:
         if self.greedy:
@@ -211,7 +213,7 @@ class EagleDecoder:
         pred = self._head([self.ids[t + 1] for t in pending], self.features[pending])
         self.head_seen = n - 1
         predicted = {0: pred[-1]}  # node -> its predicted feature
-        rows[0] = self._draft_row(pred[-1], self.ids)
+        rows[0] = self._draft_rows(pred[-1:], [self.ids])[0]
         frontier = [0]
         fed: list[int] = []  # draft nodes in the head's cache, in the order fed
         for level in range(self.depth):
@@ -240,9 +242,10 @@ class EagleDecoder:
             positions = torch.tensor([[self.head_seen - 1 + dep[i] for i in new]])
             pred = self._head([tokens[i] for i in new], torch.stack([predicted[parents[i]] for i in new]),
                               mask[None, None], positions)
-            for i, node in enumerate(new):
+            texts = [self.ids + [tokens[j] for j in path_to(parents, node)[1:]] for node in new]
+            for i, (node, row) in enumerate(zip(new, self._draft_rows(pred, texts))):
                 predicted[node] = pred[i]
-                rows[node] = self._draft_row(pred[i], self.ids + [tokens[j] for j in path_to(parents, node)[1:]])
+                rows[node] = row
             fed, frontier = order, new
         crop(self.head_cache, len(fed))
         tree = DraftTree(parents, tokens, torch.stack(rows), scores, self.head_passes - passes)
