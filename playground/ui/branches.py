@@ -10,21 +10,30 @@ A branch streams into the Explore views like Generate does (Stop ends it), then 
 branches (playground.whatif.branches), which the panel lists: pick one to go back to it (drawn from its
 stored trace, no new run), undo the current one, and read it beside its parent. The forced-tokens
 box holds the current branch's path; Generate takes it and a share link carries it.
+
+A share link made while a branch is shown names the steps where it parts from its parent
+(playground.ui.share). Restoring it fills the controls with the parent's run and keeps the branch
+pending; once that run (Generate, or the link's own re-run) finishes with the parent's forced path,
+the branch runs under it, so the panel shows the parent with the branch below, as it was shared. A
+branch the parent cannot take (its step past the parent's last one, a token outside the vocabulary)
+is not run: a warning names the value and the allowed range, and the parent stays shown.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import gradio as gr
 
 from playground.charts import figures as charts
+from playground.charts.common import escape
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
 from playground.ui.handlers import generate, stopped
 from playground.whatif import branches
-from strategies.forcing import FORCEABLE_FAMILIES
+from strategies.forcing import FORCEABLE_FAMILIES, parse_path, resolve_token
 from strategies.registry import REGISTRY
 
 if TYPE_CHECKING:
@@ -38,6 +47,8 @@ BRANCH_JS = "window.addEventListener('pg-branch', (e) => trigger('click', {token
 NOT_BRANCHABLE = ("Branching needs a one-token-per-step strategy (greedy, sampling, gumbel or contrastive): "
                   "a {family} step commits several tokens at once, so there is no single choice to replace. "
                   "Switch the strategy to branch.")
+LINK_REFUSED = ("The branch in this link was not run: {err}. The run it branches from is shown; click a bar "
+                "of the distribution to branch it.")
 RUN_NOTE = '<p class="pg-summary">This is the run itself.</p>'
 ROOT_NOTE = ('<p class="pg-summary">This is the run itself. Click a bar of the distribution to branch it; '
              "a branch is shown here beside its parent.</p>")
@@ -54,6 +65,8 @@ class BranchPanel:
     view: gr.HTML
     hook: gr.HTML
     state: gr.State
+    pending: gr.State  # a restored link's branch, until its parent run finishes: {"parent", "branch"} paths
+    go: gr.State  # the link's branch to run now (its change starts the run)
 
 
 def layout() -> BranchPanel:
@@ -70,7 +83,8 @@ def layout() -> BranchPanel:
                             info="Generate takes these steps as written; a share link carries them.")
         view = gr.HTML(ROOT_NOTE, elem_id="pg-branch-view")
     hook = gr.HTML("", js_on_load=BRANCH_JS, elem_id="pg-branch-hook")
-    return BranchPanel(hint, tree, undo, forced, token, run, view, hook, gr.State(None))
+    return BranchPanel(hint, tree, undo, forced, token, run, view, hook, gr.State(None), gr.State(None),
+                       gr.State(None))
 
 
 def family_of(strategy: Any) -> str:
@@ -104,6 +118,35 @@ def on_stop(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[An
         return [gr.skip()] * 5
     final = stopped(trace)
     return [*tree_updates(branches.record(tree, final)), final]
+
+
+def take_pending(trace: dict[str, Any] | None, pending: dict[str, str] | None) -> list[Any]:
+    """After a Generate run: [the branch to run now, the pending branch]. A link's pending branch goes
+    when the run finished with its parent's forced path, and is dropped otherwise."""
+    if not pending:
+        return [gr.skip(), gr.skip()]
+    finished = bool(trace) and trace.get("finish_reason") not in ("", "running", "stopped")
+    if finished and _same_path(branches.forced_path(trace), pending.get("parent", "")):
+        return [dict(pending, at=time.monotonic_ns()), None]
+    return [gr.skip(), None]
+
+
+def _same_path(path: dict[int, int], text: str) -> bool:
+    """Whether a run's forced path is the one ``text`` writes (a token given as text matches any id)."""
+    try:
+        wanted = parse_path(text)
+    except InvalidRequest:
+        return False
+    return set(wanted) == set(path) and all(not isinstance(v, int) or path[k] == v for k, v in wanted.items())
+
+
+def link_forced(store: ModelStore, parent: dict[str, Any], branch_text: str) -> dict[int, int]:
+    """The forced path of a link's branch (``branch_text``, "3:12") of the finished run ``parent``, each
+    token checked against the model's vocabulary; InvalidRequest naming the value and its range."""
+    branch = parse_path(branch_text)
+    forced = branches.linked_forced(parent, branch)
+    with store.use(parent["model"]) as lm:
+        return {k: resolve_token(lm, v) for k, v in sorted(forced.items())}
 
 
 def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str:
@@ -153,6 +196,23 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
                           final_step=max(settings["forced"]), decoder=decode)
         yield from stream_frames(frames, theme)
 
+    def run_linked(trace: dict[str, Any] | None, go: dict[str, str] | None, max_new: Any, system: str, chat: Any,
+                   theme: str, progress: Any = None) -> Iterator[list[Any]]:
+        """A restored link's branch, run from its parent ``trace`` (just finished)."""
+        if not go or not trace or not trace.get("tokens"):
+            return
+        try:
+            forced = link_forced(store, trace, go.get("branch", ""))
+        except InvalidRequest as err:
+            events.LOG.warning("link's branch refused: %s", err)
+            gr.Warning(escape(LINK_REFUSED.format(err=err)), title="Branch not restored")
+            return
+        first = min(parse_path(go["branch"]))
+        frames = generate(store, **branches.run_settings(trace, forced), max_new_tokens=max_new, system=system,
+                          chat=chat_flag(trace["model"], chat), progress=events.progress(progress),
+                          final_step=first, decoder=decode)
+        yield from stream_frames(frames, theme)
+
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
                evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
         token = event_data(evt).get("token")
@@ -184,10 +244,13 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
                             [page.trace, page.step, panel.token, *inputs[2:]], outputs, api_name="branch",
                             api_visibility="undocumented", show_progress="full", show_progress_on=[page.main.text],
                             **MODEL_EVENT)
-    for event in (bar, typed):
+    linked = panel.go.change(handler(run_linked, len(inputs), True, status=page.main.status),
+                             [page.trace, panel.go, *inputs[2:]], outputs, api_visibility="private",
+                             show_progress="full", show_progress_on=[page.main.text], **MODEL_EVENT)
+    for event in (bar, typed, linked):
         event.success(on_run, [page.trace, panel.state], tree_outputs, **QUIET)
     view_inputs = [page.model, page.chat, page.theme]
     panel.tree.input(showing(branches.pick), [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs],
                      **QUIET)
     panel.undo.click(showing(branches.undo), [panel.state, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
-    return [bar, typed]
+    return [bar, typed, linked]

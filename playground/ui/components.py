@@ -106,11 +106,15 @@ class Page:
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
-                self.grammar_text]
+                self.grammar_text, self.branches.pending]
 
     def apply_config(self, cfg: share.Config) -> list[Any]:
-        """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order."""
+        """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order.
+        A link's branch leaves its parent's forced path in the forced-tokens box (Generate runs the parent)
+        and the branch pending, to run once the parent has."""
         chat_model = is_chat_model(cfg.model)
+        forced, branch = share.split_branch(cfg)
+        pending = {"parent": forced, "branch": branch} if branch else None
         return [cfg.model, cfg.strategy, cfg.prompt, gr.update(value=cfg.system, visible=chat_model and cfg.chat),
                 gr.update(value=cfg.chat, visible=chat_model), cfg.seed, cfg.max_new_tokens,
                 *self.panel.restore(cfg.strategy, cfg.params), *self.panel.visibility(cfg.strategy),
@@ -118,20 +122,23 @@ class Page:
                 *self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
                 *self.compare_panel.visibility(cfg.compare_strategy), strategy_summary(cfg.compare_strategy),
                 gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
-                "compare" if cfg.run == "compare" else "generate", cfg.forced,
+                "compare" if cfg.run == "compare" else "generate", forced,
                 gr.update(open=True) if cfg.grammar_kind else gr.skip(), cfg.grammar_kind or NO_GRAMMAR,
-                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind))]
+                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)), pending]
 
 
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
-                run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "") -> str:
-    """The page's configuration as a query string ('?model=...'), to append to the page's address."""
+                run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
+                branch: str = "") -> str:
+    """The page's configuration as a query string ('?model=...'), to append to the page's address.
+    ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run)."""
     kind = "" if grammar_kind in (None, "", NO_GRAMMAR) else grammar_kind
     cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
                        params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
-                       forced=(forced or "").strip(), grammar_kind=kind, grammar_text=(grammar_text or "") if kind else "")
+                       forced=(forced or "").strip(), branch=(branch or "") if forced else "", grammar_kind=kind,
+                       grammar_text=(grammar_text or "") if kind else "")
     return share.encode(cfg)
 
 

@@ -33,6 +33,7 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
 from playground.errors import InvalidRequest
 from playground.ui.events import QUIET, chat_flag, is_chat_model
 from playground.ui.examples import examples, prompt_on_model, toy_note
+from playground.whatif import branches
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
@@ -261,14 +262,18 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     page.slides.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
     page.slides_chart.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
     # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
+    # (and a restored link's branch, still waiting for its parent run, is dropped)
     for control in (page.model, page.prompt, page.strategy):
-        control.input(lambda: "", None, page.forced, **QUIET)
+        control.input(lambda: ["", None], None, [page.forced, page.branches.pending], **QUIET)
 
 
 def _wire_share(page: Page, demo: gr.Blocks) -> None:
     """Copy link, restore on load (and re-run where the link says so), and the examples."""
     def on_share(*values: Any) -> Any:
-        return gr.update(value=share_query(**page.split_config(values[:-1]), run=values[-1]), visible=True)
+        *config, tree, mode = values
+        settings = page.split_config(config)
+        branch = branches.share_steps(tree, settings["forced"])  # a branch shown: its parent comes with it
+        return gr.update(value=share_query(**settings, run=mode, branch=branch), visible=True)
 
     def on_load(request: gr.Request) -> list[Any]:
         query = {k: v for k, v in (request.query_params if request is not None else {}).items()
@@ -282,7 +287,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
     page.explore_tab.select(lambda: "generate", None, page.mode, **QUIET)
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
-    page.link.click(on_share, [*page.config_inputs, page.mode], page.link_box, **QUIET).then(
+    page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode], page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,

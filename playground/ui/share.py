@@ -2,9 +2,12 @@
 
 A link carries only what differs from the page's defaults (``defaults()``: the model, the
 strategy, the prompt, the seed, the budget, each parameter at its declared default); the restore
-starts from those defaults and fills in the rest. It names the forced tokens of a branch (``force=0:9,3:12``, step:token id), the
-grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second strategy. Parameters of the first
-strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
+starts from those defaults and fills in the rest. It names the forced tokens of a branch
+(``force=0:9,3:12``, step:token id); a link made while a branch of the Branches panel is shown adds
+the steps where that branch parts from its parent (``branch=3``): the parent is the same run with the
+other forced steps, so the restore runs the parent, then the branch under it. It also names the
+grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second
+strategy. Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
 is dropped with a warning, so an old link still opens. Pure: no gradio, no torch.
@@ -46,6 +49,7 @@ class Config:
     compare_params: dict[str, Any] = field(default_factory=dict)
     run: str = ""
     forced: str = ""  # a branch's forced tokens, "step:id,step:id" (playground.whatif.branches)
+    branch: str = ""  # the steps of ``forced`` where the branch parts from its parent run, "3" (or "3,7")
     grammar_kind: str = ""  # "" (none) or one of json, regex, choices, lark (strategies.sampling.grammar)
     grammar_text: str = ""  # the schema, expression, choices or Lark grammar
 
@@ -78,6 +82,8 @@ def encode(config: Config, base: Config | None = None) -> str:
     items += [(f"p.{k}", v) for k, v in _changed(config.strategy, config.params)]
     if config.forced:
         items.append(("force", config.forced))
+        if config.branch:
+            items.append(("branch", config.branch))
     if config.grammar_kind and config.grammar_text.strip():
         items += [("grammar", config.grammar_kind), ("grammar_text", config.grammar_text[:MAX_GRAMMAR_CHARS])]
     if config.compare_strategy != base.compare_strategy:
@@ -128,6 +134,8 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
             cfg.forced = pairs["force"].strip()
         except InvalidRequest as err:
             warnings.append(f"ignored force: {err}")
+    if "branch" in pairs:
+        cfg.branch = _branch_part(pairs["branch"], cfg.forced, warnings)
     if "grammar" in pairs or "grammar_text" in pairs:
         cfg.grammar_kind, cfg.grammar_text = _grammar_part(pairs, warnings)
     if pairs.get("run", "") in RUN_MODES:
@@ -138,11 +146,41 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
     known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
-             "grammar", "grammar_text"}
+             "branch", "grammar", "grammar_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
             warnings.append(f"ignored unknown link key {key!r}")
     return cfg, warnings
+
+
+def _branch_part(text: str, forced: str, warnings: list[str]) -> str:
+    """The link's ``branch`` steps ("3" or "3,7"), each a step of its forced path; "" with a warning
+    naming the value when they are not (the link then restores the forced path as one run)."""
+    text = "".join(text.split())
+    if not text:
+        return ""
+    steps = parse_path(forced) if forced else {}
+    if not steps:
+        warnings.append(f"ignored branch={text!r}: the link has no forced tokens (force=step:token) for it to name")
+        return ""
+    named = text.split(",")
+    allowed = ", ".join(str(k) for k in sorted(steps))
+    if not all(s.isdigit() and int(s) in steps for s in named):
+        warnings.append(f"ignored branch={text!r}: its steps must be forced steps of the link ({allowed})")
+        return ""
+    return ",".join(str(k) for k in sorted({int(s) for s in named}))
+
+
+def split_branch(config: Config) -> tuple[str, str]:
+    """(the parent's forced path, the branch's own forced steps) of ``config``'s forced path, both written
+    "step:token"; the parent's is the whole path and the branch's "" when the link names no branch."""
+    path = parse_path(config.forced) if config.forced else {}
+    mine = {int(s) for s in config.branch.split(",") if s.strip().isdigit()} if config.branch else set()
+    if not mine or not mine <= set(path):
+        return config.forced, ""
+    write = lambda part: ",".join(f"{k}:{v}" for k, v in sorted(part.items()))  # noqa: E731
+    return (write({k: v for k, v in path.items() if k not in mine}),
+            write({k: v for k, v in path.items() if k in mine}))
 
 
 def _grammar_part(pairs: dict[str, str], warnings: list[str]) -> tuple[str, str]:

@@ -51,19 +51,47 @@ def branch_settings(trace: dict[str, Any], step: Any, token: int | str) -> dict[
     """The run settings of a branch (engine.Request's and ui.generate's keywords): ``trace``'s model,
     strategy, prompt, parameters, seed and weights' dtype, its grammar when it has one (a forced token
     the grammar forbids is then refused by the run, naming the token), and the branch's forced path."""
+    return run_settings(trace, branch_forced(trace, step, token))
+
+
+def run_settings(trace: dict[str, Any], forced: dict[int, int | str]) -> dict[str, Any]:
+    """``trace``'s run settings (model, strategy, prompt, parameters, seed, dtype, grammar) with the
+    forced path ``forced``."""
     settings = dict(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],
                     params=dict(trace["params"]), seed=trace["seed"], dtype=trace.get("dtype") or "auto",
-                    forced=branch_forced(trace, step, token))
+                    forced=dict(forced))
     if trace.get("grammar"):
         settings["grammar"] = dict(trace["grammar"])
     return settings
 
 
+def share_steps(tree: Tree | None, forced_text: Any) -> str:
+    """The steps a share link names as the current branch's own (its ``branch=``, "3"): those of its
+    forced path that its parent does not have. "" at a root, and when ``forced_text`` (the forced-tokens
+    box) no longer holds the current branch's path: the link then carries the box as one run."""
+    if not tree or not tree.get("nodes"):
+        return ""
+    node = tree["nodes"][tree["current"]]
+    if node["parent"] is None or "".join(str(forced_text or "").split()) != path_text(node["path"]):
+        return ""
+    theirs = tree["nodes"][node["parent"]]["path"]
+    return ",".join(str(k) for k in sorted(k for k, v in node["path"].items() if theirs.get(k) != v))
+
+
+def linked_forced(parent: dict[str, Any], branch: dict[int, int | str]) -> dict[int, int | str]:
+    """The forced path of a share link's branch of the run ``parent``: the parent's forced steps and the
+    branch's own (``branch``, step -> token). InvalidRequest naming the step and the range when the
+    branch would part from the parent past the parent's last step."""
+    if not branch:
+        raise InvalidRequest("the link's branch names no step")
+    n = len(parent.get("tokens") or [])
+    _index(min(branch), n, "the branch step")
+    return {**forced_path(parent), **branch}
+
+
 def path_text(path: dict[int, int]) -> str:
     """A forced path as the page and a share link write it: ``"0:9,3:12"`` (step:token id)."""
     return ",".join(f"{k}:{int(v)}" for k, v in sorted(path.items()))
-
-
 
 
 def signature(trace: dict[str, Any]) -> str:
