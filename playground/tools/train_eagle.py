@@ -175,13 +175,16 @@ def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Te
 
 
 def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, lr: float, cap_seconds: float,
-          seed: int, vocab: torch.Tensor | None, batch_tokens: int, autocast: bool = False, log: Any = print
-          ) -> tuple[EagleHead, dict[str, Any]]:
+          seed: int, vocab: torch.Tensor | None, batch_tokens: int, autocast: bool = False, log: Any = print,
+          init: dict[str, torch.Tensor] | None = None) -> tuple[EagleHead, dict[str, Any]]:
     """AdamW, linear warm-up then cosine decay to a tenth over the planned steps; stops at the cap.
-    ``autocast``: matrix products in bfloat16 (weights and optimiser stay float32)."""
+    ``autocast``: matrix products in bfloat16 (weights and optimiser stay float32). ``init``: the
+    weights to start from (a head trained before), else a fresh head."""
     import math
     torch.manual_seed(seed)
     head = EagleHead(lm.model.config).float().train()
+    if init is not None:
+        head.load_state_dict({k: v for k, v in init.items() if k != "draft_ids"}, strict=False)
     for p in lm.model.parameters():
         p.requires_grad_(False)
     opt = torch.optim.AdamW(head.parameters(), lr=lr)
@@ -294,6 +297,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-vocab", type=int, default=None,
                     help="the head drafts only the N most frequent tokens of its training data (0: all)")
     ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from the head under this folder (a first stage), keeping its draft vocabulary")
+    ap.add_argument("--only-answers", action="store_true", help="train on the chat answers alone")
     ap.add_argument("--evaluate", action="store_true", help="only measure held-out tau into head.json")
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
@@ -305,6 +311,14 @@ def main(argv: list[str] | None = None) -> None:
         evaluate(store, lm, args.out)
         return
     seqs, data_record = sequences(lm, args.quick, args.seed, args.prompts, args.answer_tokens, args.doc_chars)
+    if args.only_answers:  # a second stage: the chat answers alone, after a head trained on all the data
+        seqs = seqs[:data_record["chat_prompts"]]
+        data_record = {**data_record, "used": "the chat answers only"}
+    init, before = None, None
+    if args.init:
+        from safetensors.torch import load_file
+        init = load_file(str(args.init / lm.key / "head.safetensors"))
+        before = json.loads((args.init / lm.key / "head.json").read_text())
     t0 = time.perf_counter()
     fast = not toy and cpu_has_native_bf16()
     data = features(lm.with_weights("bfloat16") if fast else lm, seqs, 2048)
@@ -314,11 +328,14 @@ def main(argv: list[str] | None = None) -> None:
     order, counts = frequency_order(seqs, lm.vocab_size)
     size = args.draft_vocab if args.draft_vocab is not None else (0 if toy else 32768)
     vocab = torch.tensor(order[:size]) if 0 < size < lm.vocab_size else None
+    if init is not None and "draft_ids" in init:  # the first stage's map stays: the head drafts what it learnt
+        vocab, size = init["draft_ids"], int(init["draft_ids"].numel())
     epochs = args.epochs or (1 if args.quick else 60 if toy else 3)
     lr = args.lr or (3e-3 if toy else 5e-4)
     log = lambda m: print(m, flush=True)  # noqa: E731
     log(f"{len(data)} sequences, {data_record['tokens']} tokens; training {epochs} epochs")
-    head, fit = train(lm, data, epochs, lr, args.cap_minutes * 60, args.seed, vocab, args.batch_tokens, fast, log)
+    head, fit = train(lm, data, epochs, lr, args.cap_minutes * 60, args.seed, vocab, args.batch_tokens, fast, log,
+                      init)
     seen = int((counts > 0).sum())
     draft_vocabulary = ({"size": lm.vocab_size, "kind": "full (the target's own LM head)"} if vocab is None else
                         {"size": size, "kind": "the most frequent tokens of the training data, most frequent first",
@@ -327,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
                          "data_mass_covered": round(float(counts[vocab].sum() / counts.sum()), 5)})
     if vocab is not None:
         head.set_draft_ids(vocab)
+    if before is not None:  # the first stage's map and counts describe the vocabulary
+        draft_vocabulary = before["draft_vocabulary"]
     record = {"model": lm.key, "seed": args.seed, "data": data_record, "training": fit,
               "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution over the draft "
                       f"vocabulary), noise U(-{NOISE}, {NOISE})",
@@ -335,7 +354,11 @@ def main(argv: list[str] | None = None) -> None:
                          f"--cap-minutes {args.cap_minutes} --prompts {args.prompts} "
                          f"--answer-tokens {args.answer_tokens} --doc-chars {args.doc_chars} "
                          f"--draft-vocab {size} --batch-tokens {args.batch_tokens} --seed {args.seed}"
-                         + (" --quick" if args.quick else "")}
+                         + (" --quick" if args.quick else "")
+                         + (f" --init {args.init} --only-answers" if args.init and args.only_answers else
+                            f" --init {args.init}" if args.init else "")}
+    if before is not None:
+        record["first_stage"] = {k: before[k] for k in ("data", "training", "command") if k in before}
     folder = save_head(head, lm.key, record, args.out)
     print(json.dumps(record))
     print(f"saved to {folder}")
