@@ -74,8 +74,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dtypes", default="bfloat16,int4,float32",
                     help="the target's weights, comma-separated: auto, float32, bfloat16, int4")
+    ap.add_argument("--temperatures", default="0,1", help="comma-separated")
+    ap.add_argument("--only", default="", help="comma-separated substrings: run only rows whose label has one")
     args = ap.parse_args()
     model = "toy" if args.quick else args.model
+    wanted = [w for w in args.only.split(",") if w]
     tokens = 16 if args.quick else args.tokens
     dtypes = ["float32"] if args.quick else args.dtypes.split(",")
     prompts = json.loads((head_dir(model) / "head.json").read_text())["held_out"]["prompts"]
@@ -88,16 +91,18 @@ def main() -> None:
         except Exception as e:  # weights this CPU cannot run (int4 on a scalar kernel, a failed check)
             print(f"{model}: {dtype} skipped: {e}")
             continue
-        for temperature in (0.0, 1.0):
+        for temperature in (float(t) for t in args.temperatures.split(",")):
             for label, params in CONFIGS:
+                if wanted and not any(w in label for w in wanted):
+                    continue
                 if params.get("eagle_tree") == "dynamic" and temperature:
                     continue
                 if "eagle_vocab" in params and not mapped:
                     continue
                 m = measure(store, model, prompts, {"temperature": temperature, **params}, tokens, dtype)
-                print(f"{model} {dtype}: T={temperature:g} {label:30s} tau {m['tau']:.2f}  plain / speculative "
+                print(f"{model}: T={temperature:g} {label:30s} tau {m['tau']:.2f}  plain / speculative "
                       f"wall-clock ratio, geometric mean over {len(prompts)} prompts: {m['ratio']:.2f}x  "
-                      f"(draft {m['draft_ms']:.1f} ms + verify {m['verify_ms']:.1f} ms a round; plain "
+                      f"({dtype}; draft {m['draft_ms']:.1f} ms + verify {m['verify_ms']:.1f} ms a round; plain "
                       f"{m['plain_ms']:.1f} ms a token)", flush=True)
 
 

@@ -215,8 +215,8 @@ def figure(trace: dict[str, Any]) -> go.Figure:
                f"{'paid' if c.speedup >= 1 else 'did not pay'}: {speedup_text(c.speedup)}x")
     fig.update_layout(title=f"a round cost {sig(c.break_even)} plain steps, kept {sig(c.tau)} tokens · {verdict}",
                       barmode="overlay", showlegend=False, height=330,
-                      xaxis=dict(title=f"ms over {c.rounds} round{'' if c.rounds == 1 else 's'} (prefill not "
-                                       f"shown) · plain step {sig(c.step * ms)} ms", rangemode="tozero"),
+                      xaxis=dict(title=f"ms, {c.rounds} round{'' if c.rounds == 1 else 's'} · plain step "
+                                       f"{sig(c.step * ms)} ms", rangemode="tozero"),
                       yaxis=dict(categoryorder="array", categoryarray=list(reversed(LANES))))
     add_caption(fig, sentence(trace))
     return fig

@@ -62,6 +62,29 @@ def chat_prompts(held_out: list[str], seed: int) -> list[str]:
     return out
 
 
+def package_text(limit_chars: int) -> list[str]:
+    """English paragraphs from the docstrings of installed Python modules, in a fixed order."""
+    import ast
+    import sysconfig
+    texts: list[str] = []
+    total = 0
+    for folder in (Path(sysconfig.get_paths()["stdlib"]),):
+        for path in sorted(folder.rglob("*.py")):
+            if "test" in path.parts or total >= limit_chars:
+                continue
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (SyntaxError, UnicodeDecodeError, OSError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
+                    doc = ast.get_docstring(node)
+                    if doc and len(doc) > 300 and doc.isascii():
+                        texts.append(" ".join(doc.split()))
+                        total += len(texts[-1])
+    return texts
+
+
 def greedy_answers(lm: Any, prompts: list[list[int]], length: int, batch: int, log: Any = print
                    ) -> list[list[int]]:
     """prompt + the target's greedy answer (cut at its end of text), ``batch`` prompts a time, left-padded."""
@@ -95,7 +118,6 @@ def doc_pieces(lm: Any, texts: list[str], max_tokens: int) -> list[list[int]]:
 def build(lm: Any, held_out: list[str], prompts: int, answer_tokens: int, doc_chars: int, seed: int,
           batch: int = 48, log: Any = print) -> tuple[list[list[int]], dict[str, Any]]:
     """The sequences and their record (counts, seconds)."""
-    from playground.tools.train_eagle import package_text
     chosen = chat_prompts(held_out, seed)[:prompts]
     t0 = time.perf_counter()
     fast = lm.with_weights("bfloat16") if lm.device.type == "cpu" else lm  # generation only; features stay float32

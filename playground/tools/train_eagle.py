@@ -48,29 +48,6 @@ CHAT_HELD_OUT = ["Why do leaves change colour in autumn?", "How does a refrigera
                  "What are the benefits of reading books?", "Explain how a compass works."]
 
 
-def package_text(limit_chars: int) -> list[str]:
-    """English paragraphs from the docstrings of installed Python modules, in a fixed order."""
-    import ast
-    import sysconfig
-    texts: list[str] = []
-    total = 0
-    for folder in (Path(sysconfig.get_paths()["stdlib"]),):
-        for path in sorted(folder.rglob("*.py")):
-            if "test" in path.parts or total >= limit_chars:
-                continue
-            try:
-                tree = ast.parse(path.read_text(encoding="utf-8"))
-            except (SyntaxError, UnicodeDecodeError, OSError):
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
-                    doc = ast.get_docstring(node)
-                    if doc and len(doc) > 300 and doc.isascii():
-                        texts.append(" ".join(doc.split()))
-                        total += len(texts[-1])
-    return texts
-
-
 def sampled_answers(lm: Any, prompts: list[list[int]], per_prompt: int, length: int, seed: int) -> list[list[int]]:
     """The target's own answers: prompt + ``length`` tokens sampled at temperature 1."""
     torch.manual_seed(seed)
