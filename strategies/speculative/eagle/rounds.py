@@ -94,7 +94,6 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     with torch.inference_mode():
         decoder.prefill()
     choice = auto_tree(decoder, load_head(ctx.lm)[1]) if auto else None
-    trace.extra["speculative"] = {"auto_tree": choice}
     reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
     taus: list[int] = []
     while len(trace.tokens) < ctx.max_new_tokens:
