@@ -27,6 +27,10 @@ FORMS = [
     "What should a beginner know about {}?", "Write a short letter to a friend about {}.",
     "What are common mistakes people make with {}?", "Compare {} with something similar.",
 ]
+MORE_FORMS = [  # a second group, after every pairing of the first: a longer list keeps its first prompts
+    "Tell me about {}.", "What would happen without {}?", "List five interesting things about {}.",
+    "Write a short paragraph about {}.",
+]
 TOPICS = [
     "the ocean tides", "volcanoes", "the human heart", "photosynthesis", "electricity", "the Roman Empire",
     "a healthy breakfast", "recycling", "the solar system", "earthquakes", "honey bees", "the printing press",
@@ -55,10 +59,13 @@ CACHE = Path.home() / ".cache" / "decoding-playground" / "eagle"
 
 
 def chat_prompts(held_out: list[str], seed: int) -> list[str]:
-    """Every form with every topic, shuffled by ``seed``; none equals a held-out prompt."""
-    prompts = [form.format(topic) for topic in TOPICS for form in FORMS]
-    out = [p for p in prompts if p not in held_out]
-    random.Random(seed).shuffle(out)
+    """Every form with every topic, shuffled by ``seed``, then every pairing of ``MORE_FORMS`` shuffled
+    the same way; none equals a held-out prompt. Asking for more prompts never changes the first ones."""
+    out: list[str] = []
+    for forms in (FORMS, MORE_FORMS):
+        group = [p for p in (form.format(topic) for topic in TOPICS for form in forms) if p not in held_out]
+        random.Random(seed).shuffle(group)
+        out += group
     return out
 
 
@@ -116,17 +123,21 @@ def doc_pieces(lm: Any, texts: list[str], max_tokens: int) -> list[list[int]]:
 
 
 def build(lm: Any, held_out: list[str], prompts: int, answer_tokens: int, doc_chars: int, seed: int,
-          batch: int = 48, log: Any = print) -> tuple[list[list[int]], dict[str, Any]]:
-    """The sequences and their record (counts, seconds)."""
+          batch: int = 48, log: Any = print, known: tuple[list[list[int]], float] = ([], 0.0)
+          ) -> tuple[list[list[int]], dict[str, Any]]:
+    """The sequences and their record (counts, seconds). ``known``: answers already generated for the
+    first prompts (a smaller cached recipe) and the seconds they took; only the rest are generated."""
     chosen = chat_prompts(held_out, seed)[:prompts]
+    done, earlier = known
     t0 = time.perf_counter()
     fast = lm.with_weights("bfloat16") if lm.device.type == "cpu" else lm  # generation only; features stay float32
-    answers = greedy_answers(fast, [lm.encode(p) for p in chosen], answer_tokens, batch, log)
+    answers = done + greedy_answers(fast, [lm.encode(p) for p in chosen[len(done):]], answer_tokens, batch, log)
     t1 = time.perf_counter()
     docs = doc_pieces(lm, package_text(doc_chars), DOC_TOKENS)
-    record = {"chat_prompts": len(chosen), "prompt_forms": len(FORMS), "topics": len(TOPICS),
+    forms = len(FORMS) + (len(MORE_FORMS) if len(chosen) > len(FORMS) * len(TOPICS) else 0)
+    record = {"chat_prompts": len(chosen), "prompt_forms": forms, "topics": len(TOPICS),
               "answers": "greedy, bfloat16 weights", "answer_max_tokens": answer_tokens,
-              "answer_tokens": sum(len(a) for a in answers), "answer_seconds": round(t1 - t0, 1),
+              "answer_tokens": sum(len(a) for a in answers), "answer_seconds": round(earlier + t1 - t0, 1),
               "stdlib_docstring_chars": doc_chars, "doc_pieces": len(docs), "doc_piece_max_tokens": DOC_TOKENS,
               "doc_tokens": sum(len(d) for d in docs)}
     return answers + docs, record
@@ -146,7 +157,27 @@ def cached(lm: Any, held_out: list[str], prompts: int, answer_tokens: int, doc_c
         saved = json.loads(path.read_text())
         log(f"sequences from {path}")
         return saved["sequences"], saved["record"]
-    seqs, record = build(lm, held_out, prompts, answer_tokens, doc_chars, seed, log=log)
+    seqs, record = build(lm, held_out, prompts, answer_tokens, doc_chars, seed, log=log,
+                         known=_known_answers(lm.key, prompts, answer_tokens, seed, log))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"record": record, "sequences": seqs}))
     return seqs, record
+
+
+def _known_answers(key: str, prompts: int, answer_tokens: int, seed: int, log: Any
+                   ) -> tuple[list[list[int]], float]:
+    """The answers of the largest cached recipe with fewer prompts (same answer length and seed), which
+    are the answers to the first prompts of this one, and the seconds they took."""
+    best: tuple[list[list[int]], float] = ([], 0.0)
+    for path in sorted((CACHE / key).glob("sequences-*.json")):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        record = saved.get("record", {})
+        n = record.get("chat_prompts", 0)
+        if (record.get("answer_max_tokens") == answer_tokens and f"-s{seed}." in path.name
+                and len(best[0]) < n < prompts):
+            best = (saved["sequences"][:n], float(record.get("answer_seconds", 0.0)))
+            log(f"{n} answers from {path}")
+    return best

@@ -122,11 +122,45 @@ def batches(data: list[tuple[torch.Tensor, torch.Tensor]], batch_tokens: int, rn
     return out
 
 
-def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], batch: list[int],
-               vocab: torch.Tensor | None, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """SmoothL1 on the feature and cross-entropy against the target's distribution over the draft
-    vocabulary (``vocab``; None is the whole one), for a right-padded batch of sequences.
+def unrolled(head: EagleHead, emb: torch.Tensor, feats: torch.Tensor, unroll: int) -> list[torch.Tensor]:
+    """The head's predictions [B, W - s + 1, d] for each drafting step s = 1..``unroll`` over a batch of
+    embeddings of x_{t+1} and features f_t [B, W, .]: step 1 reads ``feats``; step s > 1 at index t reads
+    step s - 1's prediction at t and the embedding of x_{t+s}, sees the step-1 entries up to t and its
+    own chain's entries at t (a 4D mask over one KV cache), at position t + s - 1, and predicts f_{t+s}:
+    what the head computes when it drafts s deep after a cache of real features up to t."""
+    width = emb.shape[1]
+    cache = head.new_cache() if unroll > 1 else None
+    pred, cache = head(emb, feats, cache)
+    out = [pred]
+    for step in range(2, unroll + 1):
+        m = width - step + 1  # positions whose step-s target exists
+        if m < 1:
+            break
+        keys = cache.get_seq_length()
+        t = torch.arange(m)
+        allowed = torch.zeros(m, keys + m, dtype=torch.bool)
+        allowed[:, :width] = t[:, None] >= torch.arange(width)[None, :]
+        for r in range(2, step + 1):  # step r's entry at t: this chain's ancestor (r < step), or itself
+            allowed[t, width + sum(width - q + 1 for q in range(2, r)) + t] = True
+        additive = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+        positions = (t + step - 1).unsqueeze(0).expand(emb.shape[0], m)
+        pred, cache = head(emb[:, step - 1:step - 1 + m], pred[:, :m], cache,
+                           additive[None, None].expand(emb.shape[0], 1, m, keys + m), positions)
+        out.append(pred)
+    return out
 
+
+def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], batch: list[int],
+               vocab: torch.Tensor | None, g: torch.Generator, unroll: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """SmoothL1 on the feature and cross-entropy against the target's distribution over the draft
+    vocabulary (``vocab``; None is the whole one), for a right-padded batch of sequences; each the
+    mean over the ``unroll`` drafting steps.
+
+    Step 1 reads the target's features (with noise), as the head does for the first draft. Step s > 1
+    reads the head's own prediction of step s - 1 at each position, as it does deeper in a tree (the
+    "training-time test" of EAGLE-3, Li et al. 2025): its query at index t sees the step-1 entries up to
+    t (the head's cache of real features when it drafts) and its own chain's entries at t, through a 4D
+    mask over the step-1 cache, at position t + s - 1; it predicts f_{t+s}.
     Right padding is exact for the causal head: a real position never sees a later one."""
     embed, lm_head = lm.model.get_input_embeddings(), lm.model.get_output_embeddings()
     weight = lm_head.weight if vocab is None else lm_head.weight[vocab]
@@ -142,18 +176,22 @@ def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Te
         ids[row, :n], inputs[row, :n], targets[row, :n], mask[row, :n] = seq[1:], feats[:-1], feats[1:], True
     with torch.no_grad():
         emb = embed(ids.to(lm.device)).float()
-        target_p = (targets[mask] @ weight.float().T).softmax(-1)
     noisy = inputs + (torch.rand(inputs.shape, generator=g) * 2 - 1) * NOISE
-    pred, _ = head(emb, noisy)
-    pred = pred[mask]
-    reg = nn.functional.smooth_l1_loss(pred, targets[mask])
-    ce = -(target_p * (pred @ weight.float().T).log_softmax(-1)).sum(-1).mean()
-    return reg, ce
+    regs, ces = [], []
+    for step, pred in enumerate(unrolled(head, emb, noisy, unroll), start=1):
+        here = mask[:, step - 1:]
+        goal = targets[:, step - 1:][here]
+        with torch.no_grad():
+            target_p = (goal @ weight.float().T).softmax(-1)
+        got = pred[here]
+        regs.append(nn.functional.smooth_l1_loss(got, goal))
+        ces.append(-(target_p * (got @ weight.float().T).log_softmax(-1)).sum(-1).mean())
+    return sum(regs) / len(regs), sum(ces) / len(ces)
 
 
 def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, lr: float, cap_seconds: float,
           seed: int, vocab: torch.Tensor | None, batch_tokens: int, autocast: bool = False, log: Any = print,
-          init: dict[str, torch.Tensor] | None = None) -> tuple[EagleHead, dict[str, Any]]:
+          init: dict[str, torch.Tensor] | None = None, unroll: int = 1) -> tuple[EagleHead, dict[str, Any]]:
     """AdamW, linear warm-up then cosine decay to a tenth over the planned steps; stops at the cap.
     ``autocast``: matrix products in bfloat16 (weights and optimiser stay float32). ``init``: the
     weights to start from (a head trained before), else a fresh head."""
@@ -177,7 +215,7 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, l
         if time.perf_counter() - start > cap_seconds:
             break
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            reg, ce = loss_terms(head, lm, data, batch, vocab, g)
+            reg, ce = loss_terms(head, lm, data, batch, vocab, g, unroll)
             loss = reg + CE_WEIGHT * ce
         opt.zero_grad()
         loss.backward()
@@ -192,7 +230,7 @@ def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, l
     tail = history[-50:]
     seconds = round(time.perf_counter() - start, 1)
     return head.eval(), {"epochs": epochs, "steps": done, "steps_planned": planned, "batch_tokens": batch_tokens,
-                         "lr": lr, "autocast_bfloat16": autocast, "schedule": f"linear warm-up {warm} steps, cosine to 0.1 x lr",
+                         "lr": lr, "autocast_bfloat16": autocast, "unroll": unroll, "schedule": f"linear warm-up {warm} steps, cosine to 0.1 x lr",
                          "seconds": seconds, "capped": done < planned,
                          "final_smooth_l1": round(sum(r for r, _ in tail) / len(tail), 5),
                          "final_ce": round(sum(c for _, c in tail) / len(tail), 4),
@@ -277,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--init", type=Path, default=None,
                     help="start from the head under this folder (a first stage), keeping its draft vocabulary")
     ap.add_argument("--only-answers", action="store_true", help="train on the chat answers alone")
+    ap.add_argument("--unroll", type=int, default=1,
+                    help="drafting steps each position trains (2+: later steps read the head's own predictions)")
     ap.add_argument("--evaluate", action="store_true", help="only measure held-out tau into head.json")
     ap.add_argument("--out", type=Path, default=HEADS)
     args = ap.parse_args(argv)
@@ -312,7 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     log = lambda m: print(m, flush=True)  # noqa: E731
     log(f"{len(data)} sequences, {data_record['tokens']} tokens; training {epochs} epochs")
     head, fit = train(lm, data, epochs, lr, args.cap_minutes * 60, args.seed, vocab, args.batch_tokens, fast, log,
-                      init)
+                      init, args.unroll)
     seen = int((counts > 0).sum())
     draft_vocabulary = ({"size": lm.vocab_size, "kind": "full (the target's own LM head)"} if vocab is None else
                         {"size": size, "kind": "the most frequent tokens of the training data, most frequent first",
@@ -325,17 +365,23 @@ def main(argv: list[str] | None = None) -> None:
         draft_vocabulary = before["draft_vocabulary"]
     record = {"model": lm.key, "seed": args.seed, "data": data_record, "training": fit,
               "loss": f"smooth_l1(feature) + {CE_WEIGHT} x cross_entropy(target distribution over the draft "
-                      f"vocabulary), noise U(-{NOISE}, {NOISE})",
+                      f"vocabulary), noise U(-{NOISE}, {NOISE})"
+                      + (f"; each the mean over {args.unroll} drafting steps, steps after the first reading "
+                         "the head's own predicted features" if args.unroll > 1 else ""),
               "draft_vocabulary": draft_vocabulary,
               "command": f"python -m playground.tools.train_eagle --model {lm.key} --epochs {epochs} --lr {lr} "
                          f"--cap-minutes {args.cap_minutes} --prompts {args.prompts} "
                          f"--answer-tokens {args.answer_tokens} --doc-chars {args.doc_chars} "
                          f"--draft-vocab {size} --batch-tokens {args.batch_tokens} --seed {args.seed}"
+                         + (f" --unroll {args.unroll}" if args.unroll > 1 else "")
                          + (" --quick" if args.quick else "")
                          + (f" --init {args.init} --only-answers" if args.init and args.only_answers else
                             f" --init {args.init}" if args.init else "")}
-    if before is not None:
-        record["first_stage"] = {k: before[k] for k in ("data", "training", "command") if k in before}
+    if before is not None:  # every earlier stage, first to last, with its data, training and command
+        stage = {k: before[k] for k in ("data", "training", "command") if k in before}
+        earlier = before.get("earlier_stages") or ([before["first_stage"]] if "first_stage" in before else [])
+        record["first_stage"] = earlier[0] if earlier else stage
+        record["earlier_stages"] = earlier + [stage]
     folder = save_head(head, lm.key, record, args.out)
     print(json.dumps(record))
     print(f"saved to {folder}")
