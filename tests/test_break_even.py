@@ -163,6 +163,17 @@ def test_known_numbers_pay():
     assert fig.layout.title.text == "a round cost 2.5 plain steps, kept 3.0 tokens · paid: 1.2x"
 
 
+def test_an_auto_tree_says_what_it_chose_and_what_measuring_cost():
+    trace = made(draft_ms=1, verify_ms=4, step_ms=2, kept=[3, 3], speedup=1.2)
+    choice = {"depth": 2, "branching": 3, "expected_tau": 2.61, "expected_speedup": 1.274, "costs_seconds": 5.43}
+    trace["speculative"]["auto_tree"] = choice
+    assert be.sentence(trace).endswith(
+        "this run paid (1.2x); the auto tree chose depth 2, branching 3 (expected tau 2.6, 1.27x) after measuring "
+        "this machine's pass costs in 5.4 s, once per model and weights, not counted in the run")
+    choice["costs_seconds"] = 0.0  # measured by an earlier run
+    assert be.sentence(trace).endswith("(expected tau 2.6, 1.27x)")
+
+
 def test_a_slow_draft_is_named():
     # drafting 2 steps + verify 1 step = 3 > tau 2.5; with a free draft 1 < 2.5 would pay
     text = be.sentence(made(draft_ms=4, verify_ms=2, step_ms=2, kept=[2, 3], speedup=0.8))

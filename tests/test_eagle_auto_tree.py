@@ -75,6 +75,24 @@ def test_the_costs_are_measured_once_per_model(store, toy_auto):
     assert second["costs_measured_now"] is False and second["costs"] == first["costs"]
 
 
+def test_measuring_the_costs_is_not_counted_in_the_run(store):
+    """The first auto run on fresh weights measures the pass costs; its seconds leave that out (the
+    trace records them apart), so its wall-clock ratio is the decoding's."""
+    import time
+    lm = store.get("toy")
+    for key in [k for k in lm.attached if isinstance(k, tuple) and k and k[0] == "eagle_pass_costs"]:
+        del lm.attached[key]
+    params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
+    t0 = time.perf_counter()
+    first = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=12))
+    wall = time.perf_counter() - t0
+    choice = first.extra["speculative"]["auto_tree"]
+    assert choice["costs_measured_now"] and choice["costs_seconds"] > 0
+    assert first.timing.seconds <= wall - choice["costs_seconds"] + 1e-3
+    again = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=12))
+    assert again.extra["speculative"]["auto_tree"]["costs_seconds"] == 0.0
+
+
 def test_auto_sampling_is_a_static_tree(store):
     trace = run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
                                                              "temperature": 1.0, "measure_baseline": False},

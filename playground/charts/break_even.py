@@ -150,12 +150,31 @@ def _reason(c: Costs) -> str:
             f"({sig(d + 1)}) nor for the verify with a free draft ({sig(v)})")
 
 
+def auto_note(trace: dict[str, Any]) -> str:
+    """What the ``auto`` tree chose and expected, and the one-off time it spent measuring pass costs
+    (kept out of the run's seconds); empty for any other draft."""
+    choice = (trace.get("speculative") or {}).get("auto_tree")
+    if not choice:
+        return ""
+    note = (f"; the auto tree chose depth {choice['depth']}, branching {choice['branching']} "
+            f"(expected tau {sig(choice['expected_tau'])}, {speedup_text(choice['expected_speedup'])}x)")
+    if choice.get("costs_seconds"):
+        note += (f" after measuring this machine's pass costs in {sig(choice['costs_seconds'])} s, once per model "
+                 "and weights, not counted in the run")
+    return note
+
+
 def sentence(trace: dict[str, Any]) -> str:
     """Whether this run paid and why, in one sentence: a round's cost in plain steps, tau, the
-    break-even tau, then the verdict (from the measured speedup) with its main reason."""
+    break-even tau, then the verdict (from the measured speedup) with its main reason, and what an
+    ``auto`` tree chose."""
     c = costs(trace)
     if isinstance(c, str):
         return c
+    return _verdict(trace, c) + auto_note(trace)
+
+
+def _verdict(trace: dict[str, Any], c: Costs) -> str:
     what = f"drafting and verifying {sig(c.verified)} tokens" if c.verified is not None else "a round"
     head = (f"{what} cost {sig(c.break_even)} plain steps a round (draft {sig(c.draft_steps)}, verify "
             f"{sig(c.verify_steps)}); {sig(c.tau)} kept per round; the break-even is {sig(c.break_even)}")
