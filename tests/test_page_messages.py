@@ -122,7 +122,7 @@ def test_the_page_says_length_for_a_finished_run_under_a_spent_budget(store):
 
 
 def test_a_stopped_run_says_at_which_step(store):
-    frames = generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=8)
+    frames = generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=8, text_seconds=0)
     partial = [f for _, f in zip(range(5), frames)][-1]  # reading + 4 tokens, then the page stops it
     frames.close()
     assert len(partial.trace["steps"]) == 4
@@ -172,7 +172,7 @@ def test_a_branch_link_carries_its_forced_tokens_and_a_changed_strategy():
 
 def test_stop_ends_a_handler_run_after_the_step_in_flight_with_a_stopped_frame(store):
     def run():
-        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40):
+        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40, text_seconds=0):
             yield [frame.status, len(frame.trace["tokens"]), frame.final]
 
     frames = handler(run, 0)(gr.Request(session_hash="stop-test"))
@@ -182,3 +182,25 @@ def test_stop_ends_a_handler_run_after_the_step_in_flight_with_a_stopped_frame(s
     assert [n for _, n, _ in rest] == [4, 4] and rest[-1][2]  # no token after it; the last frame is final
     assert "stopped at step 3" in rest[0][0] and "stopped at step 3" in rest[-1][0]
     assert seen[-1][1] == 4 and events.RUNS.stop("stop-test") is False  # the run has ended
+
+
+def test_stop_is_read_after_every_token_even_one_not_sent(store):
+    """Tokens decoded faster than the text interval are not sent one by one; Stop still ends the run
+    after the token in flight, not at the next frame that would have gone out."""
+    from playground.ui.handlers import default_decoder
+    inner = default_decoder(store)
+
+    def decode(req, progress=None):
+        for trace in inner(req, progress):
+            yield trace
+            if len(trace.tokens) == 5:
+                events.RUNS.stop("stop-unsent")  # Stop arrives after the fifth token, the sixth in flight
+
+    def run():
+        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40, text_seconds=60,
+                              decoder=decode):
+            yield [frame.status, len(frame.trace["tokens"]), frame.final]
+
+    frames = list(handler(run, 0)(gr.Request(session_hash="stop-unsent")))
+    assert [n for _, n, _ in frames] == [0, 1, 6, 6]  # reading, the first token alone, then the stopped end
+    assert "stopped at step 5" in frames[-1][0] and frames[-1][2]

@@ -221,7 +221,8 @@ def test_status_line_escapes_what_it_shows():
 # --- streaming handlers -----------------------------------------------------------------------------
 
 def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(store):
-    reading, *frames = generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0)
+    reading, *frames = generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0,
+                                text_seconds=0)
     assert reading.trace["finish_reason"] == "reading" and not reading.trace["tokens"]  # before the prefill
     assert frames[0].figures is None and not frames[0].final  # first token: text only, as fast as it gets
     assert frames[1].figures is not None  # the charts follow from the second token on
@@ -241,6 +242,19 @@ def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
     frames = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=8, refresh_seconds=60))
     # a run quicker than refresh_seconds is drawn once, at its end
     assert [f.figures is not None for f in frames] == [False] * (len(frames) - 1) + [True]
+
+
+def test_tokens_decoded_faster_than_the_text_interval_go_out_together(store):
+    """A page is sent the text at most every text_seconds: a fast run sends its first token alone, then
+    only its end, and the end holds every token."""
+    frames = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=40, refresh_seconds=60,
+                           text_seconds=60))[1:]  # after the "reading the prompt" frame
+    assert [len(f.trace["tokens"]) for f in frames[:-1]] == [1] and frames[-1].final
+    n = len(frames[-1].trace["tokens"])
+    assert n >= 5  # a run long enough to coalesce
+    every = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=40, refresh_seconds=60,
+                          text_seconds=0))[1:]
+    assert len(every) == n + 1 and every[-1].trace["tokens"] == frames[-1].trace["tokens"]
 
 
 def test_bad_input_raises_the_validation_message(store):

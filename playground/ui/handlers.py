@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
 
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
+TEXT_SECONDS = 0.1  # the text at most ten times a second: a page never queues more frames than it can draw
 DEFAULT_PROMPT = share.DEFAULT_PROMPT
 NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
 
@@ -183,11 +184,13 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
              final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
              dtype: str = "auto", forced: dict[int, int | str] | None = None,
-             grammar: dict[str, str] | None = None) -> Iterator[Frame]:
-    """Stream one run as Frames: text after every token, charts every ``refresh_seconds`` and at the end.
+             grammar: dict[str, str] | None = None, text_seconds: float = TEXT_SECONDS) -> Iterator[Frame]:
+    """Stream one run as Frames: the text at most every ``text_seconds`` (tokens decoded faster than
+    that go out together), charts every ``refresh_seconds``, and everything at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
-    ``refresh_seconds`` later (so a run that ends sooner is drawn once).
+    ``refresh_seconds`` later (so a run that ends sooner is drawn once). Stop is read after every
+    token, sent or not.
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
     or a step number (a branch shows its forced step).
     ``forced``: step -> token (id or text) the run takes there (a branch; strategies.forcing).
@@ -201,7 +204,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
                   grammar=grammar)
     decode = decoder or default_decoder(store)
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
-    dicts, last_draw, draw_cost, trace = _TraceDicts(), 0.0, 0.0, None
+    dicts, last_draw, draw_cost, last_text, trace = _TraceDicts(), 0.0, 0.0, 0.0, None
     with_prompt = show_prompt(model, chat)
     k, traces, halted = -1, decode(req, progress), False
     for trace in traces:
@@ -211,19 +214,21 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
                         None, None, final=False)
             continue
         k += 1
-        d = dicts(trace)
-        step = len(d["steps"]) - 1 if d["steps"] else None
         now = time.perf_counter()
         if k == 0:
             last_draw = now  # the first token goes out alone; a quick run is drawn once, at its end
         # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing.
         redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost)
-        figures = views = None
-        if redraw and step is not None:
-            figures, views = _figures(d, step, compact), strategy_views(d, step)
-            draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
-        yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step, figures, views,
-                    final=False)
+        if k == 0 or redraw or now - last_text >= text_seconds:
+            d = dicts(trace)
+            step = len(d["steps"]) - 1 if d["steps"] else None
+            figures = views = None
+            if redraw and step is not None:
+                figures, views = _figures(d, step, compact), strategy_views(d, step)
+                draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
+            last_text = time.perf_counter()
+            yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
+                        figures, views, final=False)
         if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
             halted = True
             break
