@@ -175,3 +175,31 @@ def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_
         assert labels[0].strip().startswith("run: ") and "└ step" in labels[1]
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("mode", ["light", "phone"])
+def test_switching_to_toy_asks_before_replacing_a_typed_prompt(browser, url, mode):
+    (width, height), query = MODES[mode]
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(url + query)
+        page.wait_for_selector("#pg-prompt textarea")
+        typed = "My own words about the sea"
+        page.locator("#pg-prompt textarea").fill(typed)
+        pick(page, "Model", re.compile(r"^toy · "))
+        page.wait_for_function("() => /token numbers/.test(document.getElementById('pg-prompt-note')?.innerText)",
+                               timeout=20_000)
+        offer = page.locator("#pg-prompt-fit")
+        assert page.locator("#pg-prompt textarea").input_value() == typed  # kept, not replaced unasked
+        offer.wait_for(state="visible", timeout=20_000)
+        assert "“1 2”" in offer.inner_text()
+        offer.click()
+        page.wait_for_function("() => document.querySelector('#pg-prompt textarea').value === '1 2'", timeout=20_000)
+        offer.wait_for(state="hidden", timeout=20_000)
+        # typing a prompt the toy cannot read brings the offer back; token numbers take it away
+        page.locator("#pg-prompt textarea").fill("hello sea")
+        offer.wait_for(state="visible", timeout=20_000)
+        page.locator("#pg-prompt textarea").fill("3 4")
+        offer.wait_for(state="hidden", timeout=20_000)
+    finally:
+        page.close()

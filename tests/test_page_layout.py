@@ -10,7 +10,7 @@ from playground.models import ModelStore
 from playground.ui import branches as ui_branches
 from playground.ui.controls import (advanced_label, controls_for, ordered, pair_choices, pair_update, stages_on,
                                     tokenizer_family)
-from playground.ui.examples import prompt_on_model, toy_note
+from playground.ui.examples import prompt_offer, prompt_on_model, toy_note
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
 from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, build_demo, model_sees
 from playground.whatif import branches
@@ -112,6 +112,15 @@ def test_a_model_switch_replaces_only_a_prompt_nobody_typed():
     assert "token numbers" in note and "once, upon, a" in note and "<eos>" not in note
     assert prompt_on_model("smollm2-135m", "3 4 5") == ("3 4 5", "")  # numbers are text to SmolLM2
     assert toy_note("smollm2-135m") == "" and "token numbers" in toy_note("toy-small")
+
+
+def test_a_typed_prompt_a_toy_cannot_read_is_offered_a_replacement_not_replaced():
+    vocab = ["<eos>", "once", "upon", "a"]
+    assert prompt_offer("toy", "My own words about the sea", vocab) == NUMERIC_PROMPT
+    assert prompt_offer("toy", "My own words about the sea") == NUMERIC_PROMPT  # vocabulary not loaded yet
+    assert prompt_offer("toy", "once upon a", vocab) == ""  # words of its vocabulary: it can read them
+    assert prompt_offer("toy", "3 4 5", vocab) == "" and prompt_offer("toy", "", vocab) == ""
+    assert prompt_offer("smollm2-135m", "My own words") == "" and prompt_offer("smollm2-135m", "3 4") == ""
 
 
 def test_what_the_model_sees_is_the_templated_prompt_of_the_loaded_tokenizer(store, smollm):

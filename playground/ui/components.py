@@ -36,6 +36,7 @@ class Page:
     system: gr.Textbox
     prompt: gr.Textbox
     prompt_note: gr.Markdown
+    prompt_fit: gr.Button  # offers a prompt the chosen model can read, in place of a typed one it cannot
     sees_box: gr.Accordion
     sees: gr.Textbox
     slides: gr.Checkbox

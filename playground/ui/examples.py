@@ -110,6 +110,19 @@ def prompt_on_model(model: str, prompt: str, vocabulary: list[str] | None = None
     return (text if keep else fitted), toy_note(model, vocabulary)
 
 
+def prompt_offer(model: str, prompt: str, vocabulary: list[str] | None = None) -> str:
+    """The prompt the page offers, with a button, in place of a typed one a toy model cannot read
+    (neither token numbers nor words of ``vocabulary``, when that is known); "" when it can, or for a
+    text model. The typed prompt is never replaced unasked."""
+    words = (prompt or "").split()
+    if not _numeric(model) or not words or all(w.isdigit() for w in words):
+        return ""
+    known = set(vocabulary or ())
+    if vocabulary is not None and all(w in known for w in words):
+        return ""
+    return prompt_for_model(model, prompt)
+
+
 def toy_note(model: str, vocabulary: list[str] | None = None) -> str:
     """The line under the prompt for a toy model ("" for a text model)."""
     if not _numeric(model):

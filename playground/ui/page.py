@@ -32,7 +32,7 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
                                     strategy_summary)
 from playground.errors import InvalidRequest
 from playground.ui.events import QUIET, chat_flag, is_chat_model
-from playground.ui.examples import examples, prompt_on_model, toy_note
+from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
 from playground.whatif import branches
 
 if TYPE_CHECKING:
@@ -135,6 +135,7 @@ def _top(page: Page) -> None:
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
     page.prompt_note = gr.Markdown(toy_note(DEFAULT_MODEL), elem_classes=["pg-summary"], elem_id="pg-prompt-note")
+    page.prompt_fit = gr.Button("", visible=False, size="sm", variant="secondary", elem_id="pg-prompt-fit")
     with gr.Accordion("What the model sees", open=False, elem_id="pg-sees") as page.sees_box:
         page.sees = gr.Textbox(LOADS_WITH_MODEL, label="The prompt as the model reads it", lines=3, max_lines=14,
                                interactive=False, elem_id="pg-sees-text", buttons=["copy"],
@@ -244,10 +245,23 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
                              page.grammar_text, **QUIET)
     # a person picking another model gets a prompt that model can take where the prompt is still a default
     # or an example's; a typed one stays, and the note under the box says what a toy's prompts are
+    # a typed prompt the new model cannot read is kept, and a button offers one it can: never replaced unasked
+    def vocabulary_of(model: str) -> list[str] | None:
+        return store.get(model).vocabulary() if model in store.loaded() else None
+
+    def fit_button(model: str, prompt: str) -> Any:
+        offer = prompt_offer(model, prompt, vocabulary_of(model))
+        return gr.update(visible=bool(offer), value=f"Use {model}'s prompt “{offer}” instead" if offer else "")
+
     def on_model(model: str, prompt: str) -> tuple[str, str]:
-        vocab = store.get(model).vocabulary() if model in store.loaded() else None
-        return prompt_on_model(model, prompt, vocab)
+        return prompt_on_model(model, prompt, vocabulary_of(model))
     page.model.input(on_model, [page.model, page.prompt], [page.prompt, page.prompt_note], **QUIET)
+    # one listener for both triggers: its runs go in order, so the last reads the model and prompt shown
+    gr.on([page.model.change, page.prompt.change], fit_button, [page.model, page.prompt], page.prompt_fit,
+          trigger_mode="always_last", concurrency_limit=1, **QUIET)
+    page.prompt_fit.click(lambda model, prompt: [prompt_offer(model, prompt, vocabulary_of(model)) or prompt,
+                                                 gr.update(visible=False)],
+                          [page.model, page.prompt], [page.prompt, page.prompt_fit], **QUIET)
     page.model.change(lambda m: toy_note(m, store.get(m).vocabulary() if m in store.loaded() else None),
                       page.model, page.prompt_note, **QUIET)
     sees_inputs = [page.model, page.prompt, page.system, page.chat]
