@@ -78,7 +78,17 @@ def test_stop_under_load_ends_after_the_step_in_flight_and_says_where(browser, u
     stop_at: list[float] = []
     generate, stop = explore.generate, events.RUNS.stop
 
+    decoded: list[tuple[float, int]] = []  # each token as the decoder made it (the page gets them in batches)
+
     def recorded_generate(*args, **kwargs):
+        inner = kwargs["decoder"]
+
+        def decoder(req, progress=None):
+            for trace in inner(req, progress):
+                decoded.append((time.perf_counter(), len(trace.tokens)))
+                yield trace
+
+        kwargs["decoder"] = decoder
         for frame in generate(*args, **kwargs):
             yield frame
             sent.append((time.perf_counter(), len(frame.trace.get("tokens") or []), "stopped at" in frame.status))
@@ -124,8 +134,8 @@ def test_stop_under_load_ends_after_the_step_in_flight_and_says_where(browser, u
         # final frame ("stopped at step n") follows that step within a second; nothing is sent after it
         assert stop_at, "Stop did not reach the server"
         late = [(t, n, fin) for t, n, fin in sent if t >= stop_at[0]]
-        before = [n for t, n, _ in sent if t < stop_at[0]]
-        tokens_then = before[-1] if before else 0
+        before = [n for t, n in decoded if t < stop_at[0]]
+        tokens_then = before[-1] if before else 0  # decoded when Stop arrived, sent or not
         final_t = min(t for t, _, fin in late if fin)
         step_end = max([t for t, n, fin in late if not fin] or [stop_at[0]])
         print(f"[timing] server: {max(n for _, n, _ in late) - tokens_then} token(s) after Stop arrived "
