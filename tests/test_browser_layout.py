@@ -8,6 +8,7 @@ Where no browser can be had these tests skip with the reason; under CI=true they
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 import re
 
 import pytest
@@ -54,6 +55,18 @@ def url(store):
     demo.close()
 
 
+@contextmanager
+def opened(browser, url, mode: str):
+    """A page at ``mode``'s viewport and theme, closed afterwards."""
+    (width, height), query = MODES[mode]
+    page = browser.new_page(viewport={"width": width, "height": height})
+    try:
+        page.goto(url + query)
+        yield page
+    finally:
+        page.close()
+
+
 def pick(page, label: str, option: str | re.Pattern) -> None:
     page.get_by_role("combobox", name=label).click()
     page.get_by_role("option", name=option, exact=isinstance(option, str)).click()
@@ -74,10 +87,8 @@ def wait_done(page, timeout_s: float = 120) -> None:
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mode):
-    (width, height), query = MODES[mode]
-    page = browser.new_page(viewport={"width": width, "height": height})
-    try:
-        page.goto(url + query)
+    (width, height), _ = MODES[mode]
+    with opened(browser, url, mode) as page:
         page.wait_for_selector("#pg-seed input")
         # Seed and Max new tokens are within the first screen of the sidebar, before the strategy's settings
         sidebar, seed, max_new = box(page, "#pg-sidebar"), box(page, "#pg-seed"), box(page, "#pg-max-new")
@@ -126,8 +137,6 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         page.locator("#pg-slides input").uncheck()
         page.wait_for_function("() => !document.body.classList.contains('pg-slides')", timeout=10_000)
         assert page.locator("#pg-sidebar").is_visible() and page.locator("#pg-waterfall").is_visible()
-    finally:
-        page.close()
 
 
 def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_under_it(browser, url, store):
@@ -179,10 +188,7 @@ def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_
 
 @pytest.mark.parametrize("mode", ["light", "phone"])
 def test_switching_to_toy_asks_before_replacing_a_typed_prompt(browser, url, mode):
-    (width, height), query = MODES[mode]
-    page = browser.new_page(viewport={"width": width, "height": height})
-    try:
-        page.goto(url + query)
+    with opened(browser, url, mode) as page:
         page.wait_for_selector("#pg-prompt textarea")
         typed = "My own words about the sea"
         page.locator("#pg-prompt textarea").fill(typed)
@@ -201,5 +207,3 @@ def test_switching_to_toy_asks_before_replacing_a_typed_prompt(browser, url, mod
         offer.wait_for(state="visible", timeout=20_000)
         page.locator("#pg-prompt textarea").fill("3 4")
         offer.wait_for(state="hidden", timeout=20_000)
-    finally:
-        page.close()
