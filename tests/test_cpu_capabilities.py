@@ -11,12 +11,14 @@ covers the native capability.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
+
+from playground.models.cpu import CPUINFO, capabilities, cpu_flags, torch_capability
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py"]
@@ -30,19 +32,46 @@ SELECT = {"default": ("blocks_read or packed_plane or stack or rows_are_matched 
 ONEDNN_ISA = {"avx2": "AVX2", "default": "SSE41"}
 
 
-def capability_under(name: str) -> str:
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": name}
+def other_capabilities(cpuinfo: Path = CPUINFO) -> list[str]:
+    """The capabilities the CPU described by ``cpuinfo`` can run (its own flags, never torch's answer:
+    torch runs AVX-512 code when asked on a CPU without it, and dies of SIGILL), less the one this
+    process runs."""
+    own = torch_capability().lower()
+    return [name for name in capabilities(cpu_flags(cpuinfo)) if name != own]
+
+
+def plant(tmp_path: Path, flags: str) -> Path:
+    path = tmp_path / "cpuinfo"
+    path.write_text(f"processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: {flags}\n\n"
+                    f"processor\t: 1\nflags\t\t: {flags}\n")
+    return path
+
+
+AVX2_ONLY = "fpu sse sse2 ssse3 sse4_1 sse4_2 fma avx avx2 f16c bmi1 bmi2"  # an AMD EPYC without AVX-512
+AVX512 = AVX2_ONLY + " avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16"
+
+
+def test_an_avx2_cpu_is_offered_no_avx512(tmp_path):
+    assert capabilities(cpu_flags(plant(tmp_path, AVX2_ONLY))) == ("default", "avx2")
+    assert "avx512" not in other_capabilities(plant(tmp_path, AVX2_ONLY))
+
+
+def test_capabilities_follow_torchs_rules(tmp_path):
+    assert capabilities(cpu_flags(plant(tmp_path, AVX512))) == ("default", "avx2", "avx512")
+    assert capabilities(cpu_flags(plant(tmp_path, AVX512.replace(" avx512bw", "")))) == ("default", "avx2")
+    assert capabilities(cpu_flags(plant(tmp_path, AVX2_ONLY.replace(" fma", "")))) == ("default",)
+    assert capabilities(cpu_flags(tmp_path / "missing")) == ("default",)  # no /proc/cpuinfo: default only
+    assert other_capabilities(tmp_path / "missing") == ([] if torch_capability() == "DEFAULT" else ["default"])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the flags are x86 ones")
+def test_this_cpu_runs_what_torch_picked_by_itself():
+    """torch's own pick (no override) is the highest capability the flags allow: the reader and
+    torch's detection agree on this machine."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     out = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                          env=env, capture_output=True, text=True, timeout=120)
-    return out.stdout.strip()
-
-
-def other_capabilities() -> list[str]:
-    """The capabilities torch dispatches to here when asked (it falls back to the best it has for
-    one the CPU lacks), less the one this process runs."""
-    own = torch.backends.cpu.get_cpu_capability()
-    return [name for name in ("default", "avx2", "avx512")
-            if capability_under(name).lower() == name and name.upper() != own]
+    assert out.stdout.strip().lower() == capabilities(cpu_flags())[-1], out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("capability", other_capabilities())

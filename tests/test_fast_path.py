@@ -20,7 +20,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from playground.models.dtypes import NATIVE_BF16_FLAGS, cpu_has_native_bf16, weights_order
+from playground.models.cpu import NATIVE_BF16_FLAGS
+from playground.models.dtypes import cpu_has_native_bf16, weights_order
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models.fast.llama import LeanCache

@@ -1,6 +1,7 @@
 """Converted-weight caches: sealed after the rename, checked on load, rebuilt once when damaged."""
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -130,3 +131,21 @@ def test_the_gguf_loader_goes_through_the_checked_cache(monkeypatch, tmp_path):
                         lambda target, load, convert, progress, name: seen.append((target, name)) or ("m", "t"))
     assert models._load_gguf("smollm2-135m", torch.device("cpu"), lambda f, m: None) == ("m", "t")
     assert seen == [(tmp_path / "converted" / "smollm2-135m", "smollm2-135m")]
+
+
+def test_the_first_start_converts_to_the_model_later_starts_read(tmp_path, monkeypatch):
+    """A new user's first start reads the GGUF file itself (an empty cache); transformers marks that
+    model quantized, and a quantized model refuses ``.float()``. The converted model must be the
+    plain float model that every later start reads from the cache: same marks, same logits."""
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    quiet = lambda f, m: None  # noqa: E731
+    first, _ = models._load_gguf("smollm2-135m", torch.device("cpu"), quiet)  # converts: nothing cached
+    assert (tmp_path / "converted" / "smollm2-135m" / "CHECKSUMS.json").is_file()
+    later, _ = models._load_gguf("smollm2-135m", torch.device("cpu"), quiet)  # reads the cache
+    prompt = torch.tensor([[1, 504, 3158, 314]])
+    with torch.inference_mode():
+        for model in (first, later):
+            assert not getattr(model, "is_quantized", False) and getattr(model, "hf_quantizer", None) is None
+            assert "quantization_config" not in model.config.to_dict()
+            copy.deepcopy(model).to(torch.bfloat16).float()  # refused by a model still marked quantized
+        assert torch.equal(first(prompt).logits, later(prompt).logits)

@@ -19,18 +19,16 @@ small to gain anything).
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from playground.errors import InvalidRequest
+from playground.models.cpu import CPUINFO, cpu_flags, has_native_bf16, torch_capability
 
 DTYPES = ("auto", "float32", "bfloat16", "int4")
 _BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# /proc/cpuinfo flags of CPUs that multiply bfloat16 natively.
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # torch CPU capabilities whose int4 kernel is vectorised and faster than float32 (README: the table);
 # the DEFAULT kernel is scalar, 20x slower than float32 per matrix product.
 INT4_FAST_CAPABILITIES = frozenset({"AVX2", "AVX512"})
@@ -46,21 +44,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-@lru_cache(maxsize=1)
-def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return bool(NATIVE_BF16_FLAGS & set(line.split(":", 1)[-1].split()))
-    return False
+def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
+    return has_native_bf16(cpu_flags(cpuinfo))
 
 
 def cpu_capability() -> str:
     """The kernel family torch dispatches to in this process (``ATEN_CPU_CAPABILITY`` can lower it)."""
-    return torch.backends.cpu.get_cpu_capability()
+    return torch_capability()
 
 
 def weights_order(name: str, device: torch.device, loaded: torch.dtype, toy: bool,

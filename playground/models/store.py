@@ -38,6 +38,21 @@ def _load_pretrained(path_or_id: str | Path, device: torch.device, **kw: Any) ->
     return model, tokenizer
 
 
+def unmark_quantized(model: Any) -> None:
+    """transformers marks a model read from a GGUF file as quantized (``is_quantized``, its GGUF
+    quantizer, ``quantization_method``, ``quantization_config``) although the weights it holds are
+    dequantised float tensors, and such a model refuses ``.float()`` and ``.half()``. Without the
+    marks, the first start's model is the one every later start reads from the converted cache."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    for holder, name in ((model, "quantization_method"), (model.config, "quantization_config")):
+        if hasattr(holder, name):
+            delattr(holder, name)
+    for module in model.modules():
+        if hasattr(module, "config"):
+            module.config._is_quantized = False
+
+
 def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any, Any]:
     """Dequantise the GGUF once; later starts read the cached safetensors (checked, rebuilt once if damaged)."""
     def convert(tmp: Path) -> tuple[Any, Any]:
@@ -45,9 +60,7 @@ def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any,
         progress(0.2, f"dequantising {path.name} (first start only, about 20-60 s)")
         model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
         progress(0.8, "caching the converted weights for the next start")
-        model.hf_quantizer = None  # the weights are plain float tensors now
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        unmark_quantized(model)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)

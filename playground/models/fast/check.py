@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from playground.models.cpu import torch_capability
 MAX_TV = 0.1  # per position: the parity tests' bound for bfloat16 and int4 against float32
 MEAN_TV = 0.03  # over the probe's positions
 PROBE_PROMPT = "Name three colours of the rainbow."  # the parity tests' prompt, in the model's chat form
@@ -59,10 +60,6 @@ class WeightsCheck:
         if self.error:
             d["error"] = self.error
         return d
-
-
-def capability() -> str:
-    return torch.backends.cpu.get_cpu_capability()
 
 
 @torch.inference_mode()
@@ -104,11 +101,12 @@ def check_weights(probe: Probe, variant: Any) -> WeightsCheck:
     try:
         got, _ = probe_logits(variant, prompt_ids, continuation)
     except (RuntimeError, NotImplementedError, AttributeError) as err:  # a kernel missing on this CPU or build
-        return WeightsCheck(variant.weights, capability(), 1.0, 1.0, time.perf_counter() - start,
+        return WeightsCheck(variant.weights, torch_capability(), 1.0, 1.0, time.perf_counter() - start,
                             error=f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
     tv = 0.5 * (got.softmax(-1) - expected).abs().sum(-1)
     tv = torch.nan_to_num(tv, nan=1.0)  # NaN logits are as wrong as can be
-    return WeightsCheck(variant.weights, capability(), float(tv.max()), float(tv.mean()), time.perf_counter() - start)
+    return WeightsCheck(variant.weights, torch_capability(), float(tv.max()), float(tv.mean()),
+                        time.perf_counter() - start)
 
 
 def weights_record(check: WeightsCheck | None, weights: str, passed_over: list[str]) -> dict[str, Any]:
