@@ -319,7 +319,7 @@ def fault_test() -> bool:
         print(f"restart ready in {time.monotonic() - t1:.1f} s; converted again: {converted}; cache sealed and "
               f"sound: {sealed}; left on disk: {sorted(p.name for p in target.parent.iterdir())}")
         ok &= converted and sealed
-        ok &= sorted(p.name for p in target.parent.iterdir()) == [SMOL]
+        ok &= sorted(p.name for p in target.parent.iterdir()) == [SMOL, f"{SMOL}.lock"]  # no temporary left
         text = answer(Client(second.url, verbose=False), workload()["smol_sampling"][0])["text"]
         second.stop()
 

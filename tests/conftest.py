@@ -14,6 +14,11 @@ if str(ROOT) not in sys.path:
 from playground.models import ModelStore  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: the CUDA path against the CPU (skips without a CUDA device; "
+                                       "make gpu-check runs them)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """One intra-op thread: on two cores shared with a test server and a browser, OpenMP threads

@@ -16,6 +16,7 @@ import pytest
 from playground.ui.components import share_query
 from playground.ui.page import serve
 from playground.engine import Request, run
+from playground.models import MAX_NEW_TOKENS
 from playground.tools.screenshots import chromium_path, launch_browser
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -182,7 +183,7 @@ def test_smollm2_timing_and_stop(page, url, store):
 
     # Stop lands between two steps: no token arrives after the one being computed when it was clicked
     page.locator("#pg-prompt textarea").fill("Write a long story about a dragon and a lighthouse.")
-    page.locator("#pg-max-new input[type=number]").fill("200")
+    page.locator("#pg-max-new input[type=number]").fill(str(MAX_NEW_TOKENS))  # longer than the wait below
     page.locator("#pg-max-new input[type=number]").press("Tab")
     page.locator("#pg-generate").click()
     page.wait_for_function("() => /generating/.test(document.getElementById('pg-status').innerText) && "
@@ -199,7 +200,7 @@ def test_smollm2_timing_and_stop(page, url, store):
         page.wait_for_timeout(50)
     last_change = max((t for (t, c), (_, prev) in zip(counts[1:], counts) if c != prev), default=0.0)
     print(f"[timing] stop: last token {last_change:.2f} s after the click (one step takes {per_token:.2f} s)")
-    assert counts[-1][1] < 200
+    assert counts[-1][1] < MAX_NEW_TOKENS
     assert last_change <= max(1.0, 2 * per_token)  # at most the step in flight finishes
     wait_done(page, timeout_s=30)
     assert "stopped" in status(page)

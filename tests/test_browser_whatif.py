@@ -80,7 +80,8 @@ def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa
 
 def test_sample_many_shows_frequencies_beside_the_exact_bars(page, url):  # noqa: F811
     page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 0, 6, {}, "greedy", {}))
-    page.wait_for_selector("#pg-generate")
+    # the link's restore selects the Explore tab: wait for it to land before choosing another tab
+    page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value === '1 2'")
     page.get_by_role("tab", name="What if").click()
     page.locator("#pg-whatif-sample").click()
     page.wait_for_function("() => document.querySelectorAll('#pg-whatif-bars .barlayer .trace').length === 2",

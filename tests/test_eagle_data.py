@@ -38,7 +38,7 @@ class FakeLM:
 
 
 def test_answers_of_a_smaller_recipe_are_reused(tmp_path, monkeypatch):
-    monkeypatch.setattr(eagle_data, "CACHE", tmp_path)
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
     lm = FakeLM()
     generated: list[list[int]] = []
 

@@ -5,6 +5,8 @@ import copy
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -118,7 +120,7 @@ def test_temporaries_of_a_killed_conversion_are_removed_and_a_live_ones_kept(cac
     try:
         (cache.parent / f"toy.tmp{live.pid}").mkdir()
         ToyConversion()(cache)
-        assert sorted(p.name for p in cache.parent.iterdir()) == sorted(["toy", f"toy.tmp{live.pid}"])
+        assert sorted(p.name for p in cache.parent.iterdir()) == sorted(["toy", "toy.lock", f"toy.tmp{live.pid}"])
     finally:
         live.kill()
         live.wait()
@@ -149,3 +151,26 @@ def test_the_first_start_converts_to_the_model_later_starts_read(tmp_path, monke
             assert "quantization_config" not in model.config.to_dict()
             copy.deepcopy(model).to(torch.bfloat16).float()  # refused by a model still marked quantized
         assert torch.equal(first(prompt).logits, later(prompt).logits)
+
+
+def test_two_processes_needing_one_cache_convert_it_once(cache):
+    """The second comes while the first converts: it waits, then loads the first's cache."""
+    first, second = ToyConversion(), ToyConversion()
+    started = threading.Event()
+    slow = first.convert
+
+    def convert_slowly(tmp):
+        started.set()
+        time.sleep(1.0)
+        return slow(tmp)
+
+    first.convert = convert_slowly
+    results = {}
+    a = threading.Thread(target=lambda: results.setdefault("a", first(cache)))
+    a.start()
+    started.wait(10)
+    results["b"] = second(cache)  # blocks on the lock until the first has built and sealed
+    a.join()
+    assert (first.builds, second.builds) == (1, 0)
+    assert any("loading toy from the converted-weights cache" in m for m in second.messages)
+    assert torch.equal(logits(results["a"][0]), logits(results["b"][0]))

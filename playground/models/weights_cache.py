@@ -6,9 +6,10 @@ match their seal (a truncated copy, a full disk) or that fails to load is rebuil
 once, with the progress shown, and only a rebuild that fails too is reported as
 an error. A cache from before seals existed is loaded, and sealed when it loads.
 
-Temporary directories of processes that died mid-conversion are removed before
-the next conversion; a live process's are left alone (several servers may share
-one cache).
+Several processes may share one cache (servers, test workers): one converts while
+the others wait on a lock beside the cache and then load what it built, so a model
+is converted once. Temporary directories of processes that died mid-conversion are
+removed before the next conversion; a live process's are left alone.
 """
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # not on Windows
+    fcntl = None  # type: ignore[assignment]
 
 from playground.errors import InvalidRequest
 
@@ -103,30 +110,64 @@ def build(target: Path, convert: Callable[[Path], T]) -> T:
     return result
 
 
+@contextmanager
+def conversion_lock(target: Path) -> Iterator[None]:
+    """Held while one process converts ``target``: another process that needs the same cache waits,
+    then loads what the first one built instead of converting it a second time. The lock is the
+    operating system's (``flock``), so a process killed mid-conversion releases it."""
+    if fcntl is None:  # no flock on this platform: every process converts on its own, as before
+        yield
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _load_sound(target: Path, load: Callable[[Path], T], progress: Progress, name: str
+                ) -> tuple[bool, T | None, str | None]:
+    """(True, the model, None) when ``target`` is a sound cache; else (False, None, what is wrong with
+    it, or None when there is none)."""
+    if not target.is_dir():
+        return False, None, None
+    problem = seal_problem(target)
+    if problem is None:
+        progress(0.5, f"loading {name} from the converted-weights cache")
+        try:
+            result = load(target)
+        except Exception as err:  # noqa: BLE001 - safetensors, json and transformers raise many kinds
+            problem = f"it failed to load ({type(err).__name__}: {err})"
+        else:
+            if not is_sealed(target):
+                seal(target)
+            return True, result, None
+    return False, None, problem
+
+
 def load_or_build(target: Path, load: Callable[[Path], T], convert: Callable[[Path], T], progress: Progress,
                   name: str) -> T:
-    """The cached model at ``target`` when it is sound; else built again, once.
+    """The cached model at ``target`` when it is sound; else built again, once, by one process at a
+    time (one that waited loads the cache the other built).
 
     ``load(dir)`` reads a cache; ``convert(tmp)`` writes one and returns the model it converted.
     """
-    problem = None
-    if target.is_dir():
-        problem = seal_problem(target)
-        if problem is None:
-            progress(0.5, f"loading {name} from the converted-weights cache")
-            try:
-                result = load(target)
-            except Exception as err:  # noqa: BLE001 - safetensors, json and transformers raise many kinds
-                problem = f"it failed to load ({type(err).__name__}: {err})"
-            else:
-                if not is_sealed(target):
-                    seal(target)
-                return result
-        progress(0.1, f"the converted-weights cache of {name} is damaged ({problem}): converting again")
-    try:
-        return build(target, convert)
-    except InvalidRequest:
-        raise
-    except Exception as err:  # noqa: BLE001 - report any failure of the one rebuild as a message
-        before = f" after a damaged cache ({problem})" if problem else ""
-        raise CacheError(f"converting {name} failed{before}: {type(err).__name__}: {err}") from None
+    found, result, problem = _load_sound(target, load, progress, name)
+    if found:
+        return result  # type: ignore[return-value]
+    with conversion_lock(target):
+        found, result, now = _load_sound(target, load, progress, name)  # built while this one waited?
+        if found:
+            return result  # type: ignore[return-value]
+        problem = problem or now
+        if problem:
+            progress(0.1, f"the converted-weights cache of {name} is damaged ({problem}): converting again")
+        try:
+            return build(target, convert)
+        except InvalidRequest:
+            raise
+        except Exception as err:  # noqa: BLE001 - report any failure of the one rebuild as a message
+            before = f" after a damaged cache ({problem})" if problem else ""
+            raise CacheError(f"converting {name} failed{before}: {type(err).__name__}: {err}") from None

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from playground.models.lineup import cache_root
+
 FORMS = [
     "Explain {}.", "What is {}?", "Write a short story about {}.", "Give three facts about {}.",
     "How does {} work?", "Why is {} important?", "Describe {} to a child.", "Write a poem about {}.",
@@ -55,7 +57,6 @@ TOPICS = [
     "plastic pollution", "climate change", "forests", "rivers", "lakes", "islands", "the Arctic",
 ]
 DOC_TOKENS = 256
-CACHE = Path.home() / ".cache" / "decoding-playground" / "eagle"
 
 
 def chat_prompts(held_out: list[str], seed: int) -> list[str]:
@@ -143,9 +144,14 @@ def build(lm: Any, held_out: list[str], prompts: int, answer_tokens: int, doc_ch
     return answers + docs, record
 
 
+def cache_dir() -> Path:
+    """Where built data is kept: the playground's cache ($PLAYGROUND_CACHE), under eagle/."""
+    return cache_root() / "eagle"
+
+
 def data_file(key: str, recipe: dict[str, Any]) -> Path:
     name = "-".join(f"{k}{v}" for k, v in sorted(recipe.items()))
-    return CACHE / key / f"sequences-{name}.json"
+    return cache_dir() / key / f"sequences-{name}.json"
 
 
 def cached(lm: Any, held_out: list[str], prompts: int, answer_tokens: int, doc_chars: int, seed: int,
@@ -169,7 +175,7 @@ def _known_answers(key: str, prompts: int, answer_tokens: int, seed: int, log: A
     """The answers of the largest cached recipe with fewer prompts (same answer length and seed), which
     are the answers to the first prompts of this one, and the seconds they took."""
     best: tuple[list[list[int]], float] = ([], 0.0)
-    for path in sorted((CACHE / key).glob("sequences-*.json")):
+    for path in sorted((cache_dir() / key).glob("sequences-*.json")):
         try:
             saved = json.loads(path.read_text())
         except (OSError, ValueError):
