@@ -232,7 +232,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-def load_test(seconds: float, clients: int, max_requests: int, time_budget: str) -> bool:
+def load_test(seconds: float, clients: int, max_requests: int, time_budget: str, warmups: int = 2) -> bool:
     print(f"== part 1: {clients} clients for {seconds:.0f} s (at most {max_requests} requests), loopback, "
           f"time budget {time_budget or 'the default'}")
     server = Server({"PLAYGROUND_MODEL": SMOL, **({"PLAYGROUND_TIME_BUDGET": time_budget} if time_budget else {})})
@@ -244,7 +244,7 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str)
         serial = Client(server.url, verbose=False)
         seeded = [call for kind, calls in work.items() if kind != "hostile" for call in calls]
         refs = {call.key: answer(serial, call) for call in seeded}
-        for _ in range(2):  # warm-up: every kind twice more, so allocator pools settle before the first reading
+        for _ in range(warmups):  # every kind again, so allocator pools settle before the first memory reading
             for call in seeded:
                 answer(serial, call)
         rss_start = rss_mb(server.proc.pid)
@@ -347,10 +347,13 @@ def main() -> int:
     parser.add_argument("--skip-faults", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
     parser.add_argument("--time-budget", default="", help="the server's PLAYGROUND_TIME_BUDGET (default: its own)")
+    parser.add_argument("--warmups", type=int, default=2,
+                        help="rounds of every seeded call before the load (memory readings need them; 0 for a smoke run)")
     args = parser.parse_args()
     ok = True
     if not args.skip_load:
-        ok &= load_test(60 if args.quick else args.seconds, args.clients, args.max_requests, args.time_budget)
+        ok &= load_test(60 if args.quick else args.seconds, args.clients, args.max_requests, args.time_budget,
+                        args.warmups)
     if not args.skip_faults:
         ok &= fault_test()
     print("PASS" if ok else "FAIL")

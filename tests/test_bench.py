@@ -22,9 +22,11 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
                          r"the tokenizer's set-up \d+\.\d+ s"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
 }
-QUICK = {  # the short run of each; the load test's own --quick is a minute of load and a fault drill
+# The short run of each. The load test's own --quick is a minute of load and a fault drill; here it is 20 s
+# of load and no warm-up rounds (only its memory readings need them).
+QUICK = {
     "bench_sample_many.py": ["--quick", "--skip-generate"],
-    "bench_load.py": ["--seconds", "20", "--clients", "4", "--skip-faults"],
+    "bench_load.py": ["--seconds", "20", "--clients", "4", "--skip-faults", "--warmups", "0"],
 }
 
 
@@ -45,10 +47,54 @@ def test_bench_compiles(script, tmp_path):
     py_compile.compile(str(BENCH / script), cfile=str(tmp_path / "out.pyc"), doraise=True)
 
 
+# The short runs share one process (imports and the toy models once, not once a script); the load test
+# starts its own server and runs alone. Each script's output and exit status is read from its section.
+ALONE = {"bench_load.py"}
+SHARED_RUNNER = """
+import runpy, sys, traceback
+for script, *args in JOBS:
+    print("\\n@@@ start " + script, flush=True)
+    sys.argv = [script, *args]
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:
+        traceback.print_exc(file=sys.stdout)
+        code = 1
+    print("\\n@@@ exit " + str(code), flush=True)
+"""
+
+
+def quick_argv(script: str) -> list[str]:
+    return [str(BENCH / script), *QUICK.get(script, ["--quick"])]
+
+
+@pytest.fixture(scope="module")
+def shared_quick_runs() -> dict[str, tuple[int, str]]:
+    """script -> (exit status, what it printed), for every script not run alone."""
+    jobs = [quick_argv(s) for s in sorted(RATIO_LINES) if s not in ALONE]
+    done = subprocess.run([sys.executable, "-c", f"JOBS = {jobs!r}\n{SHARED_RUNNER}"], capture_output=True,
+                          text=True, timeout=900, cwd=BENCH.parent)
+    runs = {}
+    for section in done.stdout.split("\n@@@ start ")[1:]:
+        path, _, rest = section.partition("\n")
+        body, _, status = rest.rpartition("\n@@@ exit ")
+        runs[Path(path).name] = (int(status.split()[0]) if status.strip() else 1, body)
+    return runs | {"stderr": (done.returncode, done.stderr[-2000:])}
+
+
 @pytest.mark.parametrize("script", sorted(RATIO_LINES))
-def test_bench_quick_runs_on_toy(script):
-    done = subprocess.run([sys.executable, str(BENCH / script), *QUICK.get(script, ["--quick"])],
-                          capture_output=True, text=True, timeout=600, cwd=BENCH.parent)
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_bench_quick_runs_on_toy(script, request):
+    if script in ALONE:
+        done = subprocess.run([sys.executable, *quick_argv(script)], capture_output=True, text=True, timeout=600,
+                              cwd=BENCH.parent)
+        status, out, err = done.returncode, done.stdout, done.stderr[-2000:]
+    else:
+        runs = request.getfixturevalue("shared_quick_runs")
+        assert script in runs, f"{script} did not start in the shared run: {runs['stderr'][1]}"
+        (status, out), err = runs[script], runs["stderr"][1]
+    assert status == 0, (out[-2000:], err)
     for pattern in RATIO_LINES[script]:
-        assert re.search(pattern, done.stdout), (pattern, done.stdout[-2000:])
+        assert re.search(pattern, out), (pattern, out[-2000:])
