@@ -79,7 +79,7 @@ def expectations(s: dict, gamma: int) -> tuple[float | None, float | None, float
     return v, expected_speedup(alpha, gamma, c), (expected_speedup(alpha, gamma, c, v) if v else None)
 
 
-def smollm2(store: ModelStore, tokens: int, quick: bool, dtype: str) -> list[tuple[str, float]]:
+def smollm2(store: ModelStore, tokens: int, dtype: str) -> list[tuple[str, float]]:
     threads = torch.get_num_threads()
     print(f"SmolLM2-135M, CPU ({threads} thread{'s' if threads > 1 else ''}), {tokens} new tokens per run; "
           f"ratios are plain / speculative wall-clock measured back to back in one request\n")
@@ -90,8 +90,6 @@ def smollm2(store: ModelStore, tokens: int, quick: bool, dtype: str) -> list[tup
     for name, prompt in PROMPTS.items():
         for temperature in (0.0, 1.0):
             for label, params in CONFIGS:
-                if quick and label not in QUICK:
-                    continue
                 s = measure(store, "smollm2-135m", prompt, {**params, "temperature": temperature}, tokens,
                             dtype=dtype)
                 v, lev, with_v = expectations(s, params["gamma"])
@@ -152,7 +150,7 @@ def main() -> None:
         print(f"\nbench took {time.perf_counter() - started:.1f} s")
         return
     store.get("smollm2-135m")
-    best = smollm2(store, args.tokens, args.quick, args.dtype)
+    best = smollm2(store, args.tokens, args.dtype)
     toy_pair(store, seeds=20)
     label, mean = best[0]
     print(f"\nbest on SmolLM2 here: {label} ({mean:.3f}x geometric mean); bench took "

@@ -6,7 +6,6 @@ chart, on toy and on SmolLM2 (warm), and check that Stop ends a run between two 
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -14,55 +13,13 @@ from pathlib import Path
 import pytest
 
 from playground.ui.components import share_query
-from playground.ui.page import serve
 from playground.engine import Request, run
 from playground.models import MAX_NEW_TOKENS
-from playground.tools.screenshots import chromium_path, launch_browser
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 DONE = re.compile(r"finished|reached max|stopped")
-
-
-def _browser_or_reason() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install playwright)"
-    if chromium_path() is None:
-        return "no Chromium at /usr/bin/chromium (apt-get install chromium)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = _browser_or_reason()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run under CI=true: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def url(store):
-    store.get("toy")
-    demo, address = serve(store)
-    yield address
-    demo.close()
-
-
-@pytest.fixture
-def page(browser):
-    pg = browser.new_page(viewport={"width": 1500, "height": 1000})
-    yield pg
-    pg.close()
 
 
 def pick(page, label: str, option: str | re.Pattern) -> None:
@@ -200,10 +157,13 @@ def test_smollm2_timing_and_stop(page, url, store):
         page.wait_for_timeout(50)
     last_change = max((t for (t, c), (_, prev) in zip(counts[1:], counts) if c != prev), default=0.0)
     print(f"[timing] stop: last token {last_change:.2f} s after the click (one step takes {per_token:.2f} s)")
-    assert counts[-1][1] < MAX_NEW_TOKENS
-    assert last_change <= max(1.0, 2 * per_token)  # at most the step in flight finishes
+    # How soon the page stops drawing is a speed on a shared machine, printed above, not asserted (the
+    # server's stop after the step in flight is timed in tests/test_browser_stop.py). Asserted: the run
+    # stopped short of its length, and the page ends on the stopped run's own tokens.
     wait_done(page, timeout_s=30)
-    assert "stopped" in status(page)
+    stopped = re.search(r"stopped at step (\d+)", status(page))
+    assert stopped, status(page)
+    assert len(tokens(page)) == int(stopped.group(1)) + 1 < MAX_NEW_TOKENS
     # and the app is ready for the next run
     page.get_by_role("button", name="Toy 70/30 · greedy").click()
     page.wait_for_function("() => /toy/.test(document.getElementById('pg-status').innerText) && "

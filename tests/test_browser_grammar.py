@@ -14,10 +14,8 @@ import pytest
 
 from playground.charts.grammar import TITLE
 from playground.engine import Request, run
-from playground.tools.screenshots import chromium_path, launch_browser
 from playground.ui.examples import examples
 from playground.ui.components import share_query
-from playground.ui.page import serve
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -26,33 +24,10 @@ SIZES = (("light", 1440, 1000, ""), ("dark", 1440, 1000, "?__theme=dark"), ("pho
 DONE = "() => /finished|reached max|stopped/.test(document.getElementById('pg-status')?.innerText || '')"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    reason = None
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        reason = "playwright is not installed (pip install playwright)"
-    if reason is None and chromium_path() is None:
-        reason = "no Chromium at /usr/bin/chromium (apt-get install chromium)"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run under CI=true: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def url(store):
+@pytest.fixture(autouse=True, scope="module")
+def warm_smollm(store):
+    """SmolLM2 loaded before the clicks, so they time decoding, not loading."""
     store.get("smollm2-135m")
-    demo, address = serve(store)
-    yield address
-    demo.close()
 
 
 def z_view(page) -> str:

@@ -7,52 +7,16 @@ Where no browser can be had these tests skip with the reason; under CI=true they
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 import re
 
 import pytest
 
-from playground.tools.screenshots import chromium_path, launch_browser
-from playground.ui.page import serve
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 MODES = {"light": ((1440, 1000), ""), "dark": ((1440, 1000), "?__theme=dark"), "phone": ((390, 844), "")}
-
-
-def _browser_or_reason() -> str | None:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install playwright)"
-    if chromium_path() is None:
-        return "no Chromium at /usr/bin/chromium (apt-get install chromium)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = _browser_or_reason()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run under CI=true: {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def url(store):
-    store.get("toy")
-    demo, address = serve(store)
-    yield address
-    demo.close()
 
 
 @contextmanager

@@ -7,7 +7,6 @@ Skips where no browser can be had (fails under CI=true), like tests/test_browser
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -15,8 +14,6 @@ import pytest
 
 from playground.ui import events, explore
 from playground.ui.components import share_query
-from playground.ui.page import serve
-from playground.tools.screenshots import chromium_path, launch_browser
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -33,30 +30,10 @@ CLICK_STOP = "() => { const t = performance.now(); document.getElementById('pg-s
 STOPPED_AT = re.compile(r"stopped at step (\d+)")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "playwright is not installed (pip install playwright)"
-    else:
-        reason = None if chromium_path() else "no Chromium at /usr/bin/chromium (apt-get install chromium)"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"browser tests must run under CI=true: {reason}")
-        pytest.skip(reason)
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def url(store):
-    store.get("smollm2-135m")  # warm: the clicks time decoding, not loading
-    demo, address = serve(store)
-    yield address
-    demo.close()
+@pytest.fixture(autouse=True, scope="module")
+def warm_smollm(store):
+    """SmolLM2 loaded before the clicks, so they time decoding, not loading."""
+    store.get("smollm2-135m")
 
 
 def token_changes(log: list, since: float) -> list[tuple[float, int]]:
