@@ -1,5 +1,7 @@
-# make run   - set up .venv and start the playground on the default model
-# make test  - set up .venv (and Debian's chromium for the browser tests) and run every test
+# make run       - set up .venv and start the playground on the default model
+# make test      - set up .venv (and Debian's chromium for the browser tests) and run every test
+# make check     - the inner loop: the tests that need no model beyond the toys, no browser, nothing slow
+# make gpu-check - on a machine with CUDA: the cuda tests and a short GPU bench, one report
 # The first of these that is Python >= 3.11 (numpy 2.4.6 needs it): the Space's (README front matter:
 # python_version, which tests/test_requirements.py holds first here), then 3.11, then python3.
 PYTHON_CANDIDATES := python3.12 python3.11 python3
@@ -8,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test browser bench screenshots toy clean
+.PHONY: install run test check gpu-check browser bench screenshots toy clean
 
 $(STAMP): requirements.txt tests/requirements.txt
 	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "no Python >= 3.11 found (tried $(PYTHON_CANDIDATES)); make PYTHON=/path/to/python3.11 or newer" >&2; exit 1; }
@@ -32,10 +34,17 @@ browser:
 
 # Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
 # Two workers, a test file each at a time (the tests run torch on one thread, so the two cores
-# share the work); module fixtures stay within their file.
+# share the work); module fixtures stay within their file. The 30 slowest tests close every log.
 test: install browser
 	$(BIN)/python -m py_compile bench/*.py
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile tests
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=30 tests
+
+check: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --toy-only tests
+
+# Writes artifacts/gpu-check.md; exit status 3 where torch sees no CUDA device.
+gpu-check: install
+	$(BIN)/python bench/gpu_check.py
 
 bench: install
 	for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,53 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from playground.models import ModelStore  # noqa: E402
+from playground.models import OFFLINE, ModelStore  # noqa: E402
+
+
+TOY_MODELS = frozenset({"toy", "toy-small"})
+
+
+def pytest_addoption(parser):
+    parser.addoption("--toy-only", action="store_true",
+                     help="make check: skip what loads a model beyond the toys, opens a browser or is marked slow")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: the CUDA path against the CPU (skips without a CUDA device; "
                                        "make gpu-check runs them)")
+    config.addinivalue_line("markers", "slow: a minute or more in all (subprocesses: benches, other CPU kernels, "
+                                       "app boots, pip's resolver; a conversion; sweeps of hundreds of cases); "
+                                       "make check leaves it out")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--toy-only"):
+        return
+    for item in items:
+        if "slow" in item.keywords or "cuda" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="make check: marked slow or cuda (make test runs it)"))
+        elif {"browser", "url", "page"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.skip(reason="make check: opens a browser (make test runs it)"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def toy_models_only(request):
+    """Under --toy-only, a test that asks the store for an offline model beyond the toys is skipped
+    there. Only the test's own thread can skip: another thread (a server's, a second visitor's) loads
+    the model as usual."""
+    if not request.config.getoption("--toy-only"):
+        yield
+        return
+    original = ModelStore._acquire
+
+    def acquire(self, key, progress):
+        if key in OFFLINE and key not in TOY_MODELS and threading.current_thread() is threading.main_thread():
+            pytest.skip(f"make check: loads {key} (make test runs it)")
+        return original(self, key, progress)
+
+    ModelStore._acquire = acquire
+    yield
+    ModelStore._acquire = original
 
 
 @pytest.fixture(scope="session", autouse=True)

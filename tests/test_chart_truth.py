@@ -411,11 +411,13 @@ def random_cases(n: int, seed: int, vocab: int) -> list[Case]:
     return cases
 
 
+@pytest.mark.slow  # 200 random chains, each drawn: a minute in all
 @pytest.mark.parametrize("case", random_cases(200, seed=9, vocab=50), ids=lambda c: c.params.order)
 def test_every_mark_is_the_stage_record_on_random_logits(case):
     check(case)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("basis", ["model", "final"])
 @pytest.mark.parametrize("case", random_cases(60, seed=10, vocab=50), ids=lambda c: c.params.order)
 def test_every_mark_is_the_stage_record_whatever_the_bars_show(case, basis):

@@ -20,6 +20,8 @@ import pytest
 
 from playground.models.cpu import CPUINFO, capabilities, cpu_flags, torch_capability
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py"]
 # What runs per capability (pytest -k): the tests of the kernels' shapes, not of strategies or statistics.

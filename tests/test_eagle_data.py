@@ -57,7 +57,7 @@ def test_answers_of_a_smaller_recipe_are_reused(tmp_path, monkeypatch):
     assert big[:5] == small[:5] and record["chat_prompts"] == 8
     prompts = eagle_data.chat_prompts(CHAT_HELD_OUT, 0)[:8]
     assert [s[0] for s in big[:8]] == [len(p) for p in prompts]
-    saved = json.loads(next(tmp_path.glob("fake/sequences-*p8*.json")).read_text())
+    saved = json.loads(next(tmp_path.glob("eagle/fake/sequences-*p8*.json")).read_text())
     assert saved["record"]["chat_prompts"] == 8
     generated.clear()
     eagle_data.cached(lm, CHAT_HELD_OUT, 8, 32, 0, 0, log=lambda m: None)  # other answer length: all anew

@@ -31,6 +31,8 @@ from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonica
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = (ROOT / "requirements.txt", ROOT / "tests" / "requirements.txt")
 PYPI = "https://pypi.org/simple/"

@@ -32,7 +32,7 @@ from playground.serving import zerogpu  # noqa: E402
 from playground.serving.budget import Budget  # noqa: E402
 from playground.ui import handlers  # noqa: E402
 
-pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -135,6 +135,7 @@ def test_the_gguf_loader_goes_through_the_checked_cache(monkeypatch, tmp_path):
     assert seen == [(tmp_path / "converted" / "smollm2-135m", "smollm2-135m")]
 
 
+@pytest.mark.slow  # converts SmolLM2's GGUF file: half a minute
 def test_the_first_start_converts_to_the_model_later_starts_read(tmp_path, monkeypatch):
     """A new user's first start reads the GGUF file itself (an empty cache); transformers marks that
     model quantized, and a quantized model refuses ``.float()``. The converted model must be the
