@@ -249,3 +249,16 @@ def test_replays_keep_only_runs_that_ended_by_themselves():
     replays.keep("d", "run d", "length")
     replays.keep("e", "run e", "length")
     assert replays.get("a") is None and replays.get("e") == "run e"  # the least recently used goes first
+
+
+def test_the_readme_says_what_a_day_of_quota_buys():
+    """The README's ZeroGPU arithmetic is the module's: the quota per account over the per-token cost."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    quota = zerogpu.DAILY_QUOTA_SECONDS
+    assert (f"daily quota: {quota['unauthenticated'] // 60} minutes unauthenticated, {quota['free'] // 60} minutes "
+            f"with a free account, {quota['PRO'] // 60} with PRO") in text
+    (t_anon, r_anon), (t_free, r_free), (t_pro, r_pro) = (zerogpu.day_of_quota(a) for a in quota)
+    assert (t_anon, t_free, t_pro) == (1714, 4285, 34285) and (r_anon, r_free, r_pro) == (3, 8, 66)
+    assert (f"about {round(t_anon, -2):,} tokens of sampling or greedy unauthenticated, {round(t_free, -2):,} with a "
+            f"free account and {round(t_pro, -3):,} with PRO") in text
+    assert f"three 512-token runs ({zerogpu.gpu_seconds(1, 512, 0.07, 60)} s each), eight, and {r_pro}" in text

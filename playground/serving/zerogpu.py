@@ -1,10 +1,12 @@
 """What one run asks of ZeroGPU: the GPU seconds it declares, and replays of runs already made.
 
-On a ZeroGPU Space (Hugging Face's shared H200 slices) the decoding runs under
-``spaces.GPU(duration=...)``. The declared duration is checked against the visitor's
-remaining daily quota (2 minutes unauthenticated, 3.5 with a free account) before
-the run starts, and a shorter one gets a better place in the queue; the time used is
-what is charged. So each run declares what it needs:
+On a ZeroGPU Space the decoding runs under ``spaces.GPU(duration=...)``, on a slice of an
+NVIDIA RTX Pro 6000 Blackwell that every ZeroGPU Space shares (half a card, 48 GB, by default,
+the size used here; ``xlarge``, a whole card, charges the quota twice as fast). The declared
+duration is checked against the visitor's remaining daily quota (``DAILY_QUOTA_SECONDS``: 2
+minutes unauthenticated, 5 with a free account, 40 with PRO; the hub's ZeroGPU page, 2026) before
+the run starts, and a shorter one gets a better place in the queue; the time used is what is
+charged. So each run declares what it needs:
 
     clamp(FLOOR_SECONDS, rows x max_new_tokens x token_seconds, the time budget)
 
@@ -38,6 +40,8 @@ FLOOR_SECONDS = 10  # the GPU worker's start and the first step's kernels, for e
 UNCAPPED_SECONDS = 120  # no time budget ($PLAYGROUND_TIME_BUDGET=0): the old fixed declaration
 REPLAYS = 64  # finished runs kept for replay
 REPLAYED_REASONS = ("eos", "length")  # a run cut short (Stop, the time budget) is not replayed
+# ZeroGPU's daily GPU quota per visitor, by account (the hub's ZeroGPU page, 2026).
+DAILY_QUOTA_SECONDS = {"unauthenticated": 120, "free": 300, "PRO": 2400}
 
 
 def token_seconds() -> float:
@@ -56,6 +60,14 @@ def gpu_seconds(rows: int, max_new_tokens: int, per_token: float, budget_seconds
     cap = math.ceil(budget_seconds) if budget_seconds else UNCAPPED_SECONDS
     need = math.ceil(round(rows * max_new_tokens * per_token, 6))
     return max(floor, min(need, max(cap, floor)))
+
+
+def day_of_quota(account: str, per_token: float = DEFAULT_TOKEN_SECONDS, max_new_tokens: int = 512,
+                 budget_seconds: float | None = 60) -> tuple[int, int]:
+    """What one visitor's daily quota buys at ``per_token`` seconds a token: (tokens, whole one-row runs of
+    ``max_new_tokens``, each charged its declared duration)."""
+    quota = DAILY_QUOTA_SECONDS[account]
+    return int(quota / per_token), quota // gpu_seconds(1, max_new_tokens, per_token, budget_seconds)
 
 
 def describe(seconds: int, rows: int, max_new_tokens: int) -> str:
