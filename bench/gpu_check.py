@@ -137,7 +137,8 @@ def bench(device: str, tokens: int) -> list[Row]:
             try:
                 run(stores[where], Request(model, "greedy", PROMPT, max_new_tokens=4, dtype=weights))  # warm-up
                 trace = run(stores[where], Request(model, "greedy", PROMPT, max_new_tokens=tokens, dtype=weights))
-                row.ran, row.tokens_per_second = trace.to_dict()["dtype"], trace.timing["tokens_per_second"]
+                record = trace.to_dict()
+                row.ran, row.tokens_per_second = record["dtype"], record["timing"]["tokens_per_second"]
             except Exception as err:  # noqa: BLE001 - a row that raised is reported, the others still run
                 row.error = f"{type(err).__name__}: {err}"
                 traceback.print_exc()
