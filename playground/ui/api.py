@@ -12,11 +12,16 @@ from playground.errors import InvalidRequest
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import LOG, MODEL_EVENT, handler
+from strategies.untrusted_json import loads_untrusted
 from strategies.params import describe
+from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
 
 if TYPE_CHECKING:
     from playground.ui.components import Page
     from playground.ui.handlers import Decoder
+
+MAX_PARAMS_CHARS = 100_000  # /generate's params JSON; the longest real one is a few hundred
+MAX_GRAMMAR_ARGUMENT_CHARS = 4 * MAX_GRAMMAR_CHARS  # the grammar's JSON wrapper: its text, escaped
 
 
 def layout(page: Page) -> None:
@@ -46,11 +51,11 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
     """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON).
     ``grammar``: "" (none) or a JSON object ``{"kind": json|regex|choices|lark, "text": ...}``."""
     try:
-        params = json.loads(params_json or "{}")
+        params = loads_untrusted(params_json or "{}", "params", max_chars=MAX_PARAMS_CHARS)
     except json.JSONDecodeError as err:
-        raise InvalidRequest(f"params must be a JSON object, got {params_json!r} ({err.msg})") from None
+        raise InvalidRequest(f"params must be a JSON object, got {params_json!r:.200} ({err.msg})") from None
     if not isinstance(params, dict):
-        raise InvalidRequest(f"params must be a JSON object, got {params_json!r}")
+        raise InvalidRequest(f"params must be a JSON object, got {params_json!r:.200}")
     chat_flag = {"auto": None, "true": True, "false": False, "": None}.get(str(chat).strip().lower())
     if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
         raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
@@ -70,7 +75,7 @@ def grammar_of(text: str) -> dict[str, Any] | None:
     if not (text or "").strip():
         return None
     try:
-        value = json.loads(text)
+        value = loads_untrusted(text, "grammar", max_chars=MAX_GRAMMAR_ARGUMENT_CHARS)
     except json.JSONDecodeError as err:
         raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200} '
                              f"({err.msg})") from None

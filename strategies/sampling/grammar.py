@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from playground.errors import InvalidRequest
+from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
@@ -114,7 +115,7 @@ class GrammarSpec:
 
 def schema_of(text: str) -> Any:
     try:
-        schema = json.loads(text)
+        schema = loads_untrusted(text, "the JSON schema")
     except json.JSONDecodeError as e:
         raise InvalidRequest(f"the JSON schema does not parse: {e.msg} at line {e.lineno}, column {e.colno}") from None
     if not isinstance(schema, (dict, bool)):
@@ -127,7 +128,7 @@ def choices_of(text: str) -> list[str]:
     stripped = text.strip()
     if stripped.startswith("["):
         try:
-            items = json.loads(stripped)
+            items = loads_untrusted(stripped, "grammar choices")
         except json.JSONDecodeError as e:
             raise InvalidRequest(f"grammar choices as a JSON list do not parse: {e.msg} at column {e.colno}") from None
     else:

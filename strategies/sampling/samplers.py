@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
+from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.adaptive import AdaptiveP, DynamicTemperature, Mirostat
 from strategies.sampling.chain import ChainParams, ChainRecord, build_chain
 from strategies.params import param
@@ -59,19 +60,19 @@ def expand_order(order: str) -> str:
     unknown = [n for n in names if n not in SAMPLER_STAGES and n != "grammar"]  # grammar: where a grammar goes
     if unknown or len(set(names)) != len(names):
         raise InvalidRequest(f"order must be {' or '.join(PRESETS)}, or stage names each at most once from "
-                             f"{', '.join(SAMPLER_STAGES)}; got {order!r}")
+                             f"{', '.join(SAMPLER_STAGES)}; got {order!r:.200}")
     return ",".join(names + [n for n in SAMPLER_STAGES if n not in names])
 
 
 def parse_breakers(text: str) -> tuple[str, ...]:
     """'"\\n", ":"' (comma-separated JSON strings) -> ('\\n', ':')."""
     try:
-        items = json.loads(f"[{text}]")
+        items = loads_untrusted(f"[{text}]", "dry_sequence_breakers")
     except json.JSONDecodeError:
         items = None
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
         raise InvalidRequest(f"dry_sequence_breakers must be comma-separated quoted strings like "
-                             f"{DEFAULT_BREAKERS}, got {text!r}")
+                             f"{DEFAULT_BREAKERS}, got {text!r:.200}")
     return tuple(items)
 
 
