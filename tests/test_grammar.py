@@ -18,7 +18,7 @@ from playground.errors import InvalidRequest
 from playground.whatif.branches import branch_settings
 from playground.whatif.sample_many import sample_many
 from playground.whatif.score import score, summary
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, GrammarSpec, compile_grammar
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, GrammarSpec, compile_grammar, lark_regex
 
 SMOL = "smollm2-135m"
 TOY_RUNS = [  # (strategy, params, seed, grammar): a few toy runs whose every step is checked
@@ -205,3 +205,26 @@ def test_fifty_seeded_sampling_runs_on_smollm2_with_a_json_schema_parse_and_vali
         trace = run(store, dataclasses.replace(req, seed=seed))
         row = next(o for o in result["outcomes"] if seed in o["seeds"])
         assert trace.text == row["text"] and trace.finish_reason == GRAMMAR_REASON
+
+
+@pytest.mark.parametrize("regex, lark", [
+    (r"\d{2}/\d{2}", r"[0-9]{2}\/[0-9]{2}"),
+    (r"\d{2}\/\d{2}", r"[0-9]{2}\/[0-9]{2}"),  # already escaped: one regex with the line above
+    (r"[\d.]+", r"[0-9.]+"),
+    (r"[^\d]\D", r"[^0-9][^0-9]"),
+    (r"\\d", r"\\d"),  # an escaped backslash, then a d
+    (r"\\/", r"\\\/"),  # an escaped backslash, then a slash to escape
+    (r"a[]/]b", r"a[]\/]b"),  # a ] first in a class is a character
+])
+def test_a_regex_reads_as_a_person_wrote_it(toy, regex, lark):
+    assert lark_regex(regex) == lark
+    compile_grammar(GrammarSpec("regex", regex), toy)  # and llguidance takes it
+
+
+def test_digits_in_a_regex_are_ascii_on_smollm2(store):
+    """Rust's \\d is any Unicode digit: SmolLM2 greedy wrote emoji digits for this date and never finished."""
+    for regex in (r"\d{2}/\d{2}", r"\d{2}\/\d{2}"):
+        trace = run(store, Request("smollm2-135m", "greedy", "Today's date as DD/MM?", max_new_tokens=12,
+                                   grammar={"kind": "regex", "text": regex})).to_dict()
+        assert re.fullmatch(r"[0-9]{2}/[0-9]{2}", trace["text"]), trace["text"]
+        assert trace["finish_reason"] == GRAMMAR_REASON, trace["finish_reason"]

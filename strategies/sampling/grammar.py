@@ -3,7 +3,8 @@
 A grammar is given in one of four forms (``GRAMMAR_KINDS``):
 
 - ``json``: a JSON schema (``{"type": "object", "properties": {...}}``);
-- ``regex``: a regular expression the whole generated text must match (Rust ``regex`` syntax);
+- ``regex``: a regular expression the whole generated text must match (Rust ``regex`` syntax, with
+  ``\\d`` meaning the ASCII digits 0-9, not every Unicode digit: ``lark_regex``);
 - ``choices``: a JSON list of strings, or the strings separated by ``|``; the text is one of them;
 - ``lark``: a Lark grammar in llguidance's dialect (``start: ...``).
 
@@ -107,10 +108,37 @@ class GrammarSpec:
         if self.kind == "json":
             return "start: %json " + json.dumps(schema_of(self.text)) + tail
         if self.kind == "regex":
-            return "start: /" + self.text.replace("/", "\\/") + "/" + tail
+            return "start: /" + lark_regex(self.text) + "/" + tail
         if self.kind == "choices":
             return "start: " + " | ".join(json.dumps(c) for c in choices_of(self.text)) + tail
         return self.text.rstrip("\n") + tail
+
+
+def lark_regex(text: str) -> str:
+    """A person's regex as a Lark ``/.../`` lexeme: ``\\d`` is ASCII digits (Rust's is any Unicode digit,
+    so ``\\d{2}`` would allow emoji digits), ``\\D`` what is not one, and a slash not already escaped is
+    escaped (``\\d{2}\\/\\d{2}`` and ``\\d{2}/\\d{2}`` are one regex). Escaped backslashes and
+    character classes are read as such: ``[\\d]`` is ``[0-9]``, ``\\\\d`` a backslash and a d."""
+    out, i, in_class = [], 0, False
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            pair, nxt = text[i:i + 2], text[i + 1]
+            if nxt == "d":
+                out.append("0-9" if in_class else "[0-9]")
+            elif nxt == "D" and not in_class:
+                out.append("[^0-9]")
+            else:
+                out.append(pair)
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class and not (out and out[-1] in ("[", "[^")):
+            in_class = False
+        out.append("\\/" if c == "/" else c)
+        i += 1
+    return "".join(out)
 
 
 def schema_of(text: str) -> Any:
