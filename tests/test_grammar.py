@@ -18,7 +18,8 @@ from playground.errors import InvalidRequest
 from playground.whatif.branches import branch_settings
 from playground.whatif.sample_many import sample_many
 from playground.whatif.score import score, summary
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, GrammarSpec, compile_grammar, lark_regex
+from strategies.sampling.grammar import (DEAD_END_REASON, GRAMMAR_REASON, INCOMPLETE_REASON, GrammarSpec,
+                                        compile_grammar, lark_regex)
 
 SMOL = "smollm2-135m"
 TOY_RUNS = [  # (strategy, params, seed, grammar): a few toy runs whose every step is checked
@@ -228,3 +229,15 @@ def test_digits_in_a_regex_are_ascii_on_smollm2(store):
                                    grammar={"kind": "regex", "text": regex})).to_dict()
         assert re.fullmatch(r"[0-9]{2}/[0-9]{2}", trace["text"]), trace["text"]
         assert trace["finish_reason"] == GRAMMAR_REASON, trace["finish_reason"]
+
+
+def test_a_search_that_dies_before_the_limit_says_no_token_was_allowed(store):
+    """Every stochastic beam hits the dead end of ' the' under ( there)+ at the first step: that is no
+    token allowed, not 'no whole text within max_new_tokens' (which a search that reached the limit
+    without a whole text still says)."""
+    dead = _toy_run(store, "stochastic_beam", {}, 0, {"kind": "regex", "text": "( there)+"}, tokens=10)
+    assert dead.finish_reason == DEAD_END_REASON and len(dead.to_dict()["beam"]["nodes"]) < 10
+    short = _toy_run(store, "stochastic_beam", {}, 0, {"kind": "regex", "text": "( once| upon)+ ( a)"}, tokens=10)
+    assert short.finish_reason == INCOMPLETE_REASON
+    # it searched to the limit: at its last step (9) no candidate was a whole text, so none entered the tree
+    assert max(n["step"] for n in short.to_dict()["beam"]["nodes"]) == 8

@@ -51,7 +51,7 @@ from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
 from strategies.params import Params, param
 from strategies.recording import decision_record, entropy, finish
-from strategies.sampling.grammar import INCOMPLETE_REASON, Grammar, constrain_rows, ends_whole
+from strategies.sampling.grammar import DEAD_END_REASON, INCOMPLETE_REASON, Grammar, constrain_rows, ends_whole
 from strategies.registry import register
 
 EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
@@ -541,10 +541,12 @@ def finished_records(lm: Any, tree: BeamTree, items: list[tuple[float | None, fl
                               eos=tree.nodes[node]["token_id"] in eos) for pen, score, node in items]
 
 
-def end_reason(trace: Trace, lm: Any, best: int | None, grammar: Any) -> str:
-    """Why a search's run ended: its best hypothesis's end, or, under a grammar, that none was whole."""
+def end_reason(trace: Trace, lm: Any, best: int | None, grammar: Any, reached_limit: bool = True) -> str:
+    """Why a search's run ended: its best hypothesis's end, or, under a grammar, that none was whole:
+    at the length limit (no whole text within max_new_tokens), or before it, when every hypothesis
+    came to a step where the grammar allowed no token (``reached_limit`` False)."""
     if best is None and grammar is not None:
-        return INCOMPLETE_REASON
+        return INCOMPLETE_REASON if reached_limit else DEAD_END_REASON
     return "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
 
 
@@ -584,6 +586,6 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     publish(trace, lm, tree, best, finished_records(lm, tree, run.results()),
             search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids), "beam")
-    reason = end_reason(trace, lm, best, ctx.grammar)
+    reason = end_reason(trace, lm, best, ctx.grammar, reached_limit=len(run.records) >= ctx.max_new_tokens)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace

@@ -150,7 +150,8 @@ def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterato
     best = done[0].node if done else None
     publish(trace, lm, tree, best, finished, search.counters(), **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids), SELECTOR)
-    finish(trace, ctx, started, end_reason(trace, lm, best, ctx.grammar), search.passes)
+    reached = len(search.records) >= ctx.max_new_tokens  # else every prefix came to a grammar's dead end
+    finish(trace, ctx, started, end_reason(trace, lm, best, ctx.grammar, reached), search.passes)
     yield trace
 
 
