@@ -32,7 +32,13 @@ def pytest_configure(config):
                                        "make check leaves it out")
 
 
+# The files that take minutes start first, one on each worker, so that no worker starts one of them
+# when the other has nothing left to do (make test runs a test file at a time on each of two workers).
+LONG_FILES = ("test_cpu_capabilities.py", "test_bench.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: otherwise in file order
     if not config.getoption("--toy-only"):
         return
     for item in items:
