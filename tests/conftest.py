@@ -56,16 +56,16 @@ def toy_models_only(request):
     if not request.config.getoption("--toy-only"):
         yield
         return
-    original = ModelStore._acquire
+    original = ModelStore.use  # get() goes through use() too
 
-    def acquire(self, key, progress):
+    def use(self, key, progress=None):
         if key in OFFLINE and key not in TOY_MODELS and threading.current_thread() is threading.main_thread():
             pytest.skip(f"make check: loads {key} (make test runs it)")
         return original(self, key, progress)
 
-    ModelStore._acquire = acquire
+    ModelStore.use = use
     yield
-    ModelStore._acquire = original
+    ModelStore.use = original
 
 
 @pytest.fixture(scope="session", autouse=True)

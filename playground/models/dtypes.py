@@ -25,7 +25,8 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
-from playground.models.cpu import CPUINFO, cpu_flags, has_native_bf16, torch_capability
+from playground.models.cpu import CPUINFO, cpu_flags, has_native_bf16
+from playground.models.cpu import torch_capability as cpu_capability  # the kernels this process runs
 
 DTYPES = ("auto", "float32", "bfloat16", "int4")
 _BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -46,11 +47,6 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def cpu_has_native_bf16(cpuinfo: Path = CPUINFO) -> bool:
     return has_native_bf16(cpu_flags(cpuinfo))
-
-
-def cpu_capability() -> str:
-    """The kernel family torch dispatches to in this process (``ATEN_CPU_CAPABILITY`` can lower it)."""
-    return torch_capability()
 
 
 def weights_order(name: str, device: torch.device, loaded: torch.dtype, toy: bool,

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from playground.models.cpu import torch_capability
+
 MAX_TV = 0.1  # per position: the parity tests' bound for bfloat16 and int4 against float32
 MEAN_TV = 0.03  # over the probe's positions
 PROBE_PROMPT = "Name three colours of the rainbow."  # the parity tests' prompt, in the model's chat form
