@@ -23,11 +23,13 @@ from playground.models.cpu import CPUINFO, capabilities, cpu_flags, torch_capabi
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py"]
+FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py",
+         "tests/test_one_pass.py"]
 # What runs per capability (pytest -k): the tests of the kernels' shapes, not of strategies or statistics.
 # int4: the layout, the kernel's weights, one-row and many-row products (probe, parity, cached steps, crops,
 # reorders, a draft tree's 4D mask); bfloat16: the lean forward's one pass, steps, crops, reorders, tree pass
-# and hidden states against transformers; Gemma: its blocks, one pass and steps; the self-check with its
+# and hidden states against transformers; Gemma: its blocks, one pass and steps; a text cut into passes
+# any way giving the same logits bit for bit (test_one_pass); the self-check with its
 # refusals. Left to the suite's own run: the auto order's logic (it loads Gemma's int4 once more for a
 # minute), strategies on the lean path (greedy, speculative, EAGLE, beam), the sampler's chi-square and
 # the sliding window's 600 positions (the cache's masking, not a kernel; 40 s in emulated bfloat16). The default kernels are

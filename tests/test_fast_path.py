@@ -42,6 +42,24 @@ def hf_logits(lm, ids: torch.Tensor) -> torch.Tensor:
         return lm.model(input_ids=ids).logits.float()
 
 
+def hf_stepped(lm, ids: torch.Tensor, cache=None, hidden: bool = False):
+    """transformers' own forward of ``lm.model`` fed one token at a time (a fresh cache unless given):
+    float32 logits [batch, n, vocab], and with ``hidden`` the hidden states, each [batch, n, d]. The
+    lean forward computes every row of a pass as this one-token step does (its attention row by row)."""
+    from transformers import DynamicCache
+    cache = DynamicCache(config=lm.model.config) if cache is None else cache
+    logits, states = [], []
+    with torch.inference_mode():
+        for i in range(ids.shape[1]):
+            out = lm.model(input_ids=ids[:, i:i + 1], past_key_values=cache, use_cache=True,
+                           output_hidden_states=hidden)
+            logits.append(out.logits.float())
+            states.append(out.hidden_states)
+    if not hidden:
+        return torch.cat(logits, 1)
+    return torch.cat(logits, 1), tuple(torch.cat(layer, 1) for layer in zip(*states))
+
+
 def assert_close_bf16(ours: torch.Tensor, ref: torch.Tensor) -> None:
     assert (ours - ref).abs().max().item() <= BF16_STEP
     assert torch.equal(ours.argmax(-1), ref.argmax(-1))
@@ -59,10 +77,13 @@ def test_lean_path_is_used_only_in_bfloat16(smollm, fast, toy):
 
 
 def test_one_pass_equals_transformers_in_bfloat16(smollm, fast):
+    """Our one pass over the prompt is transformers fed one token at a time, bit for bit (and within a
+    bfloat16 step of transformers' own one pass, whose attention rounds each row over all the keys)."""
     ids = torch.tensor([smollm.encode(PROMPT)])
     ours = fast.forward(ids).logits
     assert ours.dtype == torch.float32  # the chain always gets float32
-    assert torch.equal(ours, hf_logits(fast, ids))
+    assert torch.equal(ours, hf_stepped(fast, ids))
+    assert (ours - hf_logits(fast, ids)).abs().max().item() <= 1.0
 
 
 def transformers_cache(lm):
@@ -71,25 +92,32 @@ def transformers_cache(lm):
     return DynamicCache(config=lm.model.config)
 
 
-def crop_and_verify(lm, cache, prompt: list[int]) -> torch.Tensor:
+def lean_feed(lm):
+    return lambda ids, cache: lm.forward(ids, cache).logits
+
+
+def stepped_feed(lm):
+    return lambda ids, cache: hf_stepped(lm, ids, cache)
+
+
+def crop_and_verify(feed, cache, prompt: list[int]) -> torch.Tensor:
     """Prefill, two one-token steps, a 4-token verify pass of which 3 are cropped (a rejected
     draft), then 6 new tokens in one pass: every logit row produced, [prompt + 12, vocab]."""
-    rows = [lm.forward(torch.tensor([prompt]), cache).logits[0]]
+    rows = [feed(torch.tensor([prompt]), cache)[0]]
     for token in (330, 1115):
-        rows.append(lm.forward(torch.tensor([[token]]), cache).logits[0])
-    rows.append(lm.forward(torch.tensor([[42, 1, 2, 3]]), cache).logits[0, :1])
+        rows.append(feed(torch.tensor([[token]]), cache)[0])
+    rows.append(feed(torch.tensor([[42, 1, 2, 3]]), cache)[0, :1])
     cache.crop(-3)
     assert cache.get_seq_length() == len(prompt) + 3
-    rows.append(lm.forward(torch.tensor([[7, 99, 12, 611, 28, 5]]), cache).logits[0])
+    rows.append(feed(torch.tensor([[7, 99, 12, 611, 28, 5]]), cache)[0])
     assert cache.get_seq_length() == len(prompt) + 9
     return torch.cat(rows)
 
 
 def test_crop_and_verify_passes_match_transformers(smollm, fast):
     prompt = smollm.encode(PROMPT)
-    ours = crop_and_verify(fast, fast.new_cache(), prompt)
-    ref = crop_and_verify(fast, transformers_cache(fast), prompt)
-    assert_close_bf16(ours, ref)
+    ours = crop_and_verify(lean_feed(fast), fast.new_cache(), prompt)
+    assert torch.equal(ours, crop_and_verify(stepped_feed(fast), transformers_cache(fast), prompt))
 
 
 def tree_pass(lm, cache, prompt: list[int]) -> torch.Tensor:
@@ -103,41 +131,56 @@ def tree_pass(lm, cache, prompt: list[int]) -> torch.Tensor:
 
 
 def test_a_draft_tree_pass_matches_transformers(smollm, fast):
+    """Each node of a tree pass is transformers fed the node's own path one token at a time, bit for
+    bit; and within a bfloat16 step or so of transformers' own tree pass (the same 4D mask)."""
+    import copy
     prompt = smollm.encode(PROMPT)
-    assert_close_bf16(tree_pass(fast, fast.new_cache(), prompt), tree_pass(fast, transformers_cache(fast), prompt))
+    ours = tree_pass(fast, fast.new_cache(), prompt)
+    assert (ours - tree_pass(fast, transformers_cache(fast), prompt)).abs().max().item() <= 1.0
+    before = transformers_cache(fast)
+    hf_stepped(fast, torch.tensor([prompt[:-1]]), before)
+    for node, path in enumerate(([prompt[-1]], [prompt[-1], 1115], [prompt[-1], 42], [prompt[-1], 1115, 7])):
+        stepped = hf_stepped(fast, torch.tensor([path]), copy.deepcopy(before))
+        assert torch.equal(ours[node], stepped[0, -1]), node
 
 
-def beams(lm, cache, prompt: list[int]) -> torch.Tensor:
+def beams(feed, cache, prompt: list[int]) -> torch.Tensor:
     """One prompt row copied to three beams, each fed its own token, then gathered [2, 0, 0] as
     beam search does, and fed again: [3, vocab]."""
-    lm.forward(torch.tensor([prompt]), cache)
+    feed(torch.tensor([prompt]), cache)
     cache.reorder_cache(torch.zeros(3, dtype=torch.long))
-    lm.forward(torch.tensor([[330], [1115], [42]]), cache)
+    feed(torch.tensor([[330], [1115], [42]]), cache)
     cache.reorder_cache(torch.tensor([2, 0, 0]))
-    return lm.forward(torch.tensor([[7], [8], [9]]), cache).logits[:, -1]
+    return feed(torch.tensor([[7], [8], [9]]), cache)[:, -1]
 
 
 def test_reorder_grows_and_gathers_beams_as_transformers(smollm, fast):
     prompt = smollm.encode(PROMPT)
-    ours = beams(fast, fast.new_cache(), prompt)
-    assert_close_bf16(ours, beams(fast, transformers_cache(fast), prompt))
+    ours = beams(lean_feed(fast), fast.new_cache(), prompt)
+    assert torch.equal(ours, beams(stepped_feed(fast), transformers_cache(fast), prompt))
 
 
 def test_cache_grows_past_its_first_block(smollm, fast):
-    ids = (smollm.encode(PROMPT) * 20)[:300]  # more than one 256-position block, fed in two passes
+    """300 positions (more than one 256-position block) cut into passes two ways, so the cache grows
+    inside a pass once and between passes once: the same logits to the bit, and near transformers'."""
+    ids = (smollm.encode(PROMPT) * 20)[:300]
     logits = []
-    for cache in (fast.new_cache(), transformers_cache(fast)):
-        fast.forward(torch.tensor([ids[:250]]), cache)
-        logits.append(fast.forward(torch.tensor([ids[250:]]), cache).logits[0])
+    for cut in (250, 100):
+        cache = fast.new_cache()
+        fast.forward(torch.tensor([ids[:cut]]), cache)
+        logits.append(fast.forward(torch.tensor([ids[cut:]]), cache).logits[0, -50:])
         assert cache.get_seq_length() == 300
-    assert_close_bf16(*logits)
+    assert torch.equal(*logits)
+    cache = transformers_cache(fast)
+    fast.forward(torch.tensor([ids[:250]]), cache)
+    theirs = fast.forward(torch.tensor([ids[250:]]), cache).logits[0]
+    assert (logits[0] - theirs).abs().max().item() <= 1.0
 
 
 def test_hidden_states_and_early_exit_match_transformers(smollm, fast):
     ids = torch.tensor([smollm.encode(PROMPT)])
     ours = fast.forward(ids, hidden=True).hidden_states
-    with torch.inference_mode():
-        ref = fast.model(input_ids=ids, output_hidden_states=True).hidden_states
+    _, ref = hf_stepped(fast, ids, hidden=True)
     assert len(ours) == len(ref) == 31
     for a, b in zip(ours, ref):
         assert torch.equal(a, b)

@@ -44,7 +44,7 @@ def test_float32_is_the_reference(store):
 
 
 def test_the_check_sees_a_wrong_distribution():
-    probe = weights_check.Probe([1, 2], [3] * weights_check.STEPS, torch.full((2 + weights_check.STEPS, 4), 0.25), 0.0)
+    probe = weights_check.Probe([1, 2], [3] * weights_check.STEPS, torch.full((2 + weights_check.STEPS, 4), 0.25), 0.0, 0.0)
 
     class Peaked:  # a "model" whose every distribution is one token: total variation 0.75 from uniform
         weights = "int4"

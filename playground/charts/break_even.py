@@ -171,7 +171,17 @@ def sentence(trace: dict[str, Any]) -> str:
     c = costs(trace)
     if isinstance(c, str):
         return c
-    return _verdict(trace, c) + auto_note(trace)
+    return _verdict(trace, c) + auto_note(trace) + gap_note(trace)
+
+
+def gap_note(trace: dict[str, Any]) -> str:
+    """When this CPU scores several tokens in one pass differently from one at a time (the weights
+    check's ``one_pass_gap``), that the text can part from plain decoding's; empty when bit-exact."""
+    gap = (trace.get("weights_check") or {}).get("one_pass_gap") or 0.0
+    if not gap:
+        return ""
+    return (f"; on this CPU a pass of several tokens differs from one token at a time by up to {gap:.2g} in a "
+            "logit, so at a near tie this text can part from plain decoding's")
 
 
 def _verdict(trace: dict[str, Any], c: Costs) -> str:

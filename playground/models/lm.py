@@ -127,6 +127,13 @@ class LM:
         """The float32 side of every weights check of this model (made once)."""
         return weights_check.Probe.of(self)
 
+    @property
+    def one_pass_gap(self) -> float:
+        """The largest logit difference between scoring several tokens in one pass and one token at a
+        time on this CPU (``playground.models.fast.check.one_pass_gap``): measured by the weights'
+        check, or for the weights as loaded by their probe (once per process)."""
+        return self.check.one_pass_gap if self.check is not None else self._probe.one_pass_gap
+
     @cached_property
     def int4_refusal(self) -> str | None:
         """Why this model cannot run on its GGUF file's blocks here, or None when it can (asked once:

@@ -20,7 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half
+from playground.models.fast.layers import (LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention,
+                                          tree_rows)
 
 
 @dataclass
@@ -96,22 +97,12 @@ class LeanGemma:
         scale = self.rope_scale[kind]
         return (angles.cos() * scale).to(self.dtype)[:, None], (angles.sin() * scale).to(self.dtype)[:, None]
 
-    def _masks(self, n: int, start: int, attention_mask: torch.Tensor | None,
-               position_ids: torch.Tensor) -> dict[bool, torch.Tensor | None]:
-        """The mask of global (False) and local (True) layers: boolean, or additive for a tree."""
-        end = start + n
-        key_pos = torch.arange(end, device=self.device)
-        if attention_mask is not None:
-            tree = attention_mask.to(self.device, self.dtype)
-            # a key is also out of a local layer's window when the query's position is window or more past it
-            cached_pos = torch.cat([key_pos[:start], position_ids[0].to(self.device)])
-            old = (position_ids[0].to(self.device)[:, None] - cached_pos[None, :]) >= self.window
-            return {False: tree, True: tree.masked_fill(old, torch.finfo(self.dtype).min)}
-        query_pos = torch.arange(start, end, device=self.device)[:, None]
-        causal = key_pos[None, :] <= query_pos
-        local = causal & (query_pos - key_pos[None, :] < self.window)
-        full = None if n == 1 else causal
-        return {False: full, True: None if (n == 1 and end <= self.window) else local}
+    def _step_mask(self, length: int) -> torch.Tensor | None:
+        """A local layer's mask for the one-token step that sees ``length`` keys: none while they all fit
+        in the window, else the last ``window`` of them."""
+        if length <= self.window:
+            return None
+        return (length - 1 - torch.arange(length, device=self.device) < self.window)[None]
 
     def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -120,7 +111,14 @@ class LeanGemma:
         start, end, position_ids = cache.begin(ids, position_ids)
         ropes = {sliding: self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
                  for sliding in (False, True)}
-        masks = self._masks(n, start, attention_mask, position_ids)
+        # One new token: one call (a local layer masks keys beyond its window). Several rows (a prompt, a
+        # draft to verify, a tree) attend row by row, each as its one-token step would
+        # (``stepwise_attention``), so a text's logits do not depend on how it was cut into passes.
+        lengths, gather = None, None
+        if attention_mask is not None:
+            lengths, gather = tree_rows(attention_mask)
+        elif n > 1:
+            lengths = list(range(start + 1, end + 1))
         x = F.embedding(ids, self.embed) * self.embed_scale
         states = [x] if hidden else None
         groups = self.heads + 2 * self.kv_heads
@@ -133,9 +131,14 @@ class LeanGemma:
             q = q * cos + rotate_half(q) * sin
             cache.keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
             cache.values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
-            attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
-                                                  attn_mask=masks[layer.sliding], scale=self.scaling,
-                                                  enable_gqa=True)
+            step_mask = self._step_mask if layer.sliding else None
+            if lengths is None:
+                attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
+                                                      attn_mask=step_mask(end) if step_mask else None, scale=self.scaling,
+                                                      enable_gqa=True)
+            else:
+                attn = stepwise_attention(q, cache.keys[i], cache.values[i], lengths, gather, step_mask,
+                                          scale=self.scaling, enable_gqa=True)
             attn = linear(attn.transpose(1, 2).reshape(batch, n, self.heads * self.head_dim), layer.out)
             x = x + self.rms_norm(attn, layer.post_attn_norm)
             h = self.rms_norm(x, layer.pre_mlp_norm)

@@ -93,8 +93,72 @@ def _blocks(n: int) -> int:
 Weight = Union[torch.Tensor, Any]
 
 
+# A dense matrix multiplies at most this many rows per call. oneDNN's bfloat16 product computes each
+# row as a one-row product does up to 32 rows and switches to a blocking that rounds the rows
+# otherwise beyond (measured on AVX-512 with native bfloat16; on AVX2 up to 64 rows at least), so a
+# pass over a prompt or a draft gives every row the numbers of a one-token step.
+DENSE_ROWS = 32
+
+
 def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    return F.linear(x, weight) if isinstance(weight, torch.Tensor) else weight(x)
+    if not isinstance(weight, torch.Tensor):
+        return weight(x)
+    rows = x.numel() // x.shape[-1]
+    if rows <= DENSE_ROWS:
+        return F.linear(x, weight)
+    flat = x.reshape(rows, x.shape[-1])
+    out = torch.cat([F.linear(chunk, weight) for chunk in flat.split(DENSE_ROWS)])
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+def stepwise_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: list[int],
+                       gather: torch.Tensor | None = None, step_mask: Any = None, **kwargs: Any) -> torch.Tensor:
+    """Attention of several query rows, each computed as a one-token step at its position computes it.
+
+    ``q`` [batch, heads, n, head_dim]; ``keys``, ``values`` [batch, kv_heads, capacity, head_dim] (a
+    cache layer); row r sees ``lengths[r]`` keys: the cache's first ``lengths[r]`` positions, or with
+    ``gather`` [n, max length] the cache slots ``gather[r, :lengths[r]]`` (a draft tree: the prefix,
+    then the row's ancestors and itself). ``step_mask(length)`` is the mask a step with that many keys
+    passes (None for none: a sliding window's rows have one).
+
+    Why: torch's CPU attention splits its reduction over keys by the number of keys, so a row of an
+    n-row pass (all rows see ``end`` keys, the later ones masked) rounds differently in bfloat16 from
+    the step that sees exactly its own keys; a near tie can then flip, and verification would part
+    from plain decoding. Each row here is one call with exactly the step's keys, mask and order
+    (rows with the same number of keys share a call as a batch: attention is exact across batch
+    rows), so scoring k tokens in one pass gives the k steps' attention bit for bit.
+    """
+    batch, heads, n, dim = q.shape
+    out = q.new_empty(batch, heads, n, values.shape[-1])
+    groups: dict[int, list[int]] = {}
+    for row, length in enumerate(lengths):
+        groups.setdefault(length, []).append(row)
+    for length, rows in groups.items():
+        mask = step_mask(length) if step_mask is not None else None
+        if gather is None:
+            for row in rows:
+                out[:, :, row: row + 1] = F.scaled_dot_product_attention(
+                    q[:, :, row: row + 1], keys[:, :, :length], values[:, :, :length], attn_mask=mask, **kwargs)
+            continue
+        index = gather[rows, :length].to(keys.device)  # [g, length]
+        g = len(rows)
+        k = keys[:, :, index].permute(0, 2, 1, 3, 4).reshape(batch * g, keys.shape[1], length, dim)
+        v = values[:, :, index].permute(0, 2, 1, 3, 4).reshape(batch * g, values.shape[1], length, -1)
+        rows_q = q[:, :, rows].permute(0, 2, 1, 3).reshape(batch * g, heads, 1, dim)
+        attn = F.scaled_dot_product_attention(rows_q, k, v, attn_mask=mask, **kwargs)
+        out[:, :, rows] = attn.reshape(batch, g, heads, -1).permute(0, 2, 1, 3)
+    return out
+
+
+def tree_rows(attention_mask: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    """For an additive tree mask [1, 1, n, cached + n] (0 where a row may look): each row's number of
+    visible keys and the cache slots it sees, in order ([n, max], padded with 0)."""
+    visible = attention_mask[0, 0] == 0
+    lengths = visible.sum(-1).tolist()
+    slots = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        slots[row, :length] = visible[row].nonzero()[:, 0].cpu()
+    return lengths, slots
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

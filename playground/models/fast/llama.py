@@ -25,7 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half
+from playground.models.fast.layers import (LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention,
+                                          tree_rows)
 
 
 @dataclass
@@ -105,12 +106,14 @@ class LeanLlama:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
         cos, sin = self._rope(position_ids)
-        # Query i sees keys up to start + i; one new token sees them all, so no mask is needed.
-        mask = None
+        # One new token sees every cached key, so it needs no mask. Several rows (a prompt, a draft to
+        # verify, a tree) attend row by row, each as its one-token step would (``stepwise_attention``),
+        # so a text's logits do not depend on how it was cut into passes.
+        lengths, gather = None, None
         if attention_mask is not None:
-            mask = attention_mask.to(self.device, self.dtype)
+            lengths, gather = tree_rows(attention_mask)
         elif n > 1:
-            mask = torch.ones(n, end, dtype=torch.bool, device=self.device).tril(start)
+            lengths = list(range(start + 1, end + 1))
         x = F.embedding(ids, self.embed)
         states = [x] if hidden else None
         q_width = self.heads * self.head_dim
@@ -122,8 +125,11 @@ class LeanLlama:
             q = qk[:, :, : self.heads].transpose(1, 2)
             cache.keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
             cache.values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
-            attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
-                                                  attn_mask=mask, enable_gqa=True)
+            if lengths is None:
+                attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
+                                                      enable_gqa=True)
+            else:
+                attn = stepwise_attention(q, cache.keys[i], cache.values[i], lengths, gather, enable_gqa=True)
             x = x + linear(attn.transpose(1, 2).reshape(batch, n, q_width), layer.out)
             h = self.rms_norm(x, layer.post_norm)
             gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)

@@ -1,0 +1,142 @@
+"""Scoring several tokens in one pass gives the logits of one token at a time, bit for bit, on the
+lean forwards (bfloat16 and int4, SmolLM2 and Gemma 3), so greedy draft-and-verify writes plain
+greedy's text; and where a CPU cannot have that, the trace, the status line and the break-even
+caption say so with the measured figure."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from playground.charts import break_even
+from playground.engine import Request, run
+from playground.models.fast import check, layers
+from playground.models.fast.gemma import LeanGemma
+from playground.models.fast.layers import linear, stepwise_attention, tree_rows
+from playground.ui.handlers import status_html
+from strategies.speculative.eagle.tree import attention_mask
+
+TEXT = "The sky is blue because sunlight is scattered by the air, and blue light is scattered the most."
+
+
+def cut_logits(lm, ids: list[int], cuts: list[int]) -> torch.Tensor:
+    """float32 logits of every position of ``ids`` fed in passes that end at ``cuts``."""
+    cache, rows, start = lm.new_cache(), [], 0
+    for end in [*cuts, len(ids)]:
+        if end > start:
+            rows.append(lm.forward(torch.tensor([ids[start:end]]), cache).logits[0])
+            start = end
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("key, weights", [("smollm2-135m", "bfloat16"), ("smollm2-135m", "int4"),
+                                          ("gemma3-270m", "int4")])
+def test_one_pass_equals_steps_bit_for_bit(store, key, weights):
+    """The same text cut into passes four ways (one pass; one token a pass; a prompt then drafts of 5;
+    random cuts) gives the same logits at every position, to the bit."""
+    lm = store.get(key).with_weights(weights)
+    ids = lm.encode(TEXT, chat=False)[:40]
+    whole = cut_logits(lm, ids, [])
+    rng = random.Random(0)
+    for cuts in (list(range(1, len(ids))), list(range(23, len(ids), 5)),
+                 sorted(rng.sample(range(1, len(ids)), 6))):
+        got = cut_logits(lm, ids, cuts)
+        assert torch.equal(got, whole), (cuts, float((got - whole).abs().max()))
+    assert lm.check is not None and lm.check.one_pass_gap == 0.0
+    assert lm.check.record()["one_pass_gap"] == 0.0
+
+
+def test_a_tree_pass_equals_its_paths_stepped(store):
+    """A draft tree in one pass (4D mask, scattered ancestors): each node's logits are those of its path
+    fed one token at a time."""
+    lm = store.get("smollm2-135m").with_weights("bfloat16")
+    prompt = lm.encode(TEXT, chat=False)[:20]
+    parents = [-1, 0, 0, 1, 1, 2, 3]  # node 0 is the root; 1, 2 its children; ...
+    tokens = [279, 2136, 314, 1165, 253, 30, 28]
+    cache = lm.new_cache()
+    lm.forward(torch.tensor([prompt]), cache)
+    depth = [0] * len(parents)
+    for i, p in enumerate(parents[1:], start=1):
+        depth[i] = depth[p] + 1
+    tree = lm.forward(torch.tensor([tokens]), cache, attention_mask=attention_mask(parents, len(prompt)),
+                      position_ids=torch.tensor([[len(prompt) + d for d in depth]])).logits[0]
+    for node in range(len(parents)):
+        path, n = [], node
+        while n >= 0:
+            path.insert(0, tokens[n])
+            n = parents[n]
+        stepped = cut_logits(lm, prompt + path, list(range(len(prompt), len(prompt) + len(path))))
+        assert torch.equal(tree[node], stepped[-1]), node
+
+
+def test_stepwise_attention_is_the_step_per_row():
+    torch.manual_seed(0)
+    q = torch.randn(1, 4, 6, 16).bfloat16()
+    keys, values = torch.randn(1, 2, 64, 16).bfloat16(), torch.randn(1, 2, 64, 16).bfloat16()
+    lengths = [35, 36, 37, 38, 39, 40]
+    out = stepwise_attention(q, keys, values, lengths, enable_gqa=True)
+    for r, n in enumerate(lengths):
+        step = torch.nn.functional.scaled_dot_product_attention(q[:, :, r:r + 1], keys[:, :, :n], values[:, :, :n],
+                                                                enable_gqa=True)
+        assert torch.equal(out[:, :, r:r + 1], step)
+    # the same rows as a tree over a copy of the keys in the cache's order: gathered rows give the same numbers
+    mask = torch.zeros(1, 1, 6, 40)
+    for r, n in enumerate(lengths):
+        mask[0, 0, r, n:] = torch.finfo(torch.float32).min
+    n_keys, slots = tree_rows(mask)
+    assert n_keys == lengths and slots[2, :37].tolist() == list(range(37))
+    assert torch.equal(stepwise_attention(q, keys, values, n_keys, slots, enable_gqa=True), out)
+
+
+def test_a_local_layer_row_masks_what_its_step_masks():
+    class Small:
+        window = 4
+        device = torch.device("cpu")
+    assert LeanGemma._step_mask(Small(), 4) is None
+    assert LeanGemma._step_mask(Small(), 6).tolist() == [[False, False, True, True, True, True]]
+
+
+def test_a_dense_product_of_many_rows_is_its_rows_one_at_a_time():
+    torch.manual_seed(0)
+    weight, x = torch.randn(96, 64).bfloat16(), torch.randn(1, 3 * layers.DENSE_ROWS + 5, 64).bfloat16()
+    rows = torch.cat([torch.nn.functional.linear(x[:, i:i + 1], weight) for i in range(x.shape[1])], dim=1)
+    assert torch.equal(linear(x, weight), rows)
+
+
+@pytest.mark.parametrize("prompt, weights, tokens", [
+    ("Tell me a short story about a dragon.", "bfloat16", 14),  # parted at token 10: the prompt cut as the draft cuts it
+    ("How does rain form?", "bfloat16", 40),  # parted at token 37: an exact tie, rows of a 35-row product
+    ("Explain in one sentence why the sky is blue.", "int4", 32),  # parted at token 9 (early exit)
+])
+@pytest.mark.parametrize("draft", ["early_exit", "prompt_lookup", "eagle"])
+def test_greedy_speculative_equals_greedy_on_the_lean_path(store, prompt, weights, tokens, draft):
+    greedy = run(store, Request("smollm2-135m", "greedy", prompt, max_new_tokens=tokens, dtype=weights))
+    params = {"draft": draft, "gamma": 4, "temperature": 0, "measure_baseline": False}
+    spec = run(store, Request("smollm2-135m", "speculative", prompt, params, max_new_tokens=tokens, dtype=weights))
+    assert spec.token_ids == greedy.token_ids
+    assert spec.to_dict()["weights_check"]["one_pass_gap"] == 0.0
+
+
+def test_the_reference_weights_record_their_own_gap(store):
+    """float32 runs through transformers, whose products are not row-invariant: its gap is measured
+    and recorded for a speculative run, not assumed."""
+    trace = run(store, Request("smollm2-135m", "speculative", "1 2 3", {"draft": "prompt_lookup", "temperature": 0,
+                                                                      "measure_baseline": False}, max_new_tokens=2))
+    record = trace.to_dict()["weights_check"]
+    lm = store.get("smollm2-135m")
+    assert record["one_pass_gap"] == lm.one_pass_gap
+    probe = lm._probe
+    steps, _ = check.probe_logits(lm, probe.prompt_ids, probe.continuation)
+    assert lm.one_pass_gap == check.one_pass_gap(lm, probe.prompt_ids, probe.continuation, steps)
+
+
+def test_a_gap_is_said_where_the_run_shows():
+    trace = {"strategy": "speculative", "model": "m", "tokens": [], "timing": {},
+             "weights_check": {"weights": "float32", "reference": "float32", "passed": True, "one_pass_gap": 3e-5}}
+    assert "can part from plain decoding" in status_html(trace, final=True)
+    assert "3e-05" in break_even.gap_note(trace) and "near tie" in break_even.gap_note(trace)
+    assert "3e-05" in check.describe_record(trace["weights_check"])
+    exact = {**trace, "weights_check": {**trace["weights_check"], "one_pass_gap": 0.0}}
+    assert "part from" not in status_html(exact, final=True) and break_even.gap_note(exact) == ""
+    assert "bit for bit" in check.describe_record(exact["weights_check"])
