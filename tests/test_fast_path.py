@@ -3,11 +3,12 @@ KV cache under the crops and reorders strategies make, the strategies on top of 
 ``dtype`` request field. float32 (every other test) stays the transformers model as loaded.
 
 Tolerances, measured on SmolLM2 and stated here once:
-- lean vs transformers, both bfloat16, same weights: identical logits on one pass over a
-  sequence (measured max difference 0.0); through the same sequence of cached passes, crops and
-  reorders, within ``BF16_STEP`` (two bfloat16 steps at a logit of 16) and the same argmax
-  everywhere. (Cached passes differ from one uncached pass by up to 0.6 in bfloat16, in
-  transformers as here: keys computed in another matmul shape round differently.)
+- lean vs transformers, both bfloat16, same weights: identical logits to transformers fed one token
+  at a time, through every pass, crop, reorder and tree the strategies make (the lean forward
+  computes each row of a pass as its one-token step: ``tests/test_one_pass.py``). transformers'
+  own one pass rounds each row's attention over all the pass's keys, so it differs from its own
+  steps (and from ours) by up to 0.7 in a logit (1.3 on AVX2 kernels); those comparisons bound the
+  total variation of the distributions instead (``assert_near``).
 - bfloat16 vs float32: per-position total variation distance at most 0.1 (measured 0.067), mean
   at most 0.03 (measured 0.017-0.020), top-1 agreement at least 95 % (measured 98 %).
 """
@@ -28,7 +29,6 @@ from playground.models.fast.llama import LeanCache
 from strategies.sampling.chain import ChainParams, Multinomial, apply_chain, build_chain
 
 PROMPT = "Name three colours of the rainbow."
-BF16_STEP = 0.125
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +60,6 @@ def hf_stepped(lm, ids: torch.Tensor, cache=None, hidden: bool = False):
     return torch.cat(logits, 1), tuple(torch.cat(layer, 1) for layer in zip(*states))
 
 
-def assert_close_bf16(ours: torch.Tensor, ref: torch.Tensor) -> None:
-    assert (ours - ref).abs().max().item() <= BF16_STEP
-    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
-
-
 def test_lean_path_is_used_only_in_bfloat16(smollm, fast, toy):
     assert smollm.fast is None and fast.fast is not None
     assert isinstance(fast.new_cache(), LeanCache)
@@ -78,18 +73,26 @@ def test_lean_path_is_used_only_in_bfloat16(smollm, fast, toy):
 
 def test_one_pass_equals_transformers_in_bfloat16(smollm, fast):
     """Our one pass over the prompt is transformers fed one token at a time, bit for bit (and within a
-    bfloat16 step of transformers' own one pass, whose attention rounds each row over all the keys)."""
+    few bfloat16 steps of transformers' own one pass, whose attention rounds each row over all the keys)."""
     ids = torch.tensor([smollm.encode(PROMPT)])
     ours = fast.forward(ids).logits
     assert ours.dtype == torch.float32  # the chain always gets float32
     assert torch.equal(ours, hf_stepped(fast, ids))
-    assert (ours - hf_logits(fast, ids)).abs().max().item() <= 1.0
+    assert_near(ours, hf_logits(fast, ids))
 
 
 def transformers_cache(lm):
     """A transformers cache: ``lm.forward`` then runs transformers' own forward on the same weights."""
     from transformers import DynamicCache
     return DynamicCache(config=lm.model.config)
+
+
+def assert_near(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """Near transformers' one pass: per-position total variation at most 0.1 (the weights check's bound;
+    a wrong mask, position or cache gives about 1). Its logits differ from ours by up to 0.7 on AVX-512
+    and 1.3 on AVX2 kernels: a bound on them would test the CPU's rounding, not the forward."""
+    tv = 0.5 * (ours.softmax(-1) - theirs.softmax(-1)).abs().sum(-1)
+    assert tv.max().item() <= 0.1
 
 
 def lean_feed(lm):
@@ -132,11 +135,11 @@ def tree_pass(lm, cache, prompt: list[int]) -> torch.Tensor:
 
 def test_a_draft_tree_pass_matches_transformers(smollm, fast):
     """Each node of a tree pass is transformers fed the node's own path one token at a time, bit for
-    bit; and within a bfloat16 step or so of transformers' own tree pass (the same 4D mask)."""
+    bit; and near transformers' own tree pass (the same 4D mask)."""
     import copy
     prompt = smollm.encode(PROMPT)
     ours = tree_pass(fast, fast.new_cache(), prompt)
-    assert (ours - tree_pass(fast, transformers_cache(fast), prompt)).abs().max().item() <= 1.0
+    assert_near(ours, tree_pass(fast, transformers_cache(fast), prompt))
     before = transformers_cache(fast)
     hf_stepped(fast, torch.tensor([prompt[:-1]]), before)
     for node, path in enumerate(([prompt[-1]], [prompt[-1], 1115], [prompt[-1], 42], [prompt[-1], 1115, 7])):
@@ -174,7 +177,7 @@ def test_cache_grows_past_its_first_block(smollm, fast):
     cache = transformers_cache(fast)
     fast.forward(torch.tensor([ids[:250]]), cache)
     theirs = fast.forward(torch.tensor([ids[250:]]), cache).logits[0]
-    assert (logits[0] - theirs).abs().max().item() <= 1.0
+    assert_near(logits[0], theirs)
 
 
 def test_hidden_states_and_early_exit_match_transformers(smollm, fast):
@@ -219,13 +222,8 @@ def test_greedy_speculative_equals_greedy_in_bfloat16(store, draft, layer):
     params = {"draft": draft, "draft_layer": layer, "gamma": 4, "temperature": 0}
     spec = run(store, Request("smollm2-135m", "speculative", PROMPT, params, max_new_tokens=16, dtype="bfloat16"))
     # bfloat16 logits can tie exactly (this prompt has one at step 5 on the lean path: 0.326282 twice); a
-    # verify pass of several tokens may break the tie the other way. Equal up to the first tie, and there
-    # one of the tied tokens.
-    first = next((i for i, (a, b) in enumerate(zip(spec.token_ids, greedy.token_ids)) if a != b), None)
-    if first is not None:
-        top = sorted(greedy.steps[first].candidates, key=lambda c: -c.raw_prob)[:2]
-        assert abs(top[0].raw_prob - top[1].raw_prob) <= 0.01 * top[0].raw_prob, (first, top)
-        assert spec.token_ids[first] in {c.id for c in top}
+    # verify pass scores each row as its step would, so the tie breaks the same way: the same text.
+    assert spec.token_ids == greedy.token_ids
     assert len(spec.token_ids) == len(greedy.token_ids)
 
 

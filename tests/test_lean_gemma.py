@@ -59,13 +59,14 @@ def hf_stepped(lm, ids: torch.Tensor, cache=None, hidden: bool = False):
 
 def test_one_pass_and_steps_equal_transformers(gemma, lean):
     """Our one pass is transformers fed one token at a time, bit for bit (each row attends as its step
-    does), and within a bfloat16 step or so of transformers' own one pass; then steps alike."""
+    does), and near transformers' own one pass; then steps alike."""
     from transformers import DynamicCache
     ids = torch.tensor([gemma.encode(TEXT)])
     ours, theirs = lean.new_cache(), DynamicCache(config=lean.model.config)
     one_pass = lean.forward(ids, ours).logits
     assert torch.equal(one_pass, hf_stepped(lean, ids, theirs))
-    assert (one_pass - hf(lean, ids)).abs().max().item() <= 1.0
+    tv = 0.5 * (one_pass.softmax(-1) - hf(lean, ids).softmax(-1)).abs().sum(-1)
+    assert tv.max().item() <= 0.1  # transformers' one pass rounds each row over all its keys
     for token in (330, 1115, 42):
         step = torch.tensor([[token]])
         assert torch.equal(lean.forward(step, ours).logits, hf(lean, step, theirs))
