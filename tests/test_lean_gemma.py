@@ -23,6 +23,7 @@ from playground.models.fast.gguf_tensors import tensor_table
 from playground.engine import Request, run
 from playground.models.fast.gemma import LeanGemma
 from playground.models.fast.llama import LeanCache
+from stepped import hf_stepped
 
 TEXT = "The quick brown fox jumps over the lazy dog because"
 
@@ -40,21 +41,6 @@ def hf(lm, ids: torch.Tensor, cache=None) -> torch.Tensor:
 def test_the_lean_forward_is_used_in_bfloat16(gemma, lean):
     assert gemma.fast is None and isinstance(lean.fast, LeanGemma) and isinstance(lean.new_cache(), LeanCache)
     assert [layer.sliding for layer in lean.fast.layers] == [t == "sliding_attention" for t in gemma.model.config.layer_types]
-
-
-def hf_stepped(lm, ids: torch.Tensor, cache=None, hidden: bool = False):
-    """transformers fed one token at a time: logits [1, n, vocab] (and the hidden states, [1, n, d] each)."""
-    from transformers import DynamicCache
-    cache = DynamicCache(config=lm.model.config) if cache is None else cache
-    logits, states = [], []
-    with torch.inference_mode():
-        for i in range(ids.shape[1]):
-            out = lm.model(input_ids=ids[:, i:i + 1], past_key_values=cache, use_cache=True,
-                           output_hidden_states=hidden)
-            logits.append(out.logits.float())
-            states.append(out.hidden_states)
-    logits = torch.cat(logits, 1)
-    return (logits, tuple(torch.cat(layer, 1) for layer in zip(*states))) if hidden else logits
 
 
 def test_one_pass_and_steps_equal_transformers(gemma, lean):
