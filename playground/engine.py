@@ -95,9 +95,7 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced,
                         grammar=grammar,
-                        extra={"weights_check": weights_record(
-                            lm.check, lm.weights, passed_over,
-                            lm.one_pass_gap if spec.family == "speculative" and lm.check is None else None)})
+                        extra={"weights_check": weights_record(lm.check, lm.weights, passed_over, lm.one_pass_gap)})
     return spec, params, ctx
 
 

@@ -29,7 +29,7 @@ from playground.engine import READING_REASON, Request
 from playground.engine import stream as engine_stream
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, on_space, spec_for
-from playground.models.fast.check import describe_record, gap_sentence
+from playground.models.fast.check import describe_record
 from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget
@@ -108,7 +108,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
         model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'
     gap = (trace.get("weights_check") or {}).get("one_pass_gap")
     if trace.get("strategy") == "speculative" and gap:  # lossless only up to this CPU's rounding: said, not hidden
-        note = gap_sentence(gap) + (f" · {note}" if note else "")
+        note = (f"can part from plain decoding at a near tie (one pass vs one token at a time: {gap:.2g} in a logit)"
+                + (f" · {note}" if note else ""))
     parts = [model, escape(trace.get("strategy", "")),
              f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {escape(note)}" if note else "")]

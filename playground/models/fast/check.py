@@ -58,8 +58,7 @@ class WeightsCheck:
         """The trace's form: no wall-clock figure (that goes under ``timing``)."""
         d = {"weights": self.weights, "reference": "float32", "capability": self.capability,
              "max_tv": round(self.max_tv, 4), "mean_tv": round(self.mean_tv, 4),
-             "tolerance": {"max_tv": MAX_TV, "mean_tv": MEAN_TV}, "passed": self.passed,
-             "one_pass_gap": self.one_pass_gap}
+             "tolerance": {"max_tv": MAX_TV, "mean_tv": MEAN_TV}, "passed": self.passed}
         if self.error:
             d["error"] = self.error
         return d
@@ -131,13 +130,12 @@ def check_weights(probe: Probe, variant: Any) -> WeightsCheck:
 
 
 def weights_record(check: WeightsCheck | None, weights: str, passed_over: list[str],
-                   one_pass: float | None = None) -> dict[str, Any]:
+                   one_pass: float) -> dict[str, Any]:
     """What a trace records of its weights' check: the check's figures (None: ``weights`` are the
-    reference, as loaded, whose ``one_pass_gap`` is ``one_pass`` when measured), and the refusals
-    ``auto`` passed over to reach them."""
+    reference, as loaded), the weights' ``one_pass_gap`` (the check's, or the reference's own from its
+    probe) and the refusals ``auto`` passed over to reach them."""
     d = check.record() if check is not None else {"weights": weights, "reference": weights, "passed": True}
-    if check is None and one_pass is not None:
-        d["one_pass_gap"] = one_pass
+    d["one_pass_gap"] = one_pass
     if passed_over:
         d["passed_over"] = list(passed_over)
     return d
@@ -159,7 +157,8 @@ def describe_record(record: dict[str, Any]) -> str:
 def gap_sentence(gap: float) -> str:
     """What ``one_pass_gap`` means for a person."""
     if gap == 0:
-        return ("Scoring several tokens in one pass gives the logits of one token at a time, bit for bit, so "
-                "greedy speculative decoding writes plain greedy's text.")
-    return (f"Scoring several tokens in one pass differs from one token at a time by up to {gap:.2g} in a logit "
-            "on this CPU, so at a near tie speculative decoding's text can part from plain decoding's.")
+        return ("On the check's probe, scoring several tokens in one pass gave the logits of one token at a "
+                "time bit for bit, so greedy speculative decoding writes plain greedy's text.")
+    return (f"On the check's probe, scoring several tokens in one pass differed from one token at a time by up "
+            f"to {gap:.2g} in a logit on this CPU, so at a near tie speculative decoding's text can part from "
+            "plain decoding's.")

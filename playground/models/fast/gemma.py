@@ -119,6 +119,8 @@ class LeanGemma:
             lengths, gather = tree_rows(attention_mask)
         elif n > 1:
             lengths = list(range(start + 1, end + 1))
+        # a local layer's mask for each row's number of keys, made once for every local layer
+        local = {length: self._step_mask(length) for length in (lengths or [end])}
         x = F.embedding(ids, self.embed) * self.embed_scale
         states = [x] if hidden else None
         groups = self.heads + 2 * self.kv_heads
@@ -131,11 +133,11 @@ class LeanGemma:
             q = q * cos + rotate_half(q) * sin
             cache.keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
             cache.values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
-            step_mask = self._step_mask if layer.sliding else None
+            step_mask = local.get if layer.sliding else None
             if lengths is None:
                 attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
-                                                      attn_mask=step_mask(end) if step_mask else None, scale=self.scaling,
-                                                      enable_gqa=True)
+                                                      attn_mask=local[end] if layer.sliding else None,
+                                                      scale=self.scaling, enable_gqa=True)
             else:
                 attn = stepwise_attention(q, cache.keys[i], cache.values[i], lengths, gather, step_mask,
                                           scale=self.scaling, enable_gqa=True)
