@@ -189,7 +189,11 @@ class LlamaCpp:
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError("the llama.cpp worker stopped (see its message above)")
+            code = self.proc.wait(timeout=30)
+            signal_name = f" (signal {-code}{', SIGILL: an instruction this CPU lacks or refuses' if code == -4 else ''})" \
+                if code < 0 else ""
+            raise RuntimeError(f"the llama.cpp worker stopped with exit status {code}{signal_name}; "
+                               "its message, if any, is above")
         return json.loads(line)
 
     def tokens_per_second(self, prompt_ids: list[int], n: int, sample: bool) -> float:
