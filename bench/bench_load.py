@@ -101,6 +101,13 @@ ROLES = ["toy"] * 8 + ["smol_sampling", "smol_sampling", "beam8", "beam8", "spec
                        "hostile", "hostile"]
 
 
+def roles(clients: int) -> list[str]:
+    """The clients' kinds, spread over ROLES: 16 clients take it whole; 4 take toy, toy, SmolLM2
+    sampling and speculative, so a short run still keeps the model busy with long requests."""
+    return [ROLES[(i * len(ROLES)) // clients % len(ROLES)] if clients < len(ROLES) else ROLES[i % len(ROLES)]
+            for i in range(clients)]
+
+
 @dataclass
 class Tally:
     served: int = 0
@@ -241,13 +248,15 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str,
         print(f"app ready in {time.monotonic() - t0:.1f} s (SmolLM2 preloaded)")
         work = workload()
         serial = Client(server.url, verbose=False)
-        seeded = [call for kind, calls in work.items() if kind != "hostile" for call in calls]
+        kinds = roles(clients)
+        seeded = [call for kind, calls in work.items() if kind != "hostile" and kind in kinds for call in calls]
         refs = {call.key: answer(serial, call) for call in seeded}
         for _ in range(warmups):  # every kind again, so allocator pools settle before the first memory reading
             for call in seeded:
                 answer(serial, call)
         rss_start = rss_mb(server.proc.pid)
         cut = sum(r["finish_reason"] == "time budget" for r in refs.values())
+        print(f"clients' kinds: {', '.join(kinds)}")
         print(f"{len(refs)} serial references taken ({cut} stopped by the time budget); server RSS after warm-up "
               f"{rss_start:.0f} MB")
         tally, budget = Tally(), [max_requests]
@@ -259,9 +268,8 @@ def load_test(seconds: float, clients: int, max_requests: int, time_budget: str,
                 samples.append(rss_mb(server.proc.pid))
                 time.sleep(1)
 
-        threads = [threading.Thread(target=client_loop, args=(server.url, ROLES[i % len(ROLES)],
-                                                              work[ROLES[i % len(ROLES)]], refs, tally, stop_at,
-                                                              budget, i)) for i in range(clients)]
+        threads = [threading.Thread(target=client_loop, args=(server.url, kind, work[kind], refs, tally, stop_at,
+                                                              budget, i)) for i, kind in enumerate(kinds)]
         threads.append(threading.Thread(target=sample_rss))
         started = time.monotonic()
         for t in threads:

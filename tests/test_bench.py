@@ -26,11 +26,12 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
                        r"one pass vs one token at a time: one call \S+, exact 0\n"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
 }
-# The short run of each. The load test's own --quick is a minute of load and a fault drill; here it is 20 s
-# of load and no warm-up rounds (only its memory readings need them).
+# The short run of each. The load test's own --quick is a minute of load and a fault drill; here it is 10 s
+# of load from four clients (two toy, SmolLM2 sampling, speculative: seeded answers checked against their
+# serial references) and no warm-up rounds (only its memory readings need them).
 QUICK = {
     "bench_sample_many.py": ["--quick", "--skip-generate"],
-    "bench_load.py": ["--seconds", "20", "--clients", "4", "--skip-faults", "--warmups", "0"],
+    "bench_load.py": ["--seconds", "10", "--clients", "4", "--skip-faults", "--warmups", "0"],
 }
 
 

@@ -25,20 +25,25 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py",
          "tests/test_one_pass.py"]
-# What runs per capability (pytest -k): the tests of the kernels' shapes, not of strategies or statistics.
-# int4: the layout, the kernel's weights, one-row and many-row products (probe, parity, cached steps, crops,
-# reorders, a draft tree's 4D mask); bfloat16: the lean forward's one pass, steps, crops, reorders, tree pass
-# and hidden states against transformers; Gemma: its blocks, one pass and steps; a text cut into passes
-# any way giving the same logits bit for bit (test_one_pass); the self-check with its
-# refusals. Left to the suite's own run: the auto order's logic (it loads Gemma's int4 once more for a
-# minute), strategies on the lean path (greedy, speculative, EAGLE, beam), the sampler's chi-square and
-# the sliding window's 600 positions (the cache's masking, not a kernel; 40 s in emulated bfloat16). The default kernels are
-# scalar (the int4 product 20x slower than float32's), so there only the int4 layout, the kernel's
-# weights and the self-check with its refusals run: what a wrong layout or kernel would fail.
-KERNEL_SHAPES = ("not sampler_statistics and not auto_picks and not sliding_window and not greedy_eagle "
-                 "and not beam_search and not speculative_equals and not greedy_equals and not cli_takes")
-SELECT = {"default": ("blocks_read or packed_plane or stack or rows_are_matched or kernel_multiplies "
-                      "or fast_paths_pass or reference or wrong or raises or missing"),
+# What runs per capability (pytest -k): the fewest tests that still run every kernel shape the fast
+# paths use, one test per shape. int4: the packed layout, the kernel's weights, the self-check on its
+# probe, one pass against steps bit for bit (SmolLM2 and Gemma), batched rows against single rows, a
+# draft tree's 4D mask, cached steps, crops and reorders, one greedy speculative run against greedy;
+# bfloat16: the same, plus parity with transformers and hidden states for early exit; Gemma: its
+# blocks against transformers and a tree pass. Left to the suite's own run: what is logic rather than
+# a kernel (the self-check's refusals, the auto order, the cache growing past its block, reading the
+# files' blocks), strategies on the lean path, the sampler's chi-square and the sliding window's 600
+# positions (40 s in emulated bfloat16). The default kernels are scalar (the int4 product 20x slower
+# than float32's, and auto never picks int4 there), so there only the int4 layout and the kernel's
+# product with the files' weights run (what a wrong layout would fail; the int4 self-check's probe
+# alone takes 30 s there), and the bfloat16 self-check.
+KERNEL_SHAPES = ("packed_plane or stack or kernel_multiplies or fast_paths_pass or one_pass_equals_steps "
+                 "or batched_rows or tree_pass or cached_steps_crops or logits_close or dense_product "
+                 "or stepwise_attention or one_pass_equals_transformers or crop_and_verify or reorder_grows "
+                 "or hidden_states or one_pass_and_steps_equal "
+                 "or (speculative_equals_greedy_on_the_lean_path and early_exit and int4)")
+SELECT = {"default": ("packed_plane or stack or rows_are_matched or kernel_multiplies "
+                      "or (fast_paths_pass and bfloat16)"),
           "avx2": KERNEL_SHAPES, "avx512": KERNEL_SHAPES}
 ONEDNN_ISA = {"avx2": "AVX2", "default": "SSE41"}
 
