@@ -5,6 +5,7 @@ per chain stage, no sort of the whole vocabulary.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -88,13 +89,14 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
 
 
 def decision_record(decision: dict[str, Any], ids: list[int], idx: torch.Tensor) -> dict[str, Any]:
-    """A stage's decision as JSON over the step's candidates: numbers stay numbers (floats rounded,
-    -inf and NaN as null); a per-token [vocab] float tensor becomes one value per candidate; a
-    per-token bool tensor becomes the candidate ids where it is true."""
+    """A stage's decision as JSON over the step's candidates: numbers stay numbers (what the stage
+    computed rounded, its own settings, the plain numbers, as given so that a threshold of
+    0.5000001 stays above 0.5; -inf and NaN as null); a per-token [vocab] float tensor becomes one
+    value per candidate; a per-token bool tensor becomes the candidate ids where it is true."""
     out: dict[str, Any] = {}
     for key, value in decision.items():
         if not isinstance(value, torch.Tensor):
-            out[key] = rnd(value) if isinstance(value, float) else value
+            out[key] = (value if math.isfinite(value) else None) if isinstance(value, float) else value
         elif value.dim() == 1 and value.dtype == torch.bool:
             out[key] = [i for i, hit in zip(ids, value[idx].tolist()) if hit]
         elif value.dim() == 1:

@@ -115,13 +115,13 @@ def test_a_grammar_the_vocabulary_cannot_finish_ends_with_no_token_allowed(store
 
 
 @pytest.mark.parametrize("grammar, says", [
-    ({"kind": "lark", "text": 'start: "a" | \nfoo: ('}, r"(?s)\d+\(\d+\): Expected token '\)'.*\^"),
-    ({"kind": "regex", "text": "(ab"}, r"(?s)at \d+\(\d+\): invalid regex .*unclosed group"),
-    ({"kind": "json", "text": '{"type": "frobnicate"}'}, r"at \d+\(\d+\): failed to compile JSON schema: Invalid type"),
-    ({"kind": "lark", "text": "start: foo"}, r'at \d+\(\d+\): unknown name: "foo"'),
+    ({"kind": "lark", "text": 'start: "a" | \nfoo: ('}, r"(?s)at line 2, column 7: Expected token '\)'.*\^"),
+    ({"kind": "regex", "text": "(ab"}, r"the regex '\(ab' is not valid: unclosed group"),
+    ({"kind": "json", "text": '{"type": "frobnicate"}'}, r'type "frobnicate" is not a JSON type: it must be one of'),
+    ({"kind": "lark", "text": "start: foo"}, r'at line 1, column 8: unknown name: "foo"'),
     ({"kind": "json", "text": '{"type": "object",'}, r"does not parse: .* at line 1, column 19"),
 ])
-def test_an_invalid_grammar_is_refused_with_llguidances_message_and_position(store, grammar, says):
+def test_an_invalid_grammar_is_refused_with_its_problem_and_a_lark_grammars_own_position(store, grammar, says):
     with pytest.raises(InvalidRequest, match=says):
         _toy_run(store, "greedy", {}, 0, grammar)
 

@@ -1,12 +1,14 @@
-"""Warnings when the chain's stages fight, read from the run's recorded stages and decisions (the
-order is never changed, only described):
+"""Warnings when the chain's stages fight, each read from the steps' recorded stages (their
+``kept_count``, the tokens alive after them) and decisions; the order is never changed, only
+described, and a warning names only the steps where what it says happened:
 
-- a truncation that kept everything it received because an earlier stage had left one token (it
-  did nothing at that step; its setting cannot matter there);
-- XTC with a threshold above 0.5: two tokens can never both pass it, so it never acts;
-- min-p or top-p before top-nσ: they remove the tail that top-nσ measures its σ on (koboldcpp
-  #1456; the top-nσ authors say it conflicts with top-p and min-p), so σ shrinks and top-nσ keeps
-  less than on the full distribution.
+- a truncation that received one token and kept it, because an earlier stage had left only that
+  one (its setting cannot matter there);
+- XTC whose recorded threshold is above 0.5 (compared as recorded, not rounded): two tokens can
+  never both reach it, so it never acts; the warning counts the steps it acted at, from its record;
+- min-p or top-p before top-nσ, at the steps where it removed tokens: top-nσ then measures its σ on
+  fewer tokens, the tail gone (koboldcpp #1456; the top-nσ authors say it conflicts with top-p and
+  min-p), so σ shrinks and top-nσ keeps less than on the tokens min-p or top-p received.
 
 Pure: no torch, no gradio.
 """
@@ -18,6 +20,7 @@ from typing import Any
 from playground.charts.common import View, escape
 
 BEFORE_NSIGMA = ("min_p", "top_p")
+XTC_NEVER_ACTS_ABOVE = 0.5  # two probabilities above one half would sum past 1
 # the stages that cut tokens: those whose mark in figures.STAGE_MARKS truncates (a test holds them so;
 # figures draws these warnings under the chain, so this module cannot import it)
 TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
@@ -32,48 +35,77 @@ class StageWarning:
     steps: tuple[int, ...]  # the steps it holds at
 
 
-def _names(step: dict[str, Any]) -> list[str]:
-    return [st["name"] for st in step.get("stages") or []]
+def _stages(step: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(step.get("stages") or [])
+
+
+def _span(counts: list[int]) -> str:
+    return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)} to {max(counts)}"
+
+
+def _left_one(stages: list[dict[str, Any]]) -> str:
+    """The stage that brought ``stages`` (raw first) down to one token; the model where raw had one."""
+    return next((b["name"] for a, b in zip(stages, stages[1:]) if a["kept_count"] > 1 == b["kept_count"]),
+                "the model")
 
 
 def _no_ops(steps: list[dict[str, Any]]) -> list[StageWarning]:
-    """Truncations that received one token: an earlier stage had already left only it."""
+    """Truncations that received one token and kept it: an earlier stage had already left only it."""
     found: dict[tuple[str, str], list[int]] = {}
+    ran: dict[str, int] = {}
     for i, s in enumerate(steps):
-        stages = s.get("stages") or []
-        for k in range(2, len(stages)):
-            if stages[k]["name"] in TRUNCATIONS and stages[k - 1]["kept_count"] == 1:
-                culprit = next(st["name"] for st in stages[1:k] if st["kept_count"] == 1)
-                found.setdefault((stages[k]["name"], culprit), []).append(i)
-    return [StageWarning("no_op", name, f"{name} kept everything at {len(at)} of {len(steps)} steps: "
+        stages = _stages(s)
+        for k in range(1, len(stages)):
+            name = stages[k]["name"]
+            if name not in TRUNCATIONS:
+                continue
+            ran[name] = ran.get(name, 0) + 1
+            if stages[k - 1]["kept_count"] == 1 == stages[k]["kept_count"]:
+                found.setdefault((name, _left_one(stages[:k])), []).append(i)
+    return [StageWarning("no_op", name, f"{name} kept everything at {len(at)} of {ran[name]} steps: "
                                         f"{culprit} had already left one token", tuple(at))
             for (name, culprit), at in found.items()]
 
 
 def _xtc_threshold(steps: list[dict[str, Any]]) -> list[StageWarning]:
-    at = [i for i, s in enumerate(steps) for st in s.get("stages") or []
-          if st["name"] == "xtc" and (st.get("decision") or {}).get("threshold", 0) > 0.5]
-    if not at:
+    """XTC stages whose recorded threshold is above 0.5, with the steps it acted at (from its record)."""
+    high = [(i, st["decision"]) for i, s in enumerate(steps) for st in _stages(s)
+            if st["name"] == "xtc" and (st.get("decision") or {}).get("threshold") is not None
+            and st["decision"]["threshold"] > XTC_NEVER_ACTS_ABOVE]
+    if not high:
         return []
-    threshold = next(st["decision"]["threshold"] for st in steps[at[0]]["stages"] if st["name"] == "xtc")
-    return [StageWarning("xtc_threshold", "xtc", f"XTC never acts: its threshold {threshold:g} is above 0.5, and "
-                                                 f"two tokens cannot both have a probability above 0.5", tuple(at))]
+    thresholds = sorted({d["threshold"] for _, d in high})
+    said = " and ".join(repr(t) for t in thresholds)
+    acted = sum(bool(d.get("acted")) for _, d in high)
+    return [StageWarning("xtc_threshold", "xtc", f"XTC acted at {acted} of {len(high)} steps: its threshold {said} "
+                                                 f"is above 0.5, and two tokens cannot both have a probability "
+                                                 f"above 0.5", tuple(i for i, _ in high))]
 
 
 def _before_nsigma(steps: list[dict[str, Any]]) -> list[StageWarning]:
+    """min-p / top-p before top-nσ, at the steps where they removed tokens (their kept_count fell)."""
     out = []
     for name in BEFORE_NSIGMA:
-        at, alive = [], []
+        ran, at, received, removed, measured = 0, [], [], [], []
         for i, s in enumerate(steps):
-            names = _names(s)
-            if name in names and "top_nsigma" in names and names.index(name) < names.index("top_nsigma"):
+            stages = _stages(s)
+            names = [st["name"] for st in stages]
+            if name not in names or "top_nsigma" not in names or names.index(name) > names.index("top_nsigma"):
+                continue
+            ran += 1
+            j, n = names.index(name), names.index("top_nsigma")
+            cut = stages[j - 1]["kept_count"] - stages[j]["kept_count"]
+            if cut > 0:
                 at.append(i)
-                alive.append(s["stages"][names.index("top_nsigma") - 1]["kept_count"])
+                received.append(stages[j - 1]["kept_count"])
+                removed.append(cut)
+                measured.append(stages[n - 1]["kept_count"])
         if at:
-            counts = f"{min(alive)}" if min(alive) == max(alive) else f"{min(alive)} to {max(alive)}"
-            out.append(StageWarning("before_nsigma", name, f"{name} runs before top_nsigma: top-nσ measured its σ on "
-                                                           f"{counts} tokens, not the whole distribution (put "
-                                                           f"top_nsigma first)", tuple(at)))
+            out.append(StageWarning(
+                "before_nsigma", name,
+                f"{name} runs before top_nsigma and removed tokens at {len(at)} of {ran} steps ({_span(removed)} "
+                f"of the {_span(received)} it received): there top-nσ measured its σ on {_span(measured)} tokens "
+                f"(put top_nsigma first)", tuple(at)))
     return out
 
 

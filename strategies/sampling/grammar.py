@@ -45,10 +45,12 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.untrusted_json import loads_untrusted
+from strategies.sampling.grammar_refusals import refusal_text
 from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
 MAX_GRAMMAR_CHARS = 20_000
+NO_FORCING = '%llguidance {"no_forcing": true}'  # the option line a vocabulary without forcing adds
 MAX_CHOICES = 200
 GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the grammar allows no more
 DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
@@ -104,7 +106,7 @@ class GrammarSpec:
     def lark(self, forcing: bool = True) -> str:
         """The grammar in llguidance's Lark dialect (JSON and regex embedded as its own lexemes)."""
         # the option goes last, so that llguidance's line numbers are the person's own
-        tail = "" if forcing else '\n%llguidance {"no_forcing": true}\n'
+        tail = "" if forcing else f"\n{NO_FORCING}\n"
         if self.kind == "json":
             return "start: %json " + json.dumps(schema_of(self.text)) + tail
         if self.kind == "regex":
@@ -252,21 +254,25 @@ class CompiledGrammar:
 
 def compile_grammar(spec: GrammarSpec, lm: Any) -> CompiledGrammar:
     """Check ``spec`` against ``lm``'s vocabulary; a grammar that fails to parse or exceeds
-    llguidance's limits is refused with llguidance's own message (which names the position)."""
+    llguidance's limits is refused with its problem in the person's terms (grammar_refusals)."""
     import llguidance
 
     tokenizer, forcing = llg_tokenizer(lm)
+
+    def refused(message: str) -> InvalidRequest:
+        return InvalidRequest(refusal_text(spec.kind, spec.text, message, "" if forcing else NO_FORCING))
+
     try:
         source = llguidance.LLMatcher.grammar_from_lark(spec.lark(forcing))
     except ValueError as e:
-        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {e}") from None
+        raise refused(str(e)) from None
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(source, tokenizer)
     if is_error:
-        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {messages[0].strip()}")
+        raise refused(messages[0])
     compiled = CompiledGrammar(spec, tokenizer, source)
     first = compiled.matcher()
     if first.is_error():
-        raise InvalidRequest(f"the {spec.kind} grammar is not valid: {first.get_error().strip()}")
+        raise refused(first.get_error())
     return compiled
 
 
