@@ -19,14 +19,16 @@ from playground.errors import InvalidRequest
 def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
           low_open: bool = False, high_open: bool = False, noop: Any = None,
           choices: tuple[Any, ...] | None = None, step: float | None = None,
-          ui_max: float | None = None) -> Any:
+          ui_max: float | None = None, filled: bool = False) -> Any:
     """A dataclass field with the metadata that validation, CLI and UI read.
 
     noop: the value at which the parameter changes nothing (documented in help).
     ui_max: a friendlier slider end than ``high`` (the API still accepts up to high).
+    filled: left empty, the run chooses the value and its trace's params record the one it used (as a
+    random seed is written into the seed box), so the trace's params replay the run.
     """
     meta = dict(help=help, low=low, high=high, low_open=low_open, high_open=high_open,
-                noop=noop, choices=choices, step=step, ui_max=ui_max)
+                noop=noop, choices=choices, step=step, ui_max=ui_max, filled=filled)
     return dataclasses.field(default=default, metadata=meta)
 
 

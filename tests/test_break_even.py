@@ -165,13 +165,19 @@ def test_known_numbers_pay():
 
 def test_an_auto_tree_says_what_it_chose_and_what_measuring_cost():
     trace = made(draft_ms=1, verify_ms=4, step_ms=2, kept=[3, 3], speedup=1.2)
-    choice = {"depth": 2, "branching": 3, "expected_tau": 2.61, "expected_speedup": 1.274, "costs_seconds": 5.43}
-    trace["speculative"]["auto_tree"] = choice
+    trace["speculative"]["auto_tree"] = {"depth": 2, "branching": 3, "expected_tau": 2.61}
+    figures = {"tree_from": "measured pass costs", "expected_speedup": 1.274, "costs_seconds": 5.43}
+    trace["timing"]["speculative"]["auto_tree"] = figures
     assert be.sentence(trace).endswith(
         "this run paid (1.2x); the auto tree chose depth 2, branching 3 (expected tau 2.6, 1.27x) after measuring "
         "this machine's pass costs in 5.4 s, once per model and weights, not counted in the run")
-    choice["costs_seconds"] = 0.0  # measured by an earlier run
+    figures["costs_seconds"] = 0.0  # measured by an earlier run
     assert be.sentence(trace).endswith("(expected tau 2.6, 1.27x)")
+    # a replay of that tree: nothing measured
+    trace["timing"]["speculative"]["auto_tree"] = {"tree_from": "the request", "costs_measured_now": False,
+                                                   "costs_seconds": 0.0}
+    assert be.sentence(trace).endswith(
+        "the auto tree took depth 2, branching 3 (expected tau 2.6) from the request, without measuring")
 
 
 def test_a_slow_draft_is_named():

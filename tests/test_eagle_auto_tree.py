@@ -60,7 +60,8 @@ def test_an_auto_run_records_its_choice_and_is_greedy(store, toy_auto):
     choice = spec["auto_tree"]
     assert (spec["depth"], spec["branching"]) == (choice["depth"], choice["branching"])
     assert max(len(r["tree"]) - 1 for r in toy_auto.rounds) <= choice["nodes"]
-    measured = choice["costs"]
+    assert toy_auto.params["eagle_auto_tree"] == f"{choice['depth']}x{choice['branching']}"
+    measured = toy_auto.timing.extra["speculative"]["auto_tree"]["costs"]  # measured: wall-clock, under timing
     assert measured["sizes"] == [k for k in SIZES if k + 16 <= 64]  # toy reads 64 tokens
     assert all(v > 0 for v in measured["verify_ms"] + measured["head_ms"])
     assert measured["verify_ms"] == sorted(measured["verify_ms"])
@@ -71,26 +72,32 @@ def test_the_costs_are_measured_once_per_model(store, toy_auto):
     again = run(store, Request("toy", "speculative", "3", {"draft": "eagle", "eagle_tree": "auto",
                                                            "temperature": 0.0, "measure_baseline": False},
                                max_new_tokens=8))
-    first, second = toy_auto.extra["speculative"]["auto_tree"], again.extra["speculative"]["auto_tree"]
+    first, second = (t.timing.extra["speculative"]["auto_tree"] for t in (toy_auto, again))
     assert second["costs_measured_now"] is False and second["costs"] == first["costs"]
 
 
-def test_measuring_the_costs_is_not_counted_in_the_run(store):
+def forget_measured_costs(lm, monkeypatch, tmp_path) -> None:
+    """A machine that has not measured yet: an empty cache, and nothing kept with the model."""
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    for key in [k for k in lm.attached if isinstance(k, tuple) and k and k[0] == "measured"]:
+        monkeypatch.delitem(lm.attached, key)
+
+
+def test_measuring_the_costs_is_not_counted_in_the_run(store, monkeypatch, tmp_path):
     """The first auto run on fresh weights measures the pass costs; its seconds leave that out (the
     trace records them apart), so its wall-clock ratio is the decoding's."""
     import time
     lm = store.get("toy")
-    for key in [k for k in lm.attached if isinstance(k, tuple) and k and k[0] == "eagle_pass_costs"]:
-        del lm.attached[key]
+    forget_measured_costs(lm, monkeypatch, tmp_path)
     params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
     t0 = time.perf_counter()
     first = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=12))
     wall = time.perf_counter() - t0
-    choice = first.extra["speculative"]["auto_tree"]
-    assert choice["costs_measured_now"] and choice["costs_seconds"] > 0
-    assert first.timing.seconds <= wall - choice["costs_seconds"] + 1e-3
+    figures = first.timing.extra["speculative"]["auto_tree"]
+    assert figures["costs_measured_now"] and figures["costs_seconds"] > 0
+    assert first.timing.seconds <= wall - figures["costs_seconds"] + 1e-3
     again = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=12))
-    assert again.extra["speculative"]["auto_tree"]["costs_seconds"] == 0.0
+    assert again.timing.extra["speculative"]["auto_tree"]["costs_seconds"] == 0.0
 
 
 def test_auto_sampling_is_a_static_tree(store):
@@ -115,3 +122,52 @@ def test_a_small_pass_never_costs_more_than_a_larger_one():
     from strategies.speculative.eagle.auto_tree import monotone
     assert monotone([15.9, 129.8, 9.6, 6.2, 1.6, 1.7]) == (1.6, 1.6, 1.6, 1.6, 1.6, 1.7)
     assert monotone([1.0, 2.0, 3.0]) == (1.0, 2.0, 3.0)
+
+
+def test_the_trace_of_an_auto_run_replays_it_without_measuring(store):
+    """The trace's params name the tree auto chose; a request with those params takes it without
+    measuring and gives the same trace less ``timing`` (what a share link of the run restores)."""
+    params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 1.0, "measure_baseline": False}
+    first = run(store, Request("toy", "speculative", "1 2", params, seed=5, max_new_tokens=12))
+    spec = first.extra["speculative"]
+    assert first.params["eagle_auto_tree"] == f"{spec['depth']}x{spec['branching']}"
+    again = run(store, Request("toy", "speculative", "1 2", dict(first.params), seed=5, max_new_tokens=12))
+    assert again.to_json(timing=False) == first.to_json(timing=False)
+    assert again.timing.extra["speculative"]["auto_tree"]["tree_from"] == "the request"
+    assert "costs" not in again.timing.extra["speculative"]["auto_tree"]
+
+
+def test_a_carried_tree_is_the_tree_the_run_uses(store):
+    """A tree other than auto's own choice, carried by the request, is the one drafted: every round's
+    tree has at most its nodes, and its longest path is its depth."""
+    params = {"draft": "eagle", "eagle_tree": "auto", "eagle_auto_tree": "2X3", "temperature": 1.0,
+              "measure_baseline": False}
+    trace = run(store, Request("toy", "speculative", "1 2", params, seed=2, max_new_tokens=10))
+    spec = trace.extra["speculative"]
+    assert (spec["depth"], spec["branching"], spec["auto_tree"]["nodes"]) == (2, 3, 12)
+    assert trace.params["eagle_auto_tree"] == "2x3"
+    assert all(len(r["tree"]) - 1 <= 12 and max(n["depth"] for n in r["tree"]) <= 2 for r in trace.rounds)
+
+
+@pytest.mark.parametrize("text", ["4", "0x2", "9x1", "4x9", "3x8", "ax2", "4x2x1", "-1x2"])
+def test_a_carried_tree_auto_could_not_choose_is_refused_with_the_allowed_range(store, text):
+    with pytest.raises(InvalidRequest, match=r"eagle_auto_tree must be empty or depth x branching .* got "):
+        run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
+                                                         "eagle_auto_tree": text}, max_new_tokens=4))
+
+
+def test_the_costs_are_measured_once_per_machine_and_read_back(store, monkeypatch, tmp_path):
+    """What one process measured is kept on disk: a model loaded afresh (another process) reads those
+    costs instead of measuring, and so chooses the same tree."""
+    lm = store.get("toy")
+    forget_measured_costs(lm, monkeypatch, tmp_path)
+    params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
+    first = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=6))
+    assert first.timing.extra["speculative"]["auto_tree"]["costs_measured_now"]
+    assert list((tmp_path / "measured").glob("toy-float32-eagle_pass_costs-*.json"))
+    forget_measured_costs(lm, monkeypatch, tmp_path)  # the process forgets; the machine's record stays
+    again = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=6))
+    figures = again.timing.extra["speculative"]["auto_tree"]
+    assert figures["costs_measured_now"] is False
+    assert figures["costs"] == first.timing.extra["speculative"]["auto_tree"]["costs"]
+    assert again.to_json(timing=False) == first.to_json(timing=False)

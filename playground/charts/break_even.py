@@ -151,15 +151,21 @@ def _reason(c: Costs) -> str:
 
 
 def auto_note(trace: dict[str, Any]) -> str:
-    """What the ``auto`` tree chose and expected, and the one-off time it spent measuring pass costs
-    (kept out of the run's seconds); empty for any other draft."""
+    """What the ``auto`` tree chose and expected (the speedup from the pass costs under ``timing``), and
+    the one-off time it spent measuring them (kept out of the run's seconds); empty for any other draft."""
     choice = (trace.get("speculative") or {}).get("auto_tree")
     if not choice:
         return ""
-    note = (f"; the auto tree chose depth {choice['depth']}, branching {choice['branching']} "
-            f"(expected tau {sig(choice['expected_tau'])}, {speedup_text(choice['expected_speedup'])}x)")
-    if choice.get("costs_seconds"):
-        note += (f" after measuring this machine's pass costs in {sig(choice['costs_seconds'])} s, once per model "
+    figures = ((trace.get("timing") or {}).get("speculative") or {}).get("auto_tree") or {}
+    expected = f"expected tau {sig(choice['expected_tau'])}"
+    if figures.get("expected_speedup") is not None:
+        expected += f", {speedup_text(figures['expected_speedup'])}x"
+    verb = "took" if figures.get("tree_from") == "the request" else "chose"
+    note = f"; the auto tree {verb} depth {choice['depth']}, branching {choice['branching']} ({expected})"
+    if verb == "took":
+        note += " from the request, without measuring"
+    if figures.get("costs_seconds"):
+        note += (f" after measuring this machine's pass costs in {sig(figures['costs_seconds'])} s, once per model "
                  "and weights, not counted in the run")
     return note
 

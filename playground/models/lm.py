@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -13,6 +13,7 @@ from playground.models.lineup import MAX_PROMPT_TOKENS, ModelSpec, Progress, ggu
 from playground.models.fast import int4 as gguf_int4
 from playground.models.fast import check as weights_check
 from playground.models.dtypes import cast_model, dtype_name
+from playground.models.machine_record import kept_or_measured, record_path
 from playground.models.fast.gemma import LeanGemma
 from playground.models.fast.llama import LeanCache, LeanLlama
 class WeightsRefused(InvalidRequest):
@@ -65,6 +66,17 @@ class LM:
     def weights(self) -> str:
         """What the weights are, as a request names them: a dtype's name, or ``int4``."""
         return "int4" if self.int4 else dtype_name(self.dtype)
+
+    def measured_once(self, name: str, measure: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+        """``measure()`` for these weights on this machine, made once per machine and kept with the model
+        (playground.models.machine_record): every process then reads the same figures; (them, measured
+        just now)."""
+        key = ("measured", self.weights, name)
+        if key in self.attached:
+            return self.attached[key], False
+        value, fresh = kept_or_measured(record_path(self.key, self.weights, name, self.device), measure)
+        self.attached[key] = value
+        return value, fresh
 
     def with_dtype(self, dtype: torch.dtype) -> "LM":
         """This model with its weights in ``dtype``: ``with_weights`` by the dtype's name."""

@@ -79,27 +79,28 @@ class Page:
 
     @property
     def config_inputs(self) -> list[gr.Component]:
-        """Everything a share link carries, in ``split_config``'s order."""
+        """Everything a share link carries (every control that changes a run), in ``split_config``'s order."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced,
-                self.grammar_kind, self.grammar_text]
+                self.grammar_kind, self.grammar_text, self.dtype]
 
     @property
     def run_inputs(self) -> list[gr.Component]:
-        """What a run reads: the share link's configuration, the weights' dtype, the random-seed toggle,
-        the page theme."""
-        return [*self.config_inputs, self.dtype, self.random_seed, self.theme]
+        """What a run reads: the share link's configuration, the random-seed toggle (a random seed is
+        written into the seed box, which the link carries), the page theme."""
+        return [*self.config_inputs, self.random_seed, self.theme]
 
     def split_config(self, values: Sequence[Any]) -> dict[str, Any]:
         """The values of ``config_inputs`` as share_query's keyword arguments."""
         n = len(self.panel.components)
         model, strategy, prompt, system, chat, seed, max_new = values[:7]
         b_strategy = values[7 + n]
-        forced, grammar_kind, grammar_text = values[-3:]
+        forced, grammar_kind, grammar_text, dtype = values[-4:]
         return dict(model=model, strategy=strategy, prompt=prompt, system=system, chat=chat, seed=seed,
                     max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
-                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-3]),
-                    forced=forced or "", grammar_kind=grammar_kind or NO_GRAMMAR, grammar_text=grammar_text or "")
+                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-4]),
+                    forced=forced or "", grammar_kind=grammar_kind or NO_GRAMMAR, grammar_text=grammar_text or "",
+                    dtype=dtype or share.DEFAULT_DTYPE)
 
     @property
     def restore_outputs(self) -> list[Any]:
@@ -107,12 +108,13 @@ class Page:
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
-                self.grammar_text, self.branches.pending]
+                self.grammar_text, self.branches.pending, self.dtype]
 
-    def apply_config(self, cfg: share.Config) -> list[Any]:
+    def apply_config(self, cfg: share.Config, weights: bool = True) -> list[Any]:
         """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order.
         A link's branch leaves its parent's forced path in the forced-tokens box (Generate runs the parent)
-        and the branch pending, to run once the parent has."""
+        and the branch pending, to run once the parent has. ``weights``: set the Weights too (a link);
+        an example leaves the weights a person picked."""
         chat_model = is_chat_model(cfg.model)
         forced, branch = share.split_branch(cfg)
         pending = {"parent": forced, "branch": branch} if branch else None
@@ -125,29 +127,31 @@ class Page:
                 gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
                 "compare" if cfg.run == "compare" else "generate", forced,
                 gr.update(open=True) if cfg.grammar_kind else gr.skip(), cfg.grammar_kind or NO_GRAMMAR,
-                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)), pending]
+                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)), pending,
+                cfg.dtype if weights else gr.skip()]
 
 
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
-                branch: str = "") -> str:
+                branch: str = "", dtype: str = share.DEFAULT_DTYPE) -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
-    ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run)."""
+    ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run).
+    Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
     kind = "" if grammar_kind in (None, "", NO_GRAMMAR) else grammar_kind
     cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
                        params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
                        forced=(forced or "").strip(), branch=(branch or "") if forced else "", grammar_kind=kind,
-                       grammar_text=(grammar_text or "") if kind else "")
+                       grammar_text=(grammar_text or "") if kind else "", dtype=dtype or share.DEFAULT_DTYPE)
     return share.encode(cfg)
 
 
 def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:
     """(configuration, seed update, theme) from ``page.run_inputs``. With Random seed on, a fresh
     seed that the update writes back into the box, so the run can be repeated."""
-    *config, dtype, random_on, theme = values
-    cfg = dict(page.split_config(config), dtype=dtype)
+    *config, random_on, theme = values
+    cfg = page.split_config(config)
     if not random_on:
         return cfg, gr.skip(), theme
     cfg["seed"] = random_seed()

@@ -48,6 +48,7 @@ class Control:
     noop: Any = None  # the value at which the parameter changes nothing (None: it has none)
     advanced: bool = False  # folded into the strategy's "Advanced sampler stages" group
     custom: bool = False  # a menu that also takes a typed value (a draft or amateur model's hub id)
+    filled: bool = False  # left empty, the run fills it in (strategies.params.param): written back after a run
 
     @property
     def label(self) -> str:
@@ -87,7 +88,8 @@ def controls_for(spec: StrategySpec) -> list[Control]:
     for d in describe(spec.params):
         advanced = chain and d["name"] in CHAIN_FIELDS and d["name"] not in PRIMARY_CHAIN
         kind, common = d["type"], dict(strategy=spec.name, name=d["name"], default=d["default"],
-                                       info=d["help"], noop=d.get("noop"), advanced=advanced)
+                                       info=d["help"], noop=d.get("noop"), advanced=advanced,
+                                       filled=bool(d.get("filled")))
         if d["name"] in PAIRED and kind == "str" and _pairs_model(spec.params):
             out.append(Control(kind="dropdown", choices=tuple(pair_choices(d["name"], DEFAULT_MODEL)), custom=True,
                                **common))
@@ -221,6 +223,20 @@ class Panel:
     def paired(self) -> list[tuple[Control, gr.Component]]:
         """The draft and amateur menus, whose choices follow the model."""
         return [(c, comp) for c, comp in zip(self.controls, self.components) if c.custom]
+
+    @property
+    def filled(self) -> list[gr.Component]:
+        """The controls a run fills in when left empty (the tree an EAGLE auto run chose)."""
+        return [comp for c, comp in zip(self.controls, self.components) if c.filled]
+
+    def filled_updates(self, trace: dict[str, Any]) -> list[Any]:
+        """The values ``trace``'s run filled in, written into its strategy's controls (as a random seed
+        goes into the seed box), so the page, and a link made from it, replay that run; the rest left."""
+        params, out = trace.get("params") or {}, []
+        for c in (c for c in self.controls if c.filled):
+            mine = c.strategy == trace.get("strategy") and params.get(c.name) not in (None, "")
+            out.append(gr.update(value=params[c.name]) if mine else gr.skip())
+        return out
 
     def pair_updates(self, model: str, values: Sequence[Any]) -> list[Any]:
         return [pair_update(c, model, v) for (c, _), v in zip(self.paired, values)]

@@ -50,7 +50,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     token click or overview click."""
     main = page.main
     outputs = [main.status, *main.views[:1], page.step, *main.views[1:], *page.view_plots, page.view_html,
-               page.trace, page.trace_file, page.png_files, page.seed]
+               page.trace, page.trace_file, page.png_files, page.seed, *page.panel.filled]
+    unfilled = [gr.skip()] * len(page.panel.filled)
 
     def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
         cfg, seed_update, theme = run_config(page, values)
@@ -64,7 +65,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
                                           final_step=max(forced) if forced else "uncertain"), theme, seed_update)
 
     def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[list[Any]]:
-        """generate's frames as ``outputs`` (a run's seed update goes out with its first frame)."""
+        """generate's frames as ``outputs`` (a run's seed update goes out with its first frame, what it
+        filled in with its last)."""
         seed_update = gr.skip() if seed_update is None else seed_update
         for k, frame in enumerate(frames):
             n = len(frame.trace.get("steps") or [])
@@ -74,7 +76,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
             first = k == 0  # the previous run's PNGs go with its download
             yield [status, text, gr.update(maximum=max(1, n - 1), value=frame.step or 0), *figs,
                    *view_updates(frame.views, theme), frame.trace, download, None if first else gr.skip(),
-                   seed_update if first else gr.skip()]
+                   seed_update if first else gr.skip(),
+                   *(page.panel.filled_updates(frame.trace) if frame.final else unfilled)]
 
     def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
                    model: str, chat: Any, theme: str) -> list[Any]:

@@ -31,7 +31,7 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
                                     default_strategy, grammar_placeholder, model_choices, strategies_in_order,
                                     strategy_summary)
 from playground.errors import InvalidRequest
-from playground.ui.events import QUIET, chat_flag, is_chat_model
+from playground.ui.events import QUIET, chat_flag, is_chat_model, refusal
 from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
 from playground.whatif import branches
 
@@ -279,6 +279,10 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     # (and a restored link's branch, still waiting for its parent run, is dropped)
     for control in (page.model, page.prompt, page.strategy):
         control.input(lambda: ["", None], None, [page.forced, page.branches.pending], **QUIET)
+    # what a run filled in (auto's tree, from this model's measured costs) is chosen afresh for other weights
+    filled = [*page.panel.filled, *page.compare_panel.filled]
+    for control in (page.model, page.dtype):
+        control.input(lambda: "" if len(filled) == 1 else [""] * len(filled), None, filled, **QUIET)
 
 
 def _wire_share(page: Page, demo: gr.Blocks) -> None:
@@ -287,7 +291,10 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
         *config, tree, mode = values
         settings = page.split_config(config)
         branch = branches.share_steps(tree, settings["forced"])  # a branch shown: its parent comes with it
-        return gr.update(value=share_query(**settings, run=mode, branch=branch), visible=True)
+        try:
+            return gr.update(value=share_query(**settings, run=mode, branch=branch), visible=True)
+        except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
+            raise refusal(err) from None
 
     def on_load(request: gr.Request) -> list[Any]:
         query = {k: v for k, v in (request.query_params if request is not None else {}).items()
@@ -307,7 +314,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
                                                                  api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
-        button.click(lambda ex=ex: [*page.apply_config(ex.config), f"**{ex.label}**: {ex.note}"], None,
+        button.click(lambda ex=ex: [*page.apply_config(ex.config, weights=False), f"**{ex.label}**: {ex.note}"], None,
                      [*page.restore_outputs, page.example_note], **QUIET).then(
             None, page.run_flag, None, js=RUN_JS, api_visibility="private")
 

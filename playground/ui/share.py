@@ -1,8 +1,12 @@
 """The page's whole configuration <-> a URL query string, for "copy link" and its restore.
 
-A link carries only what differs from the page's defaults (``defaults()``: the model, the
-strategy, the prompt, the seed, the budget, each parameter at its declared default); the restore
-starts from those defaults and fills in the rest. It names the forced tokens of a branch
+A link carries every control of the page that changes the run: the model and its weights
+(``dtype=float32``), the strategy and each of its parameters (a parameter the run filled in, such as
+the tree an EAGLE ``auto`` run chose, included), the prompt, the system prompt and chat template, the
+seed, the budget, the forced tokens and the grammar. It writes only what differs from the page's
+defaults (``defaults()``); the restore starts from those defaults and fills in the rest. A value over
+its limit (a prompt or grammar longer than a run takes, a link longer than a browser opens) is
+refused with the value and the limit, never cut. It names the forced tokens of a branch
 (``force=0:9,3:12``, step:token id); a link made while a branch of the Branches panel is shown adds
 the steps where that branch parts from its parent (``branch=3``): the parent is the same run with the
 other forced steps, so the restore runs the parent, then the branch under it. It also names the
@@ -10,7 +14,7 @@ grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compa
 strategy. Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
-is dropped with a warning, so an old link still opens. Pure: no gradio, no torch.
+is dropped with a warning, so an old link still opens. No gradio.
 """
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
 from strategies.forcing import parse_path
+from playground.engine import MAX_PROMPT_CHARS
 from playground.errors import InvalidRequest
+from playground.models.dtypes import DTYPES
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, GrammarSpec
@@ -30,7 +36,8 @@ DEFAULT_STRATEGY = "sampling"
 DEFAULT_COMPARE = "greedy"
 DEFAULT_MAX_NEW_TOKENS = 48
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
-MAX_LINK_PROMPT = 4000  # characters of prompt a link carries (browsers cap URLs near 64 kB)
+DEFAULT_DTYPE = "auto"
+MAX_LINK_CHARS = 60_000  # a link's query: browsers and the page's server open addresses up to about 64 kB
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Config:
     """Everything a person sets on the page."""
 
     model: str = "smollm2-135m"
+    dtype: str = DEFAULT_DTYPE  # the weights (playground.models.dtypes): auto, float32, bfloat16, int4
     strategy: str = DEFAULT_STRATEGY
     prompt: str = ""
     system: str = ""
@@ -69,11 +77,12 @@ def encode(config: Config, base: Config | None = None) -> str:
     """``config`` as a query string, starting with '?': only the keys whose value differs from ``base``
     (``defaults()`` if None), and of each strategy only the parameters off their declared default."""
     base = base or defaults()
+    check_limits(config)
     items: list[tuple[str, str]] = []
-    for key in ("model", "strategy", "prompt", "system"):
+    for key in ("model", "dtype", "strategy", "prompt", "system"):
         value = getattr(config, key)
         if value != getattr(base, key):
-            items.append((key, value[:MAX_LINK_PROMPT] if key in ("prompt", "system") else value))
+            items.append((key, value))
     for key in ("seed", "max_new_tokens"):
         if int(getattr(config, key)) != int(getattr(base, key)):
             items.append((key, str(int(getattr(config, key)))))
@@ -85,13 +94,30 @@ def encode(config: Config, base: Config | None = None) -> str:
         if config.branch:
             items.append(("branch", config.branch))
     if config.grammar_kind and config.grammar_text.strip():
-        items += [("grammar", config.grammar_kind), ("grammar_text", config.grammar_text[:MAX_GRAMMAR_CHARS])]
+        items += [("grammar", config.grammar_kind), ("grammar_text", config.grammar_text)]
     if config.compare_strategy != base.compare_strategy:
         items.append(("b", config.compare_strategy))
     items += [(f"b.{k}", v) for k, v in _changed(config.compare_strategy, config.compare_params)]
     if config.run:
         items.append(("run", config.run))
-    return "?" + urlencode(items)
+    query = "?" + urlencode(items)
+    if len(query) > MAX_LINK_CHARS:
+        longest = max(items, key=lambda item: len(item[1]))
+        raise InvalidRequest(f"the share link would be {len(query)} characters, over the {MAX_LINK_CHARS} a "
+                             f"browser opens; its longest value is {longest[0]} ({len(longest[1])} characters)")
+    return query
+
+
+def check_limits(config: Config) -> None:
+    """InvalidRequest naming the value and its limit where ``config`` holds more than a run takes: a link
+    carries every value whole or not at all."""
+    for name, text in (("prompt", config.prompt), ("system prompt", config.system)):
+        if len(text) > MAX_PROMPT_CHARS:
+            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(text)}: "
+                                 "a share link never cuts it")
+    if config.grammar_kind and len(config.grammar_text) > MAX_GRAMMAR_CHARS:
+        raise InvalidRequest(f"the {config.grammar_kind} grammar must be at most {MAX_GRAMMAR_CHARS} characters, "
+                             f"got {len(config.grammar_text)}: a share link never cuts it")
 
 
 def _changed(strategy: str, params: dict[str, Any]) -> list[tuple[str, str]]:
@@ -117,9 +143,18 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg = dataclasses.replace(base) if base else defaults()
     cfg.params, cfg.compare_params = dict(cfg.params), dict(cfg.compare_params)
     warnings: list[str] = []
-    for key in ("model", "prompt", "system"):
-        if key in pairs:
+    if "model" in pairs:
+        cfg.model = pairs["model"]
+    for key, name in (("prompt", "prompt"), ("system", "system prompt")):
+        if key in pairs and len(pairs[key]) > MAX_PROMPT_CHARS:
+            warnings.append(f"ignored {key}: {name} must be at most {MAX_PROMPT_CHARS} characters, "
+                            f"got {len(pairs[key])}")
+        elif key in pairs:
             setattr(cfg, key, pairs[key])
+    if "dtype" in pairs and pairs["dtype"] in DTYPES:
+        cfg.dtype = pairs["dtype"]
+    elif "dtype" in pairs:
+        warnings.append(f"ignored dtype: the weights must be one of {', '.join(DTYPES)}, got {pairs['dtype']!r}")
     for key in ("seed", "max_new_tokens"):
         if key in pairs:
             try:
@@ -145,7 +180,7 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.strategy, cfg.params = _strategy_part(pairs, "strategy", "p.", cfg.strategy, cfg.params, warnings)
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
-    known = {"model", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
+    known = {"model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
              "branch", "grammar", "grammar_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's

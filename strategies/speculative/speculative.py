@@ -38,6 +38,7 @@ from playground.trace import Trace, rnd
 from strategies.sampling.chain import ChainParams, ChainRecord, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from playground.errors import InvalidRequest
+from strategies.speculative.eagle.auto_tree import parse_tree
 from strategies.speculative.eagle.rounds import eagle_rounds
 from strategies.speculative.drafts import KINDS, Draft, Proposal, crop, make_draft, rollback_cache
 from strategies.params import param
@@ -82,6 +83,10 @@ class SpeculativeParams(ChainParams):
                             "measured pass costs and the head's measured acceptance by depth; eagle_depth and "
                             "eagle_branching are then chosen, not read).",
                             choices=("static", "dynamic", "auto"))
+    eagle_auto_tree: str = param("", "The tree eagle_tree 'auto' takes, depth x branching such as 4x2: empty, auto "
+                                 "measures the pass costs and chooses, and the run's trace records its choice "
+                                 "here, so a link or a request that carries it replays the same tree without "
+                                 "measuring. Read only when eagle_tree is auto.", noop="", filled=True)
     eagle_depth: int = param(4, "Levels of the EAGLE draft tree (tokens on its longest path).", low=1, high=8, step=1)
     eagle_branching: int = param(2, "Children per expanded node of the EAGLE tree (nodes expanded per level when "
                                  "dynamic).", low=1, high=8, step=1)
@@ -99,6 +104,9 @@ class SpeculativeParams(ChainParams):
             raise InvalidRequest(f"draft must be {', '.join(KINDS)} or a model key sharing the target's "
                                  f"tokenizer, got {self.draft!r}")
         object.__setattr__(self, "draft", name)
+        if self.eagle_auto_tree.strip():
+            parse_tree(self.eagle_auto_tree)
+        object.__setattr__(self, "eagle_auto_tree", self.eagle_auto_tree.strip().lower())
 
 
 # --- one round ---------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ on a GPU a wider pass is nearly free, on a CPU it is not: the cost of a pass gro
 
 - ``PassCosts``: this machine's milliseconds for one target pass over k tree tokens and one head
   pass (with its draft rows) over k nodes, for k in ``SIZES`` (those that fit the model's context),
-  measured once per model, weights and draft vocabulary in this process (median of ``REPEATS`` after
-  a warm-up, the fastest of ``REPEATS``, after a cached context of ``CONTEXT`` tokens; a smaller pass
-  never costs more than a larger one) and kept with the model; trees are never larger than the largest
+  measured once per model, weights and draft vocabulary on this machine (the fastest of ``REPEATS``
+  after a warm-up, after a cached context of ``CONTEXT`` tokens; a smaller pass never costs more than
+  a larger one) and kept on disk (``playground.models.machine_record``), so that every process on
+  the machine chooses the same tree for the same request; trees are never larger than the largest
   size measured;
 - the head's acceptance by depth and rank, measured on held-out prompts when it was trained
   (``head.json``, ``held_out.acceptance``): at depth d, the share of rounds that reached d in which the
@@ -19,8 +20,11 @@ sum_{d<=D} prod_{j<=d} a_b(j) (a_b(j): acceptance within the top b at depth j, t
 depth's rate beyond it), a round commits that plus one, and costs the head's passes (the catch-up
 over the last round's tokens, then one per level below the root, b^l nodes at level l) plus one
 target pass over the 1 + b + ... + b^D tree tokens. Plain decoding costs one one-token pass a token.
-The choice maximises committed tokens per millisecond; its figures go into the trace, so the page
-shows what was expected next to what happened.
+The choice maximises committed tokens per millisecond. The trace records the tree chosen (``record``:
+depth, branching, nodes, the expected tau from the acceptance) and the run's ``eagle_auto_tree``
+parameter names it ("4x2"), so a request or a link that carries it replays the same tree without
+measuring; what was measured (the costs, the expected milliseconds and speedup) is wall-clock and
+goes under ``timing`` (``figures``).
 """
 from __future__ import annotations
 
@@ -121,15 +125,13 @@ def measure(decoder: Any) -> PassCosts:
 
 
 def costs_for(decoder: Any) -> tuple[PassCosts, bool]:
-    """The measured costs for this model, weights and draft vocabulary, measured on first use;
-    (costs, measured just now)."""
-    key = (COSTS_KEY, decoder.target.weights, decoder.vocab_label)
-    cached = decoder.target.attached.get(key)
-    if cached is not None:
-        return cached, False
-    costs = measure(decoder)
-    decoder.target.attached[key] = costs
-    return costs, True
+    """The measured costs for this model, weights and draft vocabulary on this machine, measured on
+    first use and then read by every run and process on the machine (the model's ``measured_once``),
+    so the same request chooses the same tree; (costs, measured just now)."""
+    record, fresh = decoder.target.measured_once(f"{COSTS_KEY}-{decoder.vocab_label}",
+                                                 lambda: measure(decoder).as_dict())
+    costs = PassCosts(tuple(record["sizes"]), tuple(record["verify_ms"]), tuple(record["head_ms"]))
+    return costs, fresh
 
 
 def acceptance_rates(acceptance: dict[str, Any], branching: int) -> list[float]:
@@ -177,15 +179,45 @@ def choose(costs: PassCosts, acceptance: dict[str, Any]) -> dict[str, Any]:
     return best
 
 
-def auto_tree(decoder: Any, record: dict[str, Any]) -> dict[str, Any]:
-    """Pick the tree for ``decoder`` (after ``prefill``) from its head's ``record``; set its depth and
-    branching and return what the trace records about the choice."""
+def tree_text(depth: int, branching: int) -> str:
+    """A static tree as ``eagle_auto_tree`` writes it: "4x2" (depth 4, branching 2)."""
+    return f"{depth}x{branching}"
+
+
+def parse_tree(text: str) -> tuple[int, int]:
+    """(depth, branching) of ``text`` ("4x2"); InvalidRequest naming the value and the allowed ranges
+    when it is not a tree auto could choose."""
+    depth_text, _, branching_text = text.strip().lower().partition("x")
+    ok = depth_text.isdigit() and branching_text.isdigit()
+    depth, branching = (int(depth_text), int(branching_text)) if ok else (0, 0)
+    if not (1 <= depth <= MAX_DEPTH and 1 <= branching <= MAX_DEPTH and tree_nodes(depth, branching) < MAX_NODES):
+        raise InvalidRequest(f"eagle_auto_tree must be empty or depth x branching such as 4x2 (depth and branching "
+                             f"in [1, {MAX_DEPTH}], at most {MAX_NODES - 1} drafted nodes), got {text!r}")
+    return depth, branching
+
+
+def auto_tree(decoder: Any, record: dict[str, Any], carried: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pick the tree for ``decoder`` (after ``prefill``) from its head's ``record`` (or take ``carried``, a
+    tree an earlier auto run chose, "4x2", without measuring); set its depth and branching and return
+    (what the trace records about the tree, the same for a run and its replay; what was measured and
+    whether the tree came from the request, which go under ``timing``)."""
     acceptance = record.get("held_out", {}).get("acceptance")
     if not acceptance:
         raise InvalidRequest(f"eagle_tree 'auto' needs the {decoder.target.key} head's measured acceptance by "
                              f"depth (python -m playground.tools.train_eagle --model {decoder.target.key} "
                              f"--evaluate); use eagle_tree 'static' or 'dynamic'")
-    costs, fresh = costs_for(decoder)
-    choice = choose(costs, acceptance)
-    decoder.depth, decoder.branching = choice["depth"], choice["branching"]
-    return {**choice, "costs": costs.as_dict(), "costs_measured_now": fresh, "acceptance": acceptance}
+    figures: dict[str, Any] = {"tree_from": "the request", "costs_measured_now": False}
+    if carried:
+        depth, branching = parse_tree(carried)
+    else:
+        costs, fresh = costs_for(decoder)
+        choice = choose(costs, acceptance)
+        depth, branching = choice["depth"], choice["branching"]
+        figures = {key: choice[key] for key in ("expected_draft_ms", "expected_verify_ms", "plain_ms",
+                                                "expected_speedup")}
+        figures.update(tree_from="measured pass costs", costs=costs.as_dict(), costs_measured_now=fresh)
+    decoder.depth, decoder.branching = depth, branching
+    rates = acceptance_rates(acceptance, branching)
+    chosen = {"depth": depth, "branching": branching, "nodes": tree_nodes(depth, branching),
+              "expected_tau": round(1 + expected_accepted(rates, depth), 3), "acceptance": acceptance}
+    return chosen, figures

@@ -17,7 +17,7 @@ import torch
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext
 from strategies.speculative.eagle.tree import depths
-from strategies.speculative.eagle.auto_tree import auto_tree
+from strategies.speculative.eagle.auto_tree import auto_tree, tree_text
 from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
 from strategies.speculative.eagle.head import load_head
 from strategies.recording import finish, make_step
@@ -93,13 +93,15 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     started = ctx.clock.now()
     with torch.inference_mode():
         decoder.prefill()
-    choice = None
+    choice = figures = None
     if auto:  # measuring the pass costs is a one-off per model and weights, like loading: not the run's time
         before = ctx.clock.now()
-        choice = auto_tree(decoder, load_head(ctx.lm)[1])
-        spent = ctx.clock.now() - before if choice["costs_measured_now"] else 0.0
-        choice["costs_seconds"] = rnd(spent)
+        choice, figures = auto_tree(decoder, load_head(ctx.lm)[1], params.eagle_auto_tree)
+        spent = ctx.clock.now() - before if figures["costs_measured_now"] else 0.0
+        figures["costs_seconds"] = rnd(spent)
         started += spent
+        # the tree this run used, as a parameter: a request or link with the trace's params replays it
+        trace.params["eagle_auto_tree"] = tree_text(decoder.depth, decoder.branching)
     reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
     taus: list[int] = []
     while len(trace.tokens) < ctx.max_new_tokens:
@@ -113,20 +115,22 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
         draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
         taus.append(committed)
         finish(trace, ctx, started, "running", decoder.target_passes)
-        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None, choice)
+        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None, choice, figures)
         if eos:
             reason = "eos"
             break
         yield trace
     finish(trace, ctx, started, reason, decoder.target_passes)
     reference = baseline(ctx, len(trace.tokens), chain) if params.measure_baseline else None
-    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference, choice)
+    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference, choice, figures)
     yield trace
 
 
 def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produced: int, accepted: int,
             taus: list[int], draft_s: float, verify_s: float, reference: dict[str, Any] | None,
-            choice: dict[str, Any] | None) -> None:
+            choice: dict[str, Any] | None, figures: dict[str, Any] | None) -> None:
+    """The run's totals into ``trace``: counts under ``speculative``, seconds (and what ``auto`` measured,
+    ``figures``) under ``timing``."""
     trace.extra["speculative"] = {
         "draft": "eagle", "draft_kind": "eagle", "verify": "greedy" if decoder.greedy else "tree_rejection",
         "tree": params.eagle_tree, "depth": decoder.depth, "branching": decoder.branching,
@@ -137,7 +141,7 @@ def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produ
         "tau": rnd(produced / rounds) if rounds else None, "taus": list(taus)}
     seconds = trace.timing.seconds
     speed: dict[str, Any] = {"seconds": rnd(seconds), "draft_seconds": rnd(draft_s), "verify_seconds": rnd(verify_s),
-                             "baseline": reference, "measured_speedup": None}
+                             "baseline": reference, "measured_speedup": None, "auto_tree": figures}
     if reference and reference.get("seconds") and seconds:
         speed["measured_speedup"] = rnd(reference["seconds"] / seconds)
     trace.timing.extra["draft_forward_passes"] = decoder.head_passes

@@ -1,0 +1,260 @@
+"""A share link restores the run it was made from: every control of the page that changes a run, set at
+random (seeded) within its allowed range, goes through the page's own "Copy share link", then through a
+fresh page's restore, and the restored page's Generate sends the same request. A value over its limit is
+refused with the value and the limit, never cut. The page's handlers are called as the browser calls
+them; no model runs (the decoder records the request)."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from types import SimpleNamespace
+from typing import Any
+from urllib.parse import parse_qsl
+
+import gradio as gr
+import pytest
+
+from playground.engine import MAX_PROMPT_CHARS, MAX_SEED, run
+from playground.errors import InvalidRequest
+from playground.models import MAX_NEW_TOKENS
+from playground.models.dtypes import DTYPES
+from playground.ui import share
+from playground.ui.controls import GRAMMAR_CHOICES, NO_GRAMMAR, move_stage
+from playground.ui.page import build_demo
+from strategies.params import check_value, field_kind
+from strategies.registry import all_strategies, get_strategy
+from strategies.sampling.grammar import EXAMPLES as GRAMMAR_EXAMPLES
+from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
+from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES
+
+CASES = 80
+TEXT = "aé ✓&?=#+%/\n\"'<>{}[]日本 1 2 3"  # what a query string must escape, and more
+
+
+@pytest.fixture(scope="module")
+def page(store):
+    """The page's handlers: Generate (recording each request), Copy share link, and the restore on load."""
+    sent: list[Any] = []
+    decoding = {"on": False}  # off: the decoder only records the request
+
+    def decoder(req, progress=None):
+        sent.append(req)
+        return iter([run(store, req)] if decoding["on"] else ())
+
+    demo = build_demo(store, decoder=decoder)
+    fns = list(demo.fns.values())
+    ids = lambda comps: [getattr(c, "elem_id", None) for c in comps]  # noqa: E731
+    handlers = SimpleNamespace(
+        explore=next(f for f in fns if f.api_name == "explore"),
+        link=next(f for f in fns if "pg-link" in ids(f.outputs) and len(f.inputs) > 5),
+        load=next(f for f in fns if not f.inputs and "pg-model" in ids(f.outputs)
+                  and "pg-example-note" not in ids(f.outputs)),
+        sent=sent, decoding=decoding)
+    yield handlers
+    demo.close()
+
+
+def fresh_state(page) -> dict[int, Any]:
+    """Every component of a page just opened, at its initial value."""
+    comps = [*page.explore.inputs, *page.link.inputs, *page.load.outputs]
+    return {id(c): getattr(c, "value", None) for c in comps}
+
+
+def generate(page, state: dict[int, Any]) -> Any:
+    """Press Generate on a page in ``state``: the request the run would decode."""
+    page.sent.clear()
+    list(page.explore.fn(*[state[id(c)] for c in page.explore.inputs]))
+    assert len(page.sent) == 1
+    return page.sent[0]
+
+
+def copy_link(page, state: dict[int, Any]) -> str:
+    *config, _tree, _mode = page.link.inputs
+    return page.link.fn(*[state[id(c)] for c in config], None, "generate")["value"]
+
+
+def open_link(page, query: str) -> dict[int, Any]:
+    """A fresh page opened at ``query``: its state once the restore's updates are applied."""
+    state = fresh_state(page)
+    request = SimpleNamespace(query_params=dict(parse_qsl(query.lstrip("?"), keep_blank_values=True)))
+    for comp, update in zip(page.load.outputs, page.load.fn(request)):
+        if isinstance(update, dict) and update.get("__type__") == "update":
+            if "value" in update:
+                state[id(comp)] = update["value"]
+        elif not isinstance(update, gr.components.Component | gr.blocks.BlockContext):
+            state[id(comp)] = update
+    return state
+
+
+def random_text(rng: random.Random, longest: int) -> str:
+    return "".join(rng.choice(TEXT) for _ in range(rng.randint(0, longest)))
+
+
+def random_value(rng: random.Random, comp: Any) -> Any:
+    """A value a person could set ``comp`` to, within its allowed range."""
+    elem = getattr(comp, "elem_id", "") or ""
+    if elem == "pg-seed":
+        return rng.randint(0, MAX_SEED)
+    if elem == "pg-max-new":
+        return rng.randint(1, MAX_NEW_TOKENS)
+    if elem == "pg-dtype":
+        return rng.choice(DTYPES)
+    if elem == "pg-forced":
+        return ",".join(f"{k}:{rng.randint(0, 15)}" for k in sorted(rng.sample(range(12), rng.randint(0, 3))))
+    if elem == "pg-grammar-text":
+        return None  # set with its kind (random_state)
+    if elem.endswith("-order"):
+        order = rng.choice(list(PRESETS))
+        for _ in range(rng.randint(0, 3)):
+            order = move_stage(order, rng.choice(SAMPLER_STAGES), rng.choice((-2, -1, 1, 2)))
+        return order
+    if elem.endswith("-word_bias"):
+        return rng.choice(["", "sky=2.5", "blue, red=-1.5", "the=-inf"])
+    if elem.endswith("-dry_sequence_breakers"):
+        return rng.choice(['"\\n", ":"', '"."', '"é", "&", "?"'])
+    if elem.endswith("-eagle_auto_tree"):
+        return rng.choice(["", "1x1", "4x2", "8x1", "2x3"])
+    if isinstance(comp, gr.Checkbox):
+        return rng.random() < 0.5
+    if isinstance(comp, gr.Dropdown):
+        return rng.choice([value for _, value in comp.choices])
+    if isinstance(comp, gr.Slider | gr.Number):
+        low = comp.minimum if comp.minimum is not None else -50
+        high = comp.maximum if comp.maximum is not None else 50
+        step = comp.step or 1
+        while True:  # a slider keeps an open end on it (a run refuses it): draw inside the declared range
+            value = low + step * rng.randint(0, int(round((high - low) / step)))
+            value = int(round(value)) if float(step).is_integer() and float(low).is_integer() else round(value, 6)
+            if allowed(elem, value):
+                return value
+    if isinstance(comp, gr.Textbox):
+        return random_text(rng, 300)
+    return getattr(comp, "value", None)
+
+
+def allowed(elem: str, value: Any) -> bool:
+    """Whether ``value`` is in the declared range of the parameter whose control is ``elem``
+    ("pg-p-<strategy>-<name>"); True for the page's other controls."""
+    for strategy in (spec.name for spec in all_strategies()):
+        for prefix in ("pg-p-", "pg-b-"):
+            if elem.startswith(f"{prefix}{strategy}-"):
+                field = next(f for f in dataclasses.fields(get_strategy(strategy).params)
+                             if f.name == elem[len(f"{prefix}{strategy}-"):])
+                try:
+                    check_value(field.name, value, field.metadata, field_kind(field))
+                except InvalidRequest:
+                    return False
+    return True
+
+
+def random_state(page, rng: random.Random) -> dict[int, Any]:
+    state = fresh_state(page)
+    for comp in page.explore.inputs:
+        if getattr(comp, "elem_id", None) not in (None, "pg-theme") and getattr(comp, "interactive", True) is not False:
+            state[id(comp)] = random_value(rng, comp)
+    by_elem = {getattr(c, "elem_id", None): c for c in page.explore.inputs}
+    kind = state[id(by_elem["pg-grammar-kind"])]
+    words = ["".join(rng.choice("aé✓日&?=+% ") for _ in range(rng.randint(1, 12))).strip() or "x"
+             for _ in range(rng.randint(1, 4))]  # no "[": choices that start with it are read as a JSON list
+    text = {"choices": " | ".join(words)}.get(kind, GRAMMAR_EXAMPLES.get(kind, ""))
+    state[id(by_elem["pg-grammar-text"])] = text if kind != NO_GRAMMAR else rng.choice(["", "left over"])
+    return state
+
+
+def test_the_controls_drawn_are_every_control_a_run_reads(page):
+    """The property below draws a value for every input of Generate but the theme: the list is the page's."""
+    elems = {getattr(c, "elem_id", None) for c in page.explore.inputs}
+    assert {"pg-model", "pg-dtype", "pg-strategy", "pg-prompt", "pg-system", "pg-chat", "pg-seed", "pg-max-new",
+            "pg-random-seed", "pg-forced", "pg-grammar-kind", "pg-grammar-text"} <= elems
+    assert "pg-p-speculative-eagle_auto_tree" in elems and "pg-b-speculative-eagle_auto_tree" in elems
+    assert set(GRAMMAR_CHOICES) == {NO_GRAMMAR, *GRAMMAR_EXAMPLES}
+
+
+@pytest.mark.parametrize("case", range(CASES))
+def test_a_link_restores_the_request_its_page_would_run(page, case):
+    rng = random.Random(1000 + case)
+    state = random_state(page, rng)
+    sent = generate(page, state)
+    random_box = next(c for c in page.explore.inputs if getattr(c, "elem_id", None) == "pg-random-seed")
+    if state[id(random_box)]:  # a random seed is written into the seed box, which the link then carries
+        seed_box = next(c for c in page.explore.inputs if getattr(c, "elem_id", None) == "pg-seed")
+        state[id(seed_box)], state[id(random_box)] = sent.seed, False
+        assert generate(page, state) == sent
+    query = copy_link(page, state)
+    restored = generate(page, open_link(page, query))
+    assert dataclasses.asdict(restored) == dataclasses.asdict(sent), query
+
+
+def test_a_float32_run_opens_as_a_float32_run(page):
+    state = fresh_state(page)
+    dtype = next(c for c in page.explore.inputs if getattr(c, "elem_id", None) == "pg-dtype")
+    state[id(dtype)] = "float32"
+    query = copy_link(page, state)
+    assert "dtype=float32" in query
+    assert generate(page, open_link(page, query)).dtype == "float32"
+    assert share.decode("?dtype=float32")[0].dtype == "float32"
+    cfg, warnings = share.decode("?dtype=float64")
+    assert cfg.dtype == "auto" and any("float64" in w and "auto, float32" in w for w in warnings)
+
+
+def test_a_grammar_over_its_limit_is_refused_with_its_length_never_cut(page):
+    long = "x" * (MAX_GRAMMAR_CHARS + 1)
+    cfg = share.Config(model="toy", strategy="greedy", prompt="1 2", grammar_kind="regex", grammar_text=long)
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_GRAMMAR_CHARS} characters, got {MAX_GRAMMAR_CHARS + 1}"):
+        share.encode(cfg)
+    state = fresh_state(page)
+    by_elem = {getattr(c, "elem_id", None): c for c in page.link.inputs}
+    state[id(by_elem["pg-grammar-kind"])], state[id(by_elem["pg-grammar-text"])] = "regex", long
+    with pytest.raises(gr.Error, match=f"got {MAX_GRAMMAR_CHARS + 1}"):  # the page says so: no link
+        copy_link(page, state)
+    # a link made elsewhere with such a grammar opens without it, and says why
+    back, warnings = share.decode({"grammar": "regex", "grammar_text": long})
+    assert back.grammar_text == "" and any(f"got {MAX_GRAMMAR_CHARS + 1}" in w for w in warnings)
+
+
+def test_a_prompt_is_carried_whole_up_to_a_runs_limit_and_refused_beyond(page):
+    prompt = "é&? " * 1500  # 6000 characters: more than links used to carry, less than a run takes
+    cfg = dataclasses.replace(share.defaults(), prompt=prompt)
+    assert share.decode(share.encode(cfg))[0].prompt == prompt
+    over = dataclasses.replace(share.defaults(), prompt="a" * (MAX_PROMPT_CHARS + 1))
+    with pytest.raises(InvalidRequest, match=f"prompt must be at most {MAX_PROMPT_CHARS} characters, got "
+                                             f"{MAX_PROMPT_CHARS + 1}"):
+        share.encode(over)
+    back, warnings = share.decode({"prompt": "a" * (MAX_PROMPT_CHARS + 1)})
+    assert back.prompt == share.DEFAULT_PROMPT and any(str(MAX_PROMPT_CHARS + 1) in w for w in warnings)
+
+
+def test_a_link_longer_than_a_browser_opens_is_refused_with_its_length():
+    prompt = "日" * 10_000  # within a run's limit, but nine characters each in a link
+    cfg = dataclasses.replace(share.defaults(), prompt=prompt)
+    with pytest.raises(InvalidRequest, match=rf"would be \d+ characters, over the {share.MAX_LINK_CHARS}.*prompt "
+                                             r"\(10000 characters\)"):
+        share.encode(cfg)
+
+
+def test_the_link_of_an_eagle_auto_run_restores_the_tree_it_chose(page, monkeypatch):
+    """An auto run writes the tree it chose into its strategy's eagle_auto_tree box (as a random seed goes
+    into the seed box); the link carries it, and the restored page's run replays the same trace."""
+    state = fresh_state(page)
+    by_elem = {getattr(c, "elem_id", None): c for c in page.explore.inputs}
+    for elem, value in {"pg-model": "toy", "pg-strategy": "speculative", "pg-prompt": "1 2", "pg-max-new": 10,
+                        "pg-seed": 6, "pg-p-speculative-draft": "eagle", "pg-p-speculative-eagle_tree": "auto",
+                        "pg-p-speculative-temperature": 1.0}.items():
+        state[id(by_elem[elem])] = value
+    monkeypatch.setitem(page.decoding, "on", True)
+    frames = list(page.explore.fn(*[state[id(c)] for c in page.explore.inputs]))
+    box = by_elem["pg-p-speculative-eagle_auto_tree"]
+    last = dict(zip((id(c) for c in page.explore.outputs), frames[-1]))
+    trace = last[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
+    chosen = trace["params"]["eagle_auto_tree"]
+    assert chosen and last[id(box)]["value"] == chosen  # written back at the end of the run
+    assert all(frame[-2:] == [gr.skip()] * 2 for frame in frames[:-1])
+    state[id(box)] = chosen
+    query = copy_link(page, state)
+    assert f"p.eagle_auto_tree={chosen}" in query
+    page.sent.clear()
+    replay = list(page.explore.fn(*[open_link(page, query)[id(c)] for c in page.explore.inputs]))
+    assert page.sent[-1].params["eagle_auto_tree"] == chosen
+    again = dict(zip((id(c) for c in page.explore.outputs), replay[-1]))
+    replayed = again[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
+    assert {k: v for k, v in replayed.items() if k != "timing"} == {k: v for k, v in trace.items() if k != "timing"}
