@@ -344,22 +344,23 @@ class Grammar(TransformBase):
         """The masks [n + 1, vocab] before each of the first n of ``tokens`` and after them, as the text of
         ``row`` grows by them (a speculative draft), with whether the text is whole at each; n stops at
         the first token the grammar forbids (that token is still checked against its mask, and fails).
-        The matcher is left as it was (rolled back)."""
+
+        The walk runs on a copy of the row's matcher, which is never touched: llguidance's rollback
+        does not undo everything a walk can do to a matcher (an end of text consumed after the text
+        is whole, a mask asked for where no token can go on), so a rolled-back matcher could refuse
+        a token it allowed before."""
         import llguidance.torch as llt
 
-        m = self.matchers[row]
-        masks, whole, consumed = [], [], 0
+        m = self.matchers[row].deep_copy()
+        masks, whole = [], []
         for t in tokens:
             masks.append(allowed_mask([m], vocab, llt)[0])
             whole.append(m.is_accepting())
             if not masks[-1][int(t)] or not m.consume_token(int(t)):
                 break
-            consumed += 1
         else:
             masks.append(allowed_mask([m], vocab, llt)[0])
             whole.append(m.is_accepting())
-        if consumed:
-            m.rollback(consumed)
         return torch.stack(masks), whole
 
 
