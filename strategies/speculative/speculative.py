@@ -287,9 +287,10 @@ def round_record(lm: Any, index: int, start: int, r: Round, committed: int, para
                  ) -> dict[str, Any]:
     """The JSON-ready record of one round (see the trace contract in DESIGN.md).
 
-    ``committed``: how many of the round's tokens made it into the text. Only an end-of-text token
-    cuts a round short (gamma never drafts past the budget); what follows it is marked discarded:
-    drafts get ``discarded``, and a token drawn after it is recorded as neither resampled nor bonus.
+    ``committed``: how many of the round's tokens made it into the text. Only the end of the text
+    cuts a round short (an end-of-text token, or the grammar ending the text; gamma never drafts past
+    the budget); what follows is marked discarded: drafts get ``discarded``, and a token drawn after
+    it is recorded as neither resampled nor bonus.
     """
     v, g = r.verdict, len(r.proposal.ids)
     n = int(v.n_accepted[0])
