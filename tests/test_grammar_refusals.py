@@ -14,7 +14,7 @@ from playground.errors import InvalidRequest
 from playground.ui.api import api_generate_stream, plain_refusals
 from playground.ui.events import refusal_html
 from playground.ui.handlers import default_decoder, generate
-from strategies.sampling.grammar import GrammarSpec, compile_grammar, llg_tokenizer
+from strategies.sampling.grammar import GrammarSpec, compile_grammar
 
 INTERNALS = ("%llguidance", "no_forcing", "start:", "%json", "1(8)")
 # (flag kind, grammar text, what the first line must say)
@@ -44,10 +44,13 @@ def assert_plain(message: str, says: list[str]) -> None:
         assert internal not in message, (internal, message)
 
 
-def test_the_toy_vocabulary_is_the_case_with_the_option_line(store):
-    """The toy models' vocabulary has no forcing: llguidance is given the option line these messages hide."""
-    _, forcing = llg_tokenizer(store.get("toy"))
-    assert not forcing and "%llguidance" in GrammarSpec("json", "false").lark(forcing)
+@pytest.mark.parametrize("key", ["toy", "smollm2-135m"])
+def test_every_vocabulary_is_given_the_option_line_and_its_refusals_hide_it(store, key):
+    """Forcing is off for every vocabulary, so llguidance is always given the option line these
+    messages hide; a refusal on SmolLM2's vocabulary reads as plainly as on toy's."""
+    assert "%llguidance" in GrammarSpec("json", "false").lark(forcing=False)
+    message = refusal_of(lambda: compile_grammar(GrammarSpec("json", "false"), store.get(key)))
+    assert_plain(message, REFUSED[0][2])
 
 
 @pytest.mark.parametrize("kind, text, says", REFUSED)

@@ -85,6 +85,21 @@ def test_z_chart_draws_the_recorded_z_of_every_step(toy_trace):
     assert fd["layout"]["yaxis"]["type"] == "log"
 
 
+def test_the_z_chart_names_the_mass_the_record_states(toy_trace):
+    """Every record says its mask is the grammar's feasible set, so the chart draws the feasible mass;
+    records that do not say (a trace from a matcher that forced texts) are drawn as the allowed mass."""
+    assert {grammar_stage(s)["decision"]["mask"] for s in toy_trace["steps"]} == {"feasible"}
+    fd = fig_dict(grammar_chart.z_figure(toy_trace))
+    assert fd["layout"]["title"]["text"].startswith(grammar_chart.TITLE + "<br>")
+    assert "every token that continues a valid text" in json.dumps(fd["layout"]["annotations"])
+    unstated = json.loads(json.dumps(toy_trace))
+    for s in unstated["steps"]:
+        del grammar_stage(s)["decision"]["mask"]
+    fd = fig_dict(grammar_chart.z_figure(unstated))
+    assert fd["layout"]["title"]["text"].startswith("Grammar: allowed mass Z_t per step<br>")
+    assert "the tokens the matcher allowed" in json.dumps(fd["layout"]["annotations"])
+
+
 def test_the_z_view_is_shown_only_for_a_trace_with_a_grammar_stage(store, toy_trace):
     assert grammar_chart.TITLE in [v.title for v in strategy_views(toy_trace)]
     plain = run(store, Request("toy", "sampling", "1 2", seed=1, max_new_tokens=4)).to_dict()

@@ -2,8 +2,11 @@
 
 Every step whose chain ran the ``grammar`` stage recorded its decision (strategies.sampling.grammar):
 ``z``, the probability the stage's input gave the tokens the grammar allows; ``allowed_count``, how
-many tokens of the vocabulary it allows; ``forced``, exactly one allowed; ``complete`` and ``dead``.
-The chart draws those records as they are, one point per step, and never recomputes them: a point
+many tokens of the vocabulary it allows; ``forced``, exactly one allowed; ``complete`` and ``dead``;
+``mask``, what the mask is: ``feasible`` (every token whose bytes continue a valid text, so Z_t is the
+grammar's feasible mass). A record without ``mask`` is drawn as the mass the matcher allowed, which a
+matcher that forces a text (one token where several spell its continuation) can hold below the
+grammar's feasible mass. The chart draws those records as they are, one point per step, and never recomputes them: a point
 below ``LOW_Z`` is red, in a red band (the grammar is fighting the model: the tokens it allows had
 little of the model's probability), a forced step is a diamond.
 """
@@ -21,6 +24,9 @@ from playground.charts.palette import CHOSEN, FEASIBLE, FIGHTING, FIGHTING_BAND,
 LOW_Z = 0.1  # below this feasible mass the grammar is fighting the model
 FLOOR = 1e-6  # the log axis starts here at the latest (a recorded z of 0 is drawn at its bottom)
 TITLE = "Grammar: feasible mass Z_t per step"
+# the record's ``mask`` -> (the title's name for Z_t, the tokens whose mass it is)
+MASK_MEANINGS = {"feasible": ("feasible mass", "every token that continues a valid text")}
+UNSTATED = ("allowed mass", "the tokens the matcher allowed")
 
 
 def grammar_series(trace: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -41,6 +47,12 @@ def has_grammar(trace: dict[str, Any]) -> bool:
 def _z(decision: dict[str, Any]) -> float:
     z = decision.get("z")
     return 0.0 if z is None else float(z)
+
+
+def meaning(series: list[tuple[int, dict[str, Any]]]) -> tuple[str, str]:
+    """What the recorded Z_t is the mass of, from the records' ``mask`` (all of them must say it)."""
+    masks = {d.get("mask") for _, d in series}
+    return MASK_MEANINGS.get(masks.pop(), UNSTATED) if len(masks) == 1 else UNSTATED
 
 
 def _fmt(z: float) -> str:
@@ -89,6 +101,7 @@ def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | 
     if selected is not None:
         fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
     worst = zs.index(lowest)
+    name, whose = meaning(series)
     grammar = trace.get("grammar") or {}
     kind = escape(grammar.get("kind", ""), quote=False)
     fights = sum(low)
@@ -98,7 +111,7 @@ def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | 
         sub += f" · <b>red: the grammar is fighting the model</b> at {fights} step{'s' if fights > 1 else ''}"
     use_words = 0 < len(steps) <= 32
     fig.update_layout(template=TEMPLATE, height=340, hovermode="closest",
-                      title=dict(text=f"{TITLE}<br><sup>{sub}</sup>", y=0.94),
+                      title=dict(text=f"Grammar: {name} Z_t per step<br><sup>{sub}</sup>", y=0.94),
                       xaxis=dict(title_text=None if use_words else "step", tickmode="array" if use_words else "auto",
                                  tickvals=steps if use_words else None, ticktext=labels if use_words else None,
                                  tickangle=-40 if use_words and len(steps) > 10 else 0,
@@ -106,7 +119,7 @@ def z_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure | 
                       yaxis=dict(type="log", title_text="Z_t (log)", range=[math.log10(bottom) - 0.4, 0.15],
                                  dtick=1 if bottom >= 1e-6 else 2, exponentformat="power"),
                       legend=dict(y=1.02), margin=dict(t=104, b=50))
-    add_caption(fig, f"Z_t: the mass the model gave the tokens the grammar allowed at each step (log axis); lowest "
+    add_caption(fig, f"Z_t: the mass the model gave {whose} at each step (log axis); lowest "
                      f"{_fmt(lowest)} at step {steps[worst]}; diamonds: {sum(forced)} forced steps; red band: Z below "
                      f"{LOW_Z:g}")
     return fig

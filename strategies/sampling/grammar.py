@@ -19,11 +19,22 @@ renormalised over the allowed tokens. Its decision per step:
 - ``forced`` [batch]: exactly one token is allowed, so the grammar chose it, not the model;
 - ``complete`` [batch]: the text so far is already a whole valid text (end of text is allowed);
 - ``dead`` [batch]: no token can continue the text and it is not whole (a vocabulary that cannot
-  spell what the grammar asks); the loop ends the run there ("grammar: no token allowed").
+  spell what the grammar asks); the loop ends the run there ("grammar: no token allowed");
+- ``mask``: what the mask is, ``"feasible"`` (``MASK_MEANING``): every token whose bytes continue
+  the text toward a valid whole text, however the text is split into tokens, so ``z`` is the
+  grammar's feasible mass.
 
 The mask allows a token whose bytes begin a valid continuation, even where the vocabulary has no
 token to finish it (the toy models' `` the`` under ``( there)+``): the next step then allows nothing
 but the end of text, and such a row is ``dead``.
+
+llguidance's forcing is off. Where the grammar leaves one way to go on (" definitely" after
+``yes,`` under ``yes, definitely | yes | no``) a forcing matcher allows only the token that starts
+the canonical spelling of those bytes, and drops the other tokens that spell a valid continuation
+(`` d``, `` def``, `` defin``, ...). With it off the mask is the grammar's whole feasible set, the
+token is drawn from the model renormalised over that set, and Z_t is the mass of that set: the
+normaliser the sampler used, and the probability the model gave every way on that the grammar
+allows.
 
 Constrained is not conditioned: choosing token by token under the mask draws each token from the
 model renormalised over what the grammar allows *now*, which is not the model's distribution over
@@ -32,8 +43,7 @@ many view shows the gap on the toy model.
 
 The matcher is llguidance (Microsoft's low-level guidance library, the one llama.cpp, vLLM and
 SGLang use). A model whose tokenizer llguidance cannot read directly (the toy models' word-level
-vocabulary) is described to it token by token, with forcing off (llguidance's fast-forward needs
-a tokenizer that can spell every byte string).
+vocabulary) is described to it token by token.
 """
 from __future__ import annotations
 
@@ -50,11 +60,12 @@ from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
 
 GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
 MAX_GRAMMAR_CHARS = 20_000
-NO_FORCING = '%llguidance {"no_forcing": true}'  # the option line a vocabulary without forcing adds
+NO_FORCING = '%llguidance {"no_forcing": true}'  # the option line every grammar is given (forcing off)
 MAX_CHOICES = 200
 GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the grammar allows no more
 DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
 INCOMPLETE_REASON = "grammar: no whole text within max_new_tokens"  # a search found no valid text
+MASK_MEANING = "feasible"  # the mask is every token that continues a valid text (forcing off)
 
 EXAMPLES = {
     "json": '{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, '
@@ -173,7 +184,7 @@ def choices_of(text: str) -> list[str]:
 
 # --- the model's vocabulary as llguidance reads it --------------------------------------------------
 
-_TOKENIZERS: dict[int, tuple[Any, Any, bool]] = {}  # id(hf tokenizer) -> (it, LLTokenizer, forcing)
+_TOKENIZERS: dict[int, tuple[Any, Any]] = {}  # id(hf tokenizer) -> (it, LLTokenizer)
 
 
 class _Vocabulary:
@@ -218,25 +229,24 @@ def _token_bytes(raw: str) -> bytes:
     return raw.replace("▁", " ").encode()
 
 
-def llg_tokenizer(lm: Any) -> tuple[Any, bool]:
+def llg_tokenizer(lm: Any) -> Any:
     """llguidance's view of ``lm``'s vocabulary (built once per tokenizer, about a second for
-    49,152 tokens) and whether fast-forward forcing can be on for it."""
+    49,152 tokens)."""
     import llguidance
     import llguidance.hf
 
     tok = lm.tokenizer
     hit = _TOKENIZERS.get(id(tok))
     if hit is not None and hit[0] is tok:
-        return hit[1], hit[2]
+        return hit[1]
     eos = sorted(int(i) for i in lm.eos_ids)
     try:
-        made, forcing = llguidance.hf.from_tokenizer(tok, n_vocab=lm.vocab_size, eos_token=eos), True
+        made = llguidance.hf.from_tokenizer(tok, n_vocab=lm.vocab_size, eos_token=eos)
     except ValueError:  # a decoder llguidance does not know (the toy models' Metaspace)
         vocab = _Vocabulary(tok, lm.vocab_size, eos[0] if eos else 0)
         made = llguidance.LLTokenizer(llguidance.TokenizerWrapper(vocab), n_vocab=lm.vocab_size, eos_token=eos)
-        forcing = False
-    _TOKENIZERS[id(tok)] = (tok, made, forcing)
-    return made, forcing
+    _TOKENIZERS[id(tok)] = (tok, made)
+    return made
 
 
 @dataclass
@@ -257,13 +267,13 @@ def compile_grammar(spec: GrammarSpec, lm: Any) -> CompiledGrammar:
     llguidance's limits is refused with its problem in the person's terms (grammar_refusals)."""
     import llguidance
 
-    tokenizer, forcing = llg_tokenizer(lm)
+    tokenizer = llg_tokenizer(lm)
 
     def refused(message: str) -> InvalidRequest:
-        return InvalidRequest(refusal_text(spec.kind, spec.text, message, "" if forcing else NO_FORCING))
+        return InvalidRequest(refusal_text(spec.kind, spec.text, message, NO_FORCING))
 
     try:
-        source = llguidance.LLMatcher.grammar_from_lark(spec.lark(forcing))
+        source = llguidance.LLMatcher.grammar_from_lark(spec.lark(forcing=False))
     except ValueError as e:
         raise refused(str(e)) from None
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(source, tokenizer)
@@ -350,22 +360,23 @@ class Grammar(TransformBase):
         """The masks [n + 1, vocab] before each of the first n of ``tokens`` and after them, as the text of
         ``row`` grows by them (a speculative draft), with whether the text is whole at each; n stops at
         the first token the grammar forbids (that token is still checked against its mask, and fails).
-        The matcher is left as it was (rolled back)."""
+
+        The walk runs on a copy of the row's matcher, which is never touched: llguidance's rollback
+        does not undo everything a walk can do to a matcher (an end of text consumed after the text
+        is whole, a mask asked for where no token can go on), so a rolled-back matcher could refuse
+        a token it allowed before."""
         import llguidance.torch as llt
 
-        m = self.matchers[row]
-        masks, whole, consumed = [], [], 0
+        m = self.matchers[row].deep_copy()
+        masks, whole = [], []
         for t in tokens:
             masks.append(allowed_mask([m], vocab, llt)[0])
             whole.append(m.is_accepting())
             if not masks[-1][int(t)] or not m.consume_token(int(t)):
                 break
-            consumed += 1
         else:
             masks.append(allowed_mask([m], vocab, llt)[0])
             whole.append(m.is_accepting())
-        if consumed:
-            m.rollback(consumed)
         return torch.stack(masks), whole
 
 
@@ -390,7 +401,7 @@ def masked(logits: torch.Tensor, allowed: torch.Tensor, complete: list[bool], eo
     z = torch.where(allowed, probs, torch.zeros_like(probs)).sum(-1)
     out = logits.masked_fill(~allowed, NEG_INF)
     return out, {"allowed": allowed, "allowed_count": counts, "z": z, "forced": counts == 1,
-                 "complete": done, "dead": dead}
+                 "complete": done, "dead": dead, "mask": MASK_MEANING}
 
 
 def allowed_mask(matchers: list[Any], vocab: int, llt: Any) -> torch.Tensor:

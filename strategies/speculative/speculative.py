@@ -128,6 +128,7 @@ class Round:
     committed: list[int]  # accepted drafts, then the resampled or bonus token
     draft_seconds: float
     verify_seconds: float
+    ends: tuple[int, str] | None = None  # under a grammar: (how many of ``committed`` the text keeps, why)
 
 
 def verifier(params: SpeculativeParams) -> Verifier:
@@ -205,11 +206,24 @@ class SpeculativeDecoder:
         crop(self.cache, len(proposal.ids) - n)
         self.draft.rollback(len(self.ids) + n)
         self.ids = self.ids + committed
-        if self.grammar is not None:
-            for token in committed:
-                self.grammar.advance([0], [token])
+        ends = self._feed_grammar(records, committed) if self.grammar is not None else None
         t2 = self.clock()
-        return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1)
+        return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1, ends)
+
+    def _feed_grammar(self, records: list[ChainRecord], committed: list[int]) -> tuple[int, str] | None:
+        """Advance the grammar along ``committed`` to where it ends the text, as the sampling loop does:
+        before a token whose position it left dead, or with the end of text, or with a token after which
+        it allows nothing more. (How many tokens the text keeps, the finish reason), or None."""
+        at = self.chain.index(self.grammar)
+        for i, token in enumerate(committed):
+            if self.grammar.dead(records[i].decisions[at]):
+                return i, DEAD_END_REASON
+            if token in self.target.eos_ids:
+                return i + 1, "eos"
+            self.grammar.advance([0], [token])
+            if self.grammar.stopped():
+                return i + 1, GRAMMAR_REASON
+        return None
 
     def _score(self, drafted: list[int], masks: tuple[torch.Tensor, list[bool]] | None = None
                ) -> tuple[list[ChainRecord], torch.Tensor]:
@@ -281,9 +295,10 @@ def round_record(lm: Any, index: int, start: int, r: Round, committed: int, para
                  ) -> dict[str, Any]:
     """The JSON-ready record of one round (see the trace contract in DESIGN.md).
 
-    ``committed``: how many of the round's tokens made it into the text. Only an end-of-text token
-    cuts a round short (gamma never drafts past the budget); what follows it is marked discarded:
-    drafts get ``discarded``, and a token drawn after it is recorded as neither resampled nor bonus.
+    ``committed``: how many of the round's tokens made it into the text. Only the end of the text
+    cuts a round short (an end-of-text token, or the grammar ending the text; gamma never drafts past
+    the budget); what follows is marked discarded: drafts get ``discarded``, and a token drawn after
+    it is recorded as neither resampled nor bonus.
     """
     v, g = r.verdict, len(r.proposal.ids)
     n = int(v.n_accepted[0])
@@ -415,8 +430,9 @@ def _source(r: Round, i: int) -> tuple[str, float]:
     return drawn_from(v), float(v.next_probs[0, r.committed[i]])
 
 
-def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tuple[int, bool]:
-    """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS).
+def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tuple[int, str | None]:
+    """Append the round's tokens up to the budget and to where the text ends (the first EOS, or where
+    the grammar ends it: ``Round.ends``); (how many, the finish reason when the text ended).
 
     Each step records the round and the token's source; the token's logprob is under the
     distribution it was drawn from (the draft, the residual or the target's), the step's
@@ -424,7 +440,8 @@ def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tup
     """
     lm = ctx.lm
     room = ctx.max_new_tokens - len(trace.tokens)
-    for i, token in enumerate(r.committed[:room]):
+    keep = len(r.committed) if r.ends is None else r.ends[0]
+    for i, token in enumerate(r.committed[:min(room, keep)]):
         stages, decisions = r.target_chain[i].row(0)
         step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), stages, names, token, ctx.top_n,
                               decisions=decisions)
@@ -435,8 +452,8 @@ def _commit(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -> tup
         trace.steps.append(step)
         trace.tokens.append(tok)
         if token in lm.eos_ids:
-            return i + 1, True
-    return min(room, len(r.committed)), False
+            return i + 1, "eos"
+    return min(room, keep), (r.ends[1] if r.ends is not None and keep <= room else None)
 
 
 @register("speculative", SpeculativeParams,
@@ -472,12 +489,11 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
         g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
         with torch.inference_mode():
             r = decoder.step(g)
-        grammar = decoder.grammar
-        if grammar is not None and grammar.dead(r.target_chain[0].decisions[chain.index(grammar)]):
-            reason = DEAD_END_REASON
+        if r.ends is not None and r.ends[0] == 0:  # the grammar left the text nowhere to go
+            reason = r.ends[1]
             break
         start = len(trace.tokens)
-        committed, eos = _commit(ctx, trace, r, names)
+        committed, ended = _commit(ctx, trace, r, names)
         trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
         trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
         tally.add(r, committed)
@@ -485,11 +501,8 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
             gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
         finish(trace, ctx, started, "running", decoder.target_passes)
         _totals(trace, decoder, draft, tally, None, trace.timing.seconds)
-        if eos:
-            reason = "eos"
-            break
-        if grammar is not None and grammar.stopped():
-            reason = GRAMMAR_REASON
+        if ended:
+            reason = ended
             break
         yield trace
     finish(trace, ctx, started, reason, decoder.target_passes)
