@@ -3,6 +3,8 @@ handler functions (no browser): what comes first in the sidebar, the advanced gr
 amateur menus, the prompt a model switch keeps, what the model sees, Stop and the branches panel."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from playground.engine import Request, run
@@ -12,7 +14,7 @@ from playground.ui.controls import (advanced_label, controls_for, ordered, pair_
                                     tokenizer_family)
 from playground.ui.examples import prompt_offer, prompt_on_model, toy_note
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
-from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, build_demo, model_sees
+from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, SLIDE_HIDDEN, build_demo, model_sees
 from playground.whatif import branches
 from strategies.registry import get_strategy
 
@@ -180,6 +182,9 @@ def test_slides_view_and_glossary_are_on_the_page(demo):
     assert "pg-slides" in order and "pg-slides-chart" in order and "pg-glossary" in order
     assert set(component(demo, "pg-slides-chart")["props"]["choices"][i][1]
                for i in range(len(SLIDE_CHARTS))) == set(SLIDE_CHARTS)
+    # whichever chart is chosen, every further strategy view the page has folds away (not only the first few)
+    further = {i for i in order if re.fullmatch(r"pg-view-[1-9]\d*|pg-view-html", i)}
+    assert len(further) >= 5 and further == set(SLIDE_HIDDEN)
     glossary = next(c for c in demo.config["components"] if "varentropy" in str(c["props"].get("value", "")))
     for word in ("entropy", "surprisal", "nats", "tau", "**Z**", "`·`", "`↵`"):
         assert word in glossary["props"]["value"], word

@@ -33,6 +33,7 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
 from playground.errors import InvalidRequest
 from playground.ui.events import QUIET, chat_flag, is_chat_model, refusal
 from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
+from playground.ui.side import VIEW_PLOTS
 from playground.whatif import branches
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it r
 # Slides view: the chart shown large (its plot's element id) and the rest folded away
 SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
                 "strategy view": "pg-view-0"}
-# hidden in the slides view whichever chart is chosen: the strategy's further views
-SLIDE_HIDDEN = ["pg-view-1", "pg-view-2", "pg-view-3", "pg-view-html"]
+# hidden in the slides view whichever chart is chosen: the strategy's further views, as many as the page has
+SLIDE_HIDDEN = [f"pg-view-{i}" for i in range(1, VIEW_PLOTS)] + ["pg-view-html"]
 SLIDES_JS = """(on, chart) => {
   const ids = %s, always = %s;
   document.body.classList.toggle('pg-slides', !!on);
