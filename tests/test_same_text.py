@@ -6,7 +6,6 @@ import io
 
 import pytest
 
-from playground import engine
 from playground.tools import same_text
 
 
@@ -23,7 +22,7 @@ def test_the_toy_sweep_finds_every_draft_writing_greedys_text(capsys):
 
 
 def test_a_text_that_parts_is_counted_and_printed(store, monkeypatch):
-    real = engine.run
+    real = same_text.run
 
     def run(store_, req, *a, **k):
         trace = real(store_, req, *a, **k)
@@ -31,7 +30,7 @@ def test_a_text_that_parts_is_counted_and_printed(store, monkeypatch):
             trace.tokens[3] = dataclasses.replace(trace.tokens[3], id=trace.tokens[3].id + 1)
         return trace
 
-    monkeypatch.setattr(engine, "run", run)
+    monkeypatch.setattr(same_text, "run", run)
     out = io.StringIO()
     got = same_text.sweep(store, "toy", "float32", ["1 2"], 6, ["early_exit", "prompt_lookup"], out)
     assert got == {"early_exit": 0, "prompt_lookup": 1}

@@ -19,6 +19,10 @@ import time
 
 import torch
 
+from playground.engine import Request, run
+from playground.models import ModelStore
+from playground.models.cpu import torch_capability
+
 PROMPTS = ["Explain in one sentence why the sky is blue.", "Name three colours of the rainbow.",
            "Write a haiku about autumn.", "What is the capital of France?", "List five fruits.",
            "Tell me a short story about a dragon.", "How do plants make food?", "Give two tips for learning to code.",
@@ -39,7 +43,6 @@ def parted_at(a: list[int], b: list[int]) -> int:
 def sweep(store, model: str, weights: str, prompts: list[str], tokens: int, drafts: list[str],
           out=sys.stdout) -> dict[str, int]:
     """Differing texts per draft for one weights type; each difference is printed as it is found."""
-    from playground.engine import Request, run
     differing = {d: 0 for d in drafts}
     for prompt in prompts:
         greedy = run(store, Request(model, "greedy", prompt, max_new_tokens=tokens, dtype=weights)).token_ids
@@ -63,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafts", default="", help="comma-separated (default: early_exit, prompt_lookup, and eagle "
                                                  "where the model has a head; toy-small for toy)")
     args = ap.parse_args(argv)
-    from playground.models import ModelStore
-    from playground.models.cpu import torch_capability
     torch.set_num_threads(1)
     toy = args.model.startswith("toy")
     if args.drafts:
