@@ -36,3 +36,31 @@ def test_the_final_frame_shows_the_strategy_views_of_the_step_it_selects(store):
     assert streamed, "refresh_seconds=0 redraws while streaming"
     for f in streamed:
         assert f"Contrastive step {f.step}: expert vs amateur" in [v.title for v in f.views]
+
+
+FAMILY_RUNS = [("greedy", {}), ("sampling", {"temperature": 1.2}), ("beam", {"num_beams": 3}),
+               ("sample_beam", {"num_beams": 2, "num_prefixes": 2}), ("stochastic_beam", {"num_beams": 3}),
+               ("speculative", {"draft": "toy-small"}), ("speculative", {"draft": "early_exit"}),
+               ("speculative", {"draft": "prompt_lookup"}), ("contrastive", {"amateur": "toy-small"})]
+
+
+def test_no_strategy_draws_more_views_than_the_page_has_slots(store):
+    """The page has VIEW_PLOTS figure slots under the text: a family that drew more would lose one."""
+    from playground.ui.side import VIEW_PLOTS
+    for strategy, params in FAMILY_RUNS:
+        d = run(store, Request("toy", strategy, "1 2", params, seed=2, max_new_tokens=6)).to_dict()
+        drawn = [v.title for v in strategy_views(d, step=1) if v.figure is not None]
+        assert 0 < len(drawn) <= VIEW_PLOTS, (strategy, params, drawn)
+
+
+def test_views_past_the_slots_are_named_not_dropped(store):
+    from playground.ui.side import view_updates
+    d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}, seed=2, max_new_tokens=6)).to_dict()
+    views = [v for v in strategy_views(d, step=1) if v.figure is not None]
+    assert len(views) >= 3
+    out = view_updates(views, "light", plots=2)
+    assert [u["visible"] for u in out[:2]] == [True, True]
+    note = out[2]["value"]
+    left_out = views[2:]
+    assert f"{len(left_out)} more view" in note and all(v.title.split(":")[0] in note for v in left_out)
+    assert "more view" not in view_updates(views, "light", plots=len(views))[-1].get("value", "")

@@ -101,8 +101,12 @@ def view_updates(views: list[View] | None, theme: str, plots: int = VIEW_PLOTS) 
     """Fill ``plots`` figure slots and one HTML slot from what the trace carries; hide the unused ones."""
     if views is None:
         return [gr.skip()] * (plots + 1)
-    figs = [v for v in views if v.figure is not None][:plots]
+    drawn = [v for v in views if v.figure is not None]
+    figs, left_out = drawn[:plots], drawn[plots:]
     html_parts = [f'<div class="pg-view"><h3>{escape(v.title)}</h3>{v.html}</div>' for v in views if v.html]
+    if left_out:  # never a silent drop: the views past the page's slots are named
+        html_parts.append(f'<p>{len(left_out)} more view{"s" if len(left_out) > 1 else ""} of this '
+                          f'run than this panel shows: {escape("; ".join(v.title for v in left_out))}</p>')
     out: list[Any] = [gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True) for v in figs]
     out += [gr.update(visible=False)] * (plots - len(figs))
     out.append(gr.update(value="".join(html_parts), visible=bool(html_parts)))
