@@ -8,7 +8,7 @@ from typing import Any
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
 from playground.cli.grammar_flags import add_grammar_flags
-from playground.models.dtypes import DTYPES
+from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from strategies.params import field_kind, range_text
 from strategies.registry import get_strategy
 
@@ -30,7 +30,7 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop decoding after this many seconds, keeping the trace so far (default: no limit)")
     p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default="auto",
+    p.add_argument("--dtype", default=DEFAULT_DTYPE,
                    help=f"weights: {', '.join(DTYPES)} (int4: the GGUF file's own blocks through the int4 "
                         "kernel, SmolLM2 and Gemma 3 on the CPU; auto: int4 on AVX2 and AVX-512 kernels, else "
                         "bfloat16 on CPUs with native bfloat16, else float32, each only where it passes its check "

@@ -9,6 +9,7 @@ import gradio as gr
 
 from playground.engine import READING_REASON, Request
 from playground.errors import InvalidRequest
+from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import LOG, MODEL_EVENT, handler
@@ -30,7 +31,7 @@ def layout(page: Page) -> None:
                    gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
                    gr.Number(share.DEFAULT_MAX_NEW_TOKENS, label="max_new_tokens", precision=0),
                    gr.Textbox("", label="system"), gr.Textbox("auto", label="chat"),
-                   gr.Textbox("auto", label="dtype"), gr.Textbox("", label="grammar")]
+                   gr.Textbox(DEFAULT_DTYPE, label="dtype"), gr.Textbox("", label="grammar")]
     page.api_out = [gr.Textbox(label="text"), gr.Textbox(label="trace_json")]
     page.api_trigger = gr.Button(visible=False)
 
@@ -46,7 +47,7 @@ list_strategies.__signature__ = inspect.Signature([], return_annotation=str)  # 
 
 
 def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str, params_json: str, seed: Any,
-                        max_new_tokens: Any, system: str, chat: str, dtype: str = "auto", grammar: str = ""
+                        max_new_tokens: Any, system: str, chat: str, dtype: str = DEFAULT_DTYPE, grammar: str = ""
                         ) -> Iterator[tuple[str, str]]:
     """The /generate endpoint: (text so far, "") after every token, then (text, trace JSON).
     ``grammar``: "" (none) or a JSON object ``{"kind": json|regex|choices|lark, "text": ...}``."""
@@ -60,7 +61,7 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
     if chat_flag is None and str(chat).strip().lower() not in ("auto", ""):
         raise InvalidRequest(f"chat must be one of auto, true, false, got {chat!r}")
     req = Request(model=model, strategy=strategy, prompt=prompt, params=params, seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or "auto",
+                  max_new_tokens=max_new_tokens, system=system or "", chat=chat_flag, dtype=dtype or DEFAULT_DTYPE,
                   grammar=grammar_of(grammar))
     trace = None
     for trace in decoder(req, None):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import gradio as gr
 
 from playground.engine import MAX_SEED
+from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import share
 from playground.ui.controls import NO_GRAMMAR, grammar_placeholder, strategy_summary
 from playground.ui.events import is_chat_model
@@ -100,7 +101,7 @@ class Page:
                     max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
                     compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-4]),
                     forced=forced or "", grammar_kind=grammar_kind or NO_GRAMMAR, grammar_text=grammar_text or "",
-                    dtype=dtype or share.DEFAULT_DTYPE)
+                    dtype=dtype or DEFAULT_DTYPE)
 
     @property
     def restore_outputs(self) -> list[Any]:
@@ -134,7 +135,7 @@ class Page:
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
-                branch: str = "", dtype: str = share.DEFAULT_DTYPE) -> str:
+                branch: str = "", dtype: str = DEFAULT_DTYPE) -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
     ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run).
     Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
@@ -143,7 +144,7 @@ def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool,
                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
                        params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
                        forced=(forced or "").strip(), branch=(branch or "") if forced else "", grammar_kind=kind,
-                       grammar_text=(grammar_text or "") if kind else "", dtype=dtype or share.DEFAULT_DTYPE)
+                       grammar_text=(grammar_text or "") if kind else "", dtype=dtype or DEFAULT_DTYPE)
     return share.encode(cfg)
 
 

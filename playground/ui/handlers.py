@@ -29,6 +29,7 @@ from playground.engine import READING_REASON, Request
 from playground.engine import stream as engine_stream
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, on_space, spec_for
+from playground.models.dtypes import DEFAULT_DTYPE
 from playground.models.fast.check import describe_record
 from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
@@ -187,7 +188,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
              seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
              chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
              final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
-             dtype: str = "auto", forced: dict[int, int | str] | None = None,
+             dtype: str = DEFAULT_DTYPE, forced: dict[int, int | str] | None = None,
              grammar: dict[str, str] | None = None, text_seconds: float = TEXT_SECONDS) -> Iterator[Frame]:
     """Stream one run as Frames: the text at most every ``text_seconds`` (tokens decoded faster than
     that go out together), charts every ``refresh_seconds``, and everything at the end.
@@ -284,7 +285,7 @@ def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_
             strategy_b: str, params_b: dict[str, Any], seed: int = 0,
             max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
             progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-            decoder: Decoder | None = None, dtype: str = "auto", grammar: dict[str, str] | None = None
+            decoder: Decoder | None = None, dtype: str = DEFAULT_DTYPE, grammar: dict[str, str] | None = None
             ) -> Iterator[tuple[Frame | None, Frame | None]]:
     """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
     side by side. Both end on step 0, where the two saw the same context. Errors name the side.

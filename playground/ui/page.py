@@ -24,7 +24,7 @@ import gradio as gr
 from playground import ASSETS
 from playground.engine import MAX_SEED
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
-from playground.models.dtypes import DTYPES
+from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.ui import api, compare, explore, share, whatif
 from playground.ui.components import Page, share_query
 from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE, NO_GRAMMAR, build_panel,
@@ -128,7 +128,7 @@ def _top(page: Page) -> None:
         page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
                                  elem_id="pg-model", min_width=220,
                                  info="Offline models always; any Hugging Face hub id where the network allows.")
-        page.dtype = gr.Dropdown(list(DTYPES), value="auto", label="Weights", elem_id="pg-dtype", min_width=160,
+        page.dtype = gr.Dropdown(list(DTYPES), value=DEFAULT_DTYPE, label="Weights", elem_id="pg-dtype", min_width=160,
                                  info="auto: the model's own GGUF blocks (int4) on AVX2 and AVX-512 CPUs, else "
                                       "bfloat16 where the CPU has it natively, else float32; each only where it "
                                       "passes its check against float32 (hover the model in the status line).")

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode
 from strategies.forcing import parse_path
 from playground.engine import MAX_PROMPT_CHARS
 from playground.errors import InvalidRequest
-from playground.models.dtypes import DTYPES
+from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, GrammarSpec
@@ -36,7 +36,6 @@ DEFAULT_STRATEGY = "sampling"
 DEFAULT_COMPARE = "greedy"
 DEFAULT_MAX_NEW_TOKENS = 48
 DEFAULT_PROMPT = "Explain in one sentence why the sky is blue."
-DEFAULT_DTYPE = "auto"
 MAX_LINK_CHARS = 60_000  # a link's query: browsers and the page's server open addresses up to about 64 kB
 
 
