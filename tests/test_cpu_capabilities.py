@@ -24,11 +24,12 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py",
-         "tests/test_one_pass.py"]
+         "tests/test_one_pass.py", "tests/test_batch_invariance.py"]
 # What runs per capability (pytest -k): the fewest tests that still run every kernel shape the fast
 # paths use, one test per shape. int4: the packed layout, the kernel's weights, the self-check on its
 # probe, one pass against steps bit for bit (SmolLM2 and Gemma), batched rows against single rows, a
-# draft tree's 4D mask, cached steps, crops and reorders, one greedy speculative run against greedy;
+# draft tree's 4D mask, cached steps, crops and reorders, one greedy speculative run against greedy,
+# every beam candidate of a 4-row batch against a one-row pass over its path;
 # bfloat16: the same, plus parity with transformers and hidden states for early exit; Gemma: its
 # blocks against transformers and a tree pass. Left to the suite's own run: what is logic rather than
 # a kernel (the self-check's refusals, the auto order, the cache growing past its block, reading the
@@ -41,7 +42,8 @@ KERNEL_SHAPES = ("packed_plane or stack or kernel_multiplies or fast_paths_pass 
                  "or batched_rows or tree_pass or cached_steps_crops or logits_close or dense_product "
                  "or stepwise_attention or one_pass_equals_transformers or crop_and_verify or reorder_grows "
                  "or hidden_states or one_pass_and_steps_equal "
-                 "or (speculative_equals_greedy_on_the_lean_path and early_exit and int4)")
+                 "or (speculative_equals_greedy_on_the_lean_path and early_exit and int4) "
+                 "or (scores_as_its_path_alone and int4)")
 SELECT = {"default": ("packed_plane or stack or rows_are_matched or kernel_multiplies "
                       "or (fast_paths_pass and bfloat16)"),
           "avx2": KERNEL_SHAPES, "avx512": KERNEL_SHAPES}
