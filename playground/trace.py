@@ -59,6 +59,9 @@ class Stage:
     decision: what the stage decided on the distribution it received (the previous stage's
         ``probs``), JSON-ready; its fields per stage are listed in strategies/transforms.py.
         Absent for "raw" and for stages that record none.
+    truncates: the stage is one that removes tokens (its registration says so: strategies/stages.py),
+        whether or not it removed any at this step; written only when true. Charts and warnings read
+        it here.
     """
 
     name: str
@@ -66,12 +69,15 @@ class Stage:
     kept: list[bool]
     kept_count: int
     decision: dict[str, Any] = field(default_factory=dict)
+    truncates: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "probs": [rnd(p) for p in self.probs], "kept": self.kept,
              "kept_count": self.kept_count}
         if self.decision:
             d["decision"] = self.decision
+        if self.truncates:
+            d["truncates"] = True
         return d
 
 

@@ -13,7 +13,7 @@ as the unforced run wrote them, and its step ``f + 1`` takes the draw the unforc
 The stages of the chain keep the rule: XTC's coin, drawn inside the chain before the token is
 chosen, is taken back at a forced step, and the stateful stages (mirostat's mu, adaptive-p's running
 average) do not learn from a forced token, since a prompt holding it would not have taught them
-(strategies.sampling.samplers.feed_back). With them on, forcing a prefix is still the run whose prompt
+(strategies.sampling.chain.accept_chosen). With them on, forcing a prefix is still the run whose prompt
 holds it.
 
 A forced step records ``forced: true``, ``strategy_choice`` (the id the strategy would have

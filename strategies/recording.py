@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
+from strategies.stages import truncates
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -76,7 +77,7 @@ def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: l
         for name, logits, decision in zip(names, stages, made):
             alive = torch.isfinite(logits)
             recorded.append(Stage(name, logits.float().softmax(-1)[idx].tolist(), alive[idx].tolist(),
-                                  int(alive.sum()), decision_record(decision, ids, idx)))
+                                  int(alive.sum()), decision_record(decision, ids, idx), truncates(name)))
     final_ent, raw_ent = entropy_of(final_logp, final_probs), entropy_of(raw_logp, raw_probs)
     # per step, for the entropy map: the spread of the surprisal, and how many tokens the chain left
     extra = {"varentropy": rnd(float(varentropy_of(final_logp, final_probs, final_ent))),

@@ -45,9 +45,8 @@ from strategies.recording import make_step
 from strategies.sampling.grammar import masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.sampling.transforms import TransformBase
+from strategies.stages import STAGES
 
-TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
-               "no_repeat_ngram", "word_bias", "top_h", "p_less", "grammar")
 TOL = 1e-5  # the trace keeps 6 significant digits
 
 
@@ -143,7 +142,7 @@ def check(case: Case, basis: str = "chain") -> None:
 
     # bars: by default the distribution that entered the first truncation; or the model's own, or the
     # final one; coloured by the decoder's final flag
-    first_cut = next((k for k, n in enumerate(names, start=1) if n in TRUNCATIONS), None)
+    first_cut = next((k for k, n in enumerate(names, start=1) if STAGES[n].truncates), None)
     chain_index = 0 if not names else (first_cut - 1 if first_cut else len(names))
     bar_dist = probs[{"model": 0, "final": len(names)}.get(basis, chain_index)]
     for tok, bar in bars.items():
@@ -155,7 +154,7 @@ def check(case: Case, basis: str = "chain") -> None:
         entering, kept_in, kept_out = probs[k - 1], alive[k - 1], alive[k]
         assert rec["kept"] == kept_out[ids].tolist() and rec["kept_count"] == int(kept_out.sum())
         assert s["stages"][k - 1]["probs"] == pytest.approx(entering[ids].tolist(), abs=TOL)
-        if name in TRUNCATIONS:
+        if STAGES[name].truncates:  # every registered truncation has its check in CHECKS
             points = _received(fd, name, bars, entering, kept_in, kept_out)
             if name == "top_nsigma":  # read from the logits: float32 probabilities underflow to 0
                 _check_top_nsigma(rec, fd, points, entering, logits[k - 1], kept_in, kept_out, case)

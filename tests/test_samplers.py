@@ -13,9 +13,9 @@ from transformers.generation.logits_process import (
 
 from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import DynamicTemperature, Mirostat
-from strategies.sampling.chain import Multinomial, record_chain
+from strategies.sampling.chain import Multinomial, accept_chosen, record_chain
 from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
-from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain, feed_back
+from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
 from word_lm import WordLM
 
@@ -209,7 +209,7 @@ def test_mirostat_table():
     record = record_chain([m], logits, NO_CONTEXT)
     assert torch.isfinite(record.logits[-1])[0].tolist() == [True, True, False, False]
     assert float(record.decisions[0]["mu"][0]) == 2.0 and float(record.decisions[0]["threshold"][0]) == 0.25
-    feed_back([m], record, torch.tensor([1]))  # token 1 at 1/3 on the truncated distribution
+    accept_chosen([m], record, torch.tensor([1]), forced=False)  # token 1 at 1/3 on the truncated distribution
     surprise = math.log2(3)
     assert float(record.decisions[0]["surprise"][0]) == pytest.approx(surprise)
     mu = 2.0 - 0.1 * (surprise - 1.0)
@@ -232,7 +232,7 @@ def test_mirostat_samples_its_truncated_distribution_and_mu_settles():
     for _ in range(3000):
         record = record_chain([m], logits, NO_CONTEXT)
         chosen, _ = selector.select(record.logits[-1])
-        feed_back([m], record, chosen)
+        accept_chosen([m], record, chosen, forced=False)
         counts[chosen] += 1
         expected += record.logits[-1].softmax(-1)[0]
         surprises.append(float(record.decisions[0]["surprise"][0]))

@@ -12,9 +12,11 @@ from transformers.generation.logits_process import TopHLogitsWarper
 from playground.charts import samplers as charts_samplers
 from playground.engine import Request, run
 from strategies.sampling.adaptive import AdaptiveP
-from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain, feed_back
-from strategies.sampling.chain import record_chain
+from strategies.sampling.transforms import Outcome
+from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain
+from strategies.sampling.chain import accept_chosen, record_chain
 from strategies.sampling.truncations import PLess, TopH
+from strategies.stages import STAGES
 
 CONTEXT = torch.zeros(1, 1, dtype=torch.long)
 
@@ -98,14 +100,14 @@ def test_adaptive_p_hand_table():
     assert out[0].tolist() == pytest.approx([5.0, 2.0 + 1 / 3, 0.0], abs=1e-5)
     assert float(d["average"]) == pytest.approx(0.5) and float(d["adapted"]) == pytest.approx(0.5)
     # the token of p 0.5 chosen: S = 0.5 + 0.9 x 5 = 5, W = 1 + 0.9 x 10 = 10: average 0.5
-    stage.feed_back(out, torch.tensor([0]), d)
-    assert float(d["average_after"]) == pytest.approx(0.5) and float(d["chosen_prob"]) == pytest.approx(0.5)
+    learned = stage.accept(Outcome(torch.tensor([[0.5, 0.3, 0.2]]).log(), out, d, torch.tensor([0]), False))
+    assert float(learned["average_after"]) == pytest.approx(0.5) and float(learned["chosen_prob"]) == pytest.approx(0.5)
     # target 0.2 after a pick of p 0.9: S = 0.9 + 0.5 x 0.4, W = 1 + 0.5 x 2: average 0.55, aims at 0
     stage = AdaptiveP(0.2, 0.5)
     logits = torch.tensor([[0.9, 0.05, 0.05]]).log()
     out, d = stage.decide(logits, CONTEXT)
-    stage.feed_back(out, torch.tensor([0]), d)
-    assert float(d["average_after"]) == pytest.approx(1.1 / 2.0)
+    learned = stage.accept(Outcome(logits, out, d, torch.tensor([0]), False))
+    assert float(learned["average_after"]) == pytest.approx(1.1 / 2.0)
     out, d = stage.decide(logits, CONTEXT)
     assert float(d["adapted"]) == 0.0
     assert out[0].tolist() == pytest.approx([shaped(0.9, 0.0), shaped(0.05, 0.0), shaped(0.05, 0.0)], abs=1e-5)
@@ -164,14 +166,14 @@ def test_new_stages_drop_out_at_their_noop_values_and_presets_place_them():
     assert hf.index("top_h") < hf.index("top_k") and hf.index("top_h") > hf.index("temperature")
 
 
-def test_feed_back_moves_adaptive_p_once_per_step():
+def test_accept_moves_adaptive_p_once_per_step():
     p = SamplerParams(adaptive_p_target=0.4, adaptive_p_decay=0.5)
     g = torch.Generator().manual_seed(0)
     [stage] = build_sampler_chain(p, g)
     logits = torch.tensor([[2.0, 1.0, 0.0]])
     record = record_chain([stage], logits, CONTEXT)
     torch.rand(1, generator=g)  # a free step's selector draws
-    feed_back([stage], record, torch.tensor([1]))
+    accept_chosen([stage], record, torch.tensor([1]), forced=False)
     d = record.decisions[0]
     p1 = float(logits.softmax(-1)[0, 1])
     assert float(d["average_after"]) == pytest.approx((p1 + 0.5 * 0.8) / (1 + 0.5 * 2))
@@ -256,5 +258,5 @@ def test_varentropy_is_the_variance_of_the_surprisal():
                                torch.tensor([math.log(4)]))) == pytest.approx(0.0, abs=1e-7)
 
 
-def test_the_warnings_know_every_stage_that_cuts():
-    assert {n for n, m in figures.STAGE_MARKS.items() if m.truncates} <= set(stage_warnings.TRUNCATIONS)
+def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
+    assert sorted(set(STAGES) - set(figures.STAGE_MARKS) - set(figures.STAGE_SUMMARIES)) == []

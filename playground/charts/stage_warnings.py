@@ -1,6 +1,6 @@
 """Warnings when the chain's stages fight, each read from the steps' recorded stages (their
-``kept_count``, the tokens alive after them) and decisions; the order is never changed, only
-described, and a warning names only the steps where what it says happened:
+``kept_count``, the tokens alive after them, whether the stage ``truncates``) and decisions; the order
+is never changed, only described, and a warning names only the steps where what it says happened:
 
 - a truncation that received one token and kept it, because an earlier stage had left only that
   one (its setting cannot matter there);
@@ -21,10 +21,6 @@ from playground.charts.common import View, escape
 
 BEFORE_NSIGMA = ("min_p", "top_p")
 XTC_NEVER_ACTS_ABOVE = 0.5  # two probabilities above one half would sum past 1
-# the stages that cut tokens: those whose mark in figures.STAGE_MARKS truncates (a test holds them so;
-# figures draws these warnings under the chain, so this module cannot import it)
-TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
-               "no_repeat_ngram", "word_bias", "top_h", "p_less", "grammar")
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,7 @@ def _no_ops(steps: list[dict[str, Any]]) -> list[StageWarning]:
         stages = _stages(s)
         for k in range(1, len(stages)):
             name = stages[k]["name"]
-            if name not in TRUNCATIONS:
+            if not stages[k].get("truncates"):
                 continue
             ran[name] = ran.get(name, 0) + 1
             if stages[k - 1]["kept_count"] == 1 == stages[k]["kept_count"]:

@@ -32,7 +32,7 @@ from strategies.beam.beam import (BeamParams, BeamSearch, BeamStart, StepRecord,
                                   end_reason, finished_records, publish)
 from strategies.beam.tree import BeamTree
 from strategies.sampling.chain import ChainParams, build_chain, record_chain
-from strategies.sampling.transforms import Transform
+from strategies.sampling.transforms import TransformBase
 from strategies.context import DecodeContext
 from strategies.params import param
 from strategies.recording import finish, make_step
@@ -85,7 +85,7 @@ class Prefix:
 
 
 @torch.inference_mode()
-def sample_prefixes(ctx: DecodeContext, chain: list[Transform], length: int, count: int,
+def sample_prefixes(ctx: DecodeContext, chain: list[TransformBase], length: int, count: int,
                     search: BeamSearch) -> list[Prefix]:
     """Draw up to ``count`` distinct prefixes of ``length`` tokens (fewer where an EOS ends one), as a
     stochastic beam of ``count`` rows over the chain's distribution; largest perturbed score first."""

@@ -5,16 +5,16 @@ Decisions (per row unless a plain number):
 - dynamic_temperature: ``min``, ``max``, ``exponent``; ``entropy`` (nats), ``normalized`` (entropy /
   log of the number of tokens still alive) and ``t``: the temperature it divided by;
 - mirostat: ``tau``, ``eta``; ``mu`` (the surprise cap in bits it truncated at) and ``threshold`` =
-  2^-mu (the probability at that surprise); after the token is chosen, ``feed_back`` adds
+  2^-mu (the probability at that surprise); after the token is chosen, ``accept`` adds
   ``surprise`` (bits, of the chosen token on mirostat's own output) and ``mu_after``;
 - adaptive_p: ``target``, ``decay``; ``average`` (the running average of the chosen tokens'
   probabilities before this step) and ``adapted`` = clamp(2 target - average, 0, 1), the probability
-  it favoured; after the token is chosen, ``feed_back`` adds ``chosen_prob`` (the chosen token's
+  it favoured; after the token is chosen, ``accept`` adds ``chosen_prob`` (the chosen token's
   probability on the distribution adaptive-p received) and ``average_after``.
 
 The stateful stages (mirostat, adaptive-p) learn from the tokens the selector drew, not from forced
 ones: a forced token (strategies/forcing.py) is what a prompt holding it would be, and a prompt
-teaches them nothing. So at a forced step ``hold`` records what the step was and keeps the state:
+teaches them nothing. So at a forced step ``accept`` records what the step was and keeps the state:
 forcing steps 0 .. f gives, from step f + 1 on, the run whose prompt holds those tokens.
 """
 from __future__ import annotations
@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, TransformBase, divide_by_temperature
+from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase, divide_by_temperature
+from strategies.stages import stage
 
 
+@stage("dynamic_temperature", params={"t_min": "dynatemp_min", "t_max": "dynatemp_max", "exponent": "dynatemp_exponent"},
+       truncates=False)
 @dataclass(frozen=True)
 class DynamicTemperature(TransformBase):
     """Entropy-scaled temperature, as llama.cpp documents its dynatemp: with H the entropy of the
@@ -37,7 +40,6 @@ class DynamicTemperature(TransformBase):
     t_min: float
     t_max: float
     exponent: float
-    name = "dynamic_temperature"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         logp = logits.float().log_softmax(dim=-1)
@@ -51,6 +53,7 @@ class DynamicTemperature(TransformBase):
         return divide_by_temperature(logits, t.to(logits.dtype)[..., None]), decision
 
 
+@stage("mirostat", params={"tau": "mirostat_tau", "eta": "mirostat_eta"}, truncates=True)
 @dataclass
 class Mirostat(TransformBase):
     """Mirostat 2.0 (Basu et al. 2021, "Mirostat: A Neural Text Decoding Algorithm that Directly
@@ -59,50 +62,44 @@ class Mirostat(TransformBase):
     tau: mu <- mu - eta x (S(X) - tau), with S(X) = -log2 of X's probability on the truncated,
     renormalised distribution (llama.cpp documents the same update). mu starts at 2 tau.
 
-    Stateful: one object per decoding run, its ``mu`` ([batch], bits) advanced by ``feed_back``. A
-    forced token does not move mu (``hold``): a prompt holding it would not have taught mu either.
-    ``generator`` (the request's, optional) lets ``samplers.feed_back`` tell a forced step; ``seen``
-    is its state when this stage ran.
+    Stateful: one object per decoding run, its ``mu`` ([batch], bits; 2 tau until the first token)
+    advanced by ``accept``. A forced token does not move mu: a prompt holding it would not have taught
+    mu either.
     """
 
     tau: float
     eta: float
-    generator: torch.Generator | None = None
     mu: torch.Tensor | None = field(default=None)
-    seen: torch.Tensor | None = field(default=None, repr=False)
-    name = "mirostat"
+
+    def _mu(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.mu is not None:
+            return self.mu
+        # float32: a device without float64 (Apple's MPS) runs it too
+        return torch.full(logits.shape[:-1], 2.0 * self.tau, dtype=torch.float32, device=logits.device)
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
-        if self.mu is None:
-            # float32: a device without float64 (Apple's MPS) runs it too
-            self.mu = torch.full(logits.shape[:-1], 2.0 * self.tau, dtype=torch.float32, device=logits.device)
-        if self.generator is not None:
-            self.seen = self.generator.get_state()
+        mu = self._mu(logits)
         probs = logits.softmax(dim=-1)
-        threshold = torch.exp2(-self.mu).to(probs.dtype)
+        threshold = torch.exp2(-mu).to(probs.dtype)
         remove = (probs < threshold[..., None]) & (logits < logits.amax(dim=-1, keepdim=True))
-        decision = {"tau": self.tau, "eta": self.eta, "mu": self.mu.clone(), "threshold": threshold}
+        decision = {"tau": self.tau, "eta": self.eta, "mu": mu.clone(), "threshold": threshold}
         return logits.masked_fill(remove, NEG_INF), decision
 
-    def _surprise(self, out: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-        return -out.float().log_softmax(dim=-1).gather(-1, chosen.view(-1, 1))[..., 0] / math.log(2.0)
-
-    def feed_back(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
-        """``out``: the logits this stage returned [batch, vocab]; ``chosen``: [batch] ids drawn."""
-        surprise = self._surprise(out, chosen)
-        self.mu = decision["mu"] - self.eta * (surprise - self.tau)
-        decision["surprise"] = surprise
-        decision["mu_after"] = self.mu.clone()
-
-    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
-        """A forced token: its surprise is recorded, mu stays."""
-        decision["surprise"] = self._surprise(out, chosen)
-        decision["mu_after"] = self.mu.clone()
+    def accept(self, outcome: Outcome) -> Decision:
+        """The chosen token's surprise (bits, on mirostat's own output) and mu after it: moved by a
+        drawn token, kept by a forced one."""
+        surprise = -outcome.out.float().log_softmax(dim=-1).gather(-1, outcome.chosen.view(-1, 1))[..., 0] \
+            / math.log(2.0)
+        mu = outcome.decision["mu"]
+        if not outcome.forced:
+            self.mu = mu - self.eta * (surprise - self.tau)
+        return {"surprise": surprise, "mu_after": (mu if outcome.forced else self.mu).clone()}
 
 
 ADAPTIVE_P_WIDTH, ADAPTIVE_P_PEAK, ADAPTIVE_P_SHARPNESS = 0.3, 5.0, 10.0  # llama.cpp's fixed shape
 
 
+@stage("adaptive_p", params={"target": "adaptive_p_target", "decay": "adaptive_p_decay"}, truncates=False)
 @dataclass
 class AdaptiveP(TransformBase):
     """Adaptive-p (llama.cpp PR #17927, from MrJackSpade's adaptive-p; koboldcpp ships it too):
@@ -119,43 +116,39 @@ class AdaptiveP(TransformBase):
     llama.cpp's adaptive-p samples the token itself and must run last; here, as mirostat is fitted,
     the stage returns the reshaped logits and the chain's selector draws from them: the same
     distribution, and the chosen token fed back the same way. Its place in both presets is last.
-    A forced token does not move the average (``hold``), as llama.cpp's accept ignores a token it did
-    not select.
+    A forced token does not move the average, as llama.cpp's accept ignores a token it did not select.
     """
 
     target: float
     decay: float
-    generator: torch.Generator | None = None
     weighted_sum: torch.Tensor | None = field(default=None)
     total_weight: torch.Tensor | None = field(default=None)
-    seen: torch.Tensor | None = field(default=None, repr=False)
-    probs: torch.Tensor | None = field(default=None, repr=False)
-    name = "adaptive_p"
+
+    def _state(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, W): the running sums, or where they start before the first token."""
+        if self.weighted_sum is not None and self.total_weight is not None:
+            return self.weighted_sum, self.total_weight
+        shape = logits.shape[:-1]
+        return (torch.full(shape, self.target / (1.0 - self.decay), device=logits.device),
+                torch.full(shape, 1.0 / (1.0 - self.decay), device=logits.device))
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
-        if self.weighted_sum is None:
-            shape = logits.shape[:-1]
-            self.weighted_sum = torch.full(shape, self.target / (1.0 - self.decay), device=logits.device)
-            self.total_weight = torch.full(shape, 1.0 / (1.0 - self.decay), device=logits.device)
-        if self.generator is not None:
-            self.seen = self.generator.get_state()
-        self.probs = logits.float().softmax(dim=-1)
-        average = self.weighted_sum / self.total_weight
+        weighted_sum, total_weight = self._state(logits)
+        probs = logits.float().softmax(dim=-1)
+        average = weighted_sum / total_weight
         adapted = (2.0 * self.target - average).clamp(0.0, 1.0)
-        d = (self.probs - adapted[..., None]).abs() / ADAPTIVE_P_WIDTH
+        d = (probs - adapted[..., None]).abs() / ADAPTIVE_P_WIDTH
         shaped = ADAPTIVE_P_PEAK - ADAPTIVE_P_SHARPNESS * d * d / (1.0 + d)
         out = torch.where(torch.isfinite(logits), shaped.to(logits.dtype), logits)
         decision = {"target": self.target, "decay": self.decay, "average": average, "adapted": adapted}
         return out, decision
 
-    def feed_back(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
-        p = self.probs.gather(-1, chosen.view(-1, 1))[..., 0]
-        self.weighted_sum = p + self.decay * self.weighted_sum
-        self.total_weight = 1.0 + self.decay * self.total_weight
-        decision["chosen_prob"] = p
-        decision["average_after"] = self.weighted_sum / self.total_weight
-
-    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
-        """A forced token: its probability is recorded, the average stays."""
-        decision["chosen_prob"] = self.probs.gather(-1, chosen.view(-1, 1))[..., 0]
-        decision["average_after"] = self.weighted_sum / self.total_weight
+    def accept(self, outcome: Outcome) -> Decision:
+        """The chosen token's probability on the distribution adaptive-p received, and the average after
+        it: moved by a drawn token, kept by a forced one."""
+        weighted_sum, total_weight = self._state(outcome.received)
+        p = outcome.received.float().softmax(dim=-1).gather(-1, outcome.chosen.view(-1, 1))[..., 0]
+        if not outcome.forced:
+            weighted_sum, total_weight = p + self.decay * weighted_sum, 1.0 + self.decay * total_weight
+            self.weighted_sum, self.total_weight = weighted_sum, total_weight
+        return {"chosen_prob": p, "average_after": weighted_sum / total_weight}

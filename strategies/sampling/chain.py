@@ -19,7 +19,8 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.params import Params, param
-from strategies.sampling.transforms import Decision, MinP, RepetitionPenalty, Temperature, TopK, TopP, Transform
+from strategies.sampling.transforms import Decision, Outcome, TransformBase
+from strategies.stages import STAGES
 
 STAGE_NAMES = ("penalty", "temperature", "top_k", "top_p", "min_p")
 DEFAULT_ORDER = ",".join(STAGE_NAMES)
@@ -50,17 +51,11 @@ class ChainParams(Params):
         object.__setattr__(self, "order", ",".join(names))
 
 
-def build_chain(p: ChainParams) -> list[Transform]:
-    """The transforms of ``p`` in its order, no-ops left out."""
-    make = {
-        "penalty": lambda: RepetitionPenalty(p.repetition_penalty) if p.repetition_penalty != 1.0 else None,
-        "temperature": lambda: Temperature(p.temperature) if p.temperature != 1.0 else None,
-        "top_k": lambda: TopK(p.top_k) if p.top_k > 0 else None,
-        "top_p": lambda: TopP(p.top_p) if p.top_p < 1.0 else None,
-        "min_p": lambda: MinP(p.min_p) if p.min_p > 0.0 else None,
-    }
-    chain = [make[name]() for name in p.order.split(",") if name in make]
-    return [t for t in chain if t is not None]
+def build_chain(p: ChainParams) -> list[TransformBase]:
+    """The transforms of ``p`` in its order, no-ops left out (strategies/stages.py: a stage is on when
+    a parameter of it is away from its no-op value)."""
+    return [STAGES[name].build(p) for name in p.order.split(",")
+            if name in STAGE_NAMES and STAGES[name].is_on(p)]
 
 
 @dataclass
@@ -80,7 +75,7 @@ def _at(value: Any, r: int) -> Any:
     return value[r] if isinstance(value, torch.Tensor) else value
 
 
-def record_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> ChainRecord:
+def record_chain(chain: list[TransformBase], logits: torch.Tensor, context: torch.Tensor) -> ChainRecord:
     """Run the chain, keeping the logits after each stage and each stage's decision."""
     record = ChainRecord([logits], [])
     for t in chain:
@@ -90,15 +85,26 @@ def record_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Te
     return record
 
 
-def run_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> list[torch.Tensor]:
+def run_chain(chain: list[TransformBase], logits: torch.Tensor, context: torch.Tensor) -> list[torch.Tensor]:
     """Logits after each stage: ``[raw, after chain[0], ..., after chain[-1]]``."""
     return record_chain(chain, logits, context).logits
 
 
-def apply_chain(chain: list[Transform], logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+def apply_chain(chain: list[TransformBase], logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
     for t in chain:
         logits = t.apply(logits, context)
     return logits
+
+
+def accept_chosen(chain: list[TransformBase], record: ChainRecord, chosen: torch.Tensor, forced: bool) -> None:
+    """Tell every stage which tokens were chosen ([batch] ids) and whether they were forced; what a
+    stage learned (``accept``) joins its decision in ``record`` (a new dict: the decision it returned is
+    left as it was). A forced token teaches nothing: the stateful stages record the step and keep their
+    state (XTC takes its coin back), as if the token had been in the prompt."""
+    for i, t in enumerate(chain):
+        learned = t.accept(Outcome(record.logits[i], record.logits[i + 1], record.decisions[i], chosen, forced))
+        if learned:
+            record.decisions[i] = {**record.decisions[i], **learned}
 
 
 # --- selectors: the last link of every chain -------------------------------------------------

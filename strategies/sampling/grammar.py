@@ -56,7 +56,8 @@ import torch
 from playground.errors import InvalidRequest
 from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.grammar_refusals import refusal_text
-from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
+from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase
+from strategies.stages import stage
 
 GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
 MAX_GRAMMAR_CHARS = 20_000
@@ -289,15 +290,15 @@ def compile_grammar(spec: GrammarSpec, lm: Any) -> CompiledGrammar:
 # --- the stage ---------------------------------------------------------------------------------------
 
 
+@stage("grammar", truncates=True)
 class Grammar(TransformBase):
     """The grammar stage: one matcher per row of the batch (a beam hypothesis, a sample).
 
     ``advance(parents, tokens)`` moves the rows on: row ``j`` of the next step continues row
     ``parents[j]`` of this one with ``tokens[j]`` (copying a matcher when two rows share a parent,
-    as beams do when they fork). ``feed_back`` is ``advance`` with every row keeping its place.
+    as beams do when they fork). ``accept`` is ``advance`` with every row keeping its place, for a
+    forced token as for a drawn one (the text holds either).
     """
-
-    name = "grammar"
 
     def __init__(self, compiled: CompiledGrammar, rows: int = 1) -> None:
         self.compiled = compiled
@@ -324,8 +325,9 @@ class Grammar(TransformBase):
             raise RuntimeError(f"grammar has {allowed.shape[0]} rows for {logits.shape[0]} rows of logits")
         return masked(logits, allowed, [m.is_accepting() for m in self.matchers], eos)
 
-    def feed_back(self, logits: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
-        self.advance(list(range(len(self.matchers))), [int(t) for t in chosen.tolist()])
+    def accept(self, outcome: Outcome) -> Decision:
+        self.advance(list(range(len(self.matchers))), [int(t) for t in outcome.chosen.tolist()])
+        return {}
 
     def advance(self, parents: list[int], tokens: list[int]) -> None:
         """Row j of the next step: row ``parents[j]``'s text plus ``tokens[j]``. A token the grammar

@@ -16,13 +16,68 @@ A stage that would remove every token keeps the most probable one it received.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
+from playground.errors import InvalidRequest
 from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
+from strategies.stages import stage
+from strategies.untrusted_json import loads_untrusted
+
+DEFAULT_BREAKERS = '"\\n", ":", "\\"", "*"'
+BIAS_LIMIT = 100.0
+
+
+def parse_breakers(text: str) -> tuple[str, ...]:
+    """'"\\n", ":"' (comma-separated JSON strings) -> ('\\n', ':')."""
+    try:
+        items = loads_untrusted(f"[{text}]", "dry_sequence_breakers")
+    except json.JSONDecodeError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise InvalidRequest(f"dry_sequence_breakers must be comma-separated quoted strings like "
+                             f"{DEFAULT_BREAKERS}, got {text!r:.200}")
+    return tuple(items)
+
+
+def parse_word_bias(text: str) -> list[tuple[str, float]]:
+    """'Paris, London=-2.5, ocean=+3' -> [(word, bias)]; a word alone is banned (-inf)."""
+    out = []
+    for item in (s.strip() for s in text.split(",")):
+        if not item:
+            continue
+        word, eq, value = item.rpartition("=") if "=" in item else (item, "", "-inf")
+        word = word.strip()
+        try:
+            bias = float(value)
+        except ValueError:
+            bias = math.nan
+        if not word or not (bias == -math.inf or -BIAS_LIMIT <= bias <= BIAS_LIMIT):
+            raise InvalidRequest(f"word_bias entries must be word or word=bias with bias in "
+                                 f"[-{BIAS_LIMIT:g}, {BIAS_LIMIT:g}] or -inf, got {item!r}")
+        out.append((word, bias))
+    return out
+
+
+def word_sequences(lm: Any, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
+    """Each (word, bias) as token-id sequences: the word as written and with a leading space (how it
+    is written after another word); spellings with an unknown token are left out."""
+    out: dict[tuple[int, ...], float] = {}
+    unk = getattr(lm.tokenizer, "unk_token_id", None)
+    for word, bias in entries:
+        found = False
+        for text in (word, " " + word):
+            ids = tuple(int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if ids and unk not in ids:
+                out[ids] = bias
+                found = True
+        if not found:
+            raise InvalidRequest(f"word_bias: {word!r} cannot be written with {lm.key}'s vocabulary")
+    return tuple(out.items())
 
 
 def _spare_one(out: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -44,6 +99,8 @@ def dry_exponent_cap(base: float) -> int | None:
     return int(FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else None
 
 
+@stage("dry", params={"multiplier": "dry_multiplier", "base": "dry_base", "allowed_length": "dry_allowed_length",
+                     "breakers": "dry_sequence_breakers"}, truncates=False)
 @dataclass
 class DRY(TransformBase):
     """DRY, "don't repeat yourself" (p-e-w's sampler, as text-generation-webui and llama.cpp document
@@ -70,7 +127,14 @@ class DRY(TransformBase):
     piece: Callable[[int], str]
     _pieces: dict[int, str] = field(default_factory=dict, repr=False)
     _breaks: dict[int, bool] = field(default_factory=dict, repr=False)
-    name = "dry"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "DRY":
+        """The breakers come as the request writes them (quoted, comma-separated); ``lm.piece`` spells tokens."""
+        if lm is None:
+            raise InvalidRequest("dry needs the request's model")
+        return cls(**{**settings, "breakers": parse_breakers(settings["breakers"])}, piece=lm.piece)
 
     def _text(self, token_id: int) -> str:
         text = self._pieces.get(token_id)
@@ -158,6 +222,7 @@ class DRY(TransformBase):
         return out, decision
 
 
+@stage("no_repeat_ngram", params={"n": "no_repeat_ngram_size"}, truncates=True)
 @dataclass(frozen=True)
 class NoRepeatNGram(TransformBase):
     """Ban every token that would complete an n-gram already in the context (prompt included): the
@@ -165,7 +230,6 @@ class NoRepeatNGram(TransformBase):
     followed one is banned (Paulus et al. 2017 block repeated trigrams this way)."""
 
     n: int
-    name = "no_repeat_ngram"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         banned = torch.zeros_like(logits, dtype=torch.bool)
@@ -181,6 +245,7 @@ class NoRepeatNGram(TransformBase):
         return out, {"n": self.n, "ids": banned, "banned": banned.sum(-1)}
 
 
+@stage("word_bias", params={"sequences": "word_bias"}, truncates=True)
 @dataclass(frozen=True)
 class WordBias(TransformBase):
     """Add a bias to the logit of the token that would complete a word. ``sequences`` pairs the
@@ -189,7 +254,14 @@ class WordBias(TransformBase):
     Biases of several entries on one token add up."""
 
     sequences: tuple[tuple[tuple[int, ...], float], ...]
-    name = "word_bias"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "WordBias":
+        """The request writes words ('word=bias, ...'); ``lm``'s tokenizer spells them as token ids."""
+        if lm is None:
+            raise InvalidRequest("word_bias needs the request's model")
+        return cls(word_sequences(lm, parse_word_bias(settings["sequences"])))
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         bias = torch.zeros_like(logits)

@@ -15,28 +15,28 @@ bias by word, top-H, p-less and adaptive-p. Each has a no-op value at which it d
   kin (top-H beside typical, p-less beside min-p).
 Stages an order leaves out follow the listed ones, in the transformers order.
 
-Three stages need more than logits: XTC draws its coin from the request's generator, and mirostat
-and adaptive-p keep a state (mu; a running average) that ``feed_back`` advances with the chosen token;
-so the chain is built once per run, with that generator and the model (DRY reads token text, word bias
-encodes words). A forced step (strategies/forcing.py) takes nothing from them: XTC's coin is taken
-back and the states stay (``hold``), so forcing a prefix is the run whose prompt holds it.
+Each stage is registered on its class (strategies/stages.py): the parameters below it reads, whether
+it truncates; a stage is on when one of its parameters is away from its no-op value. Three stages need
+more than logits: XTC draws its coin from the request's generator, and mirostat and adaptive-p keep a
+state (mu; a running average) that ``accept`` advances with the chosen token; so the chain is built once
+per run, with that generator and the model (DRY reads token text, word bias encodes words). A forced
+step (strategies/forcing.py) takes nothing from them: XTC's coin is taken back and the states stay, so
+forcing a prefix is the run whose prompt holds it.
 """
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from playground.errors import InvalidRequest
-from strategies.untrusted_json import loads_untrusted
-from strategies.sampling.adaptive import AdaptiveP, DynamicTemperature, Mirostat
-from strategies.sampling.chain import ChainParams, ChainRecord, build_chain
 from strategies.params import param
-from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
-from strategies.sampling.truncations import XTC, Epsilon, Eta, PLess, TopH, TopNSigma, TypicalP
+from strategies.sampling import adaptive, truncations  # noqa: F401  (their stages register themselves)
+from strategies.sampling.chain import STAGE_NAMES, ChainParams
+from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
+from strategies.sampling.transforms import TransformBase
+from strategies.stages import STAGES, stages_on
 
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
@@ -47,8 +47,6 @@ PRESETS: dict[str, tuple[str, ...]] = {
                   "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
-DEFAULT_BREAKERS = '"\\n", ":", "\\"", "*"'
-BIAS_LIMIT = 100.0
 
 
 def expand_order(order: str) -> str:
@@ -62,37 +60,6 @@ def expand_order(order: str) -> str:
         raise InvalidRequest(f"order must be {' or '.join(PRESETS)}, or stage names each at most once from "
                              f"{', '.join(SAMPLER_STAGES)}; got {order!r:.200}")
     return ",".join(names + [n for n in SAMPLER_STAGES if n not in names])
-
-
-def parse_breakers(text: str) -> tuple[str, ...]:
-    """'"\\n", ":"' (comma-separated JSON strings) -> ('\\n', ':')."""
-    try:
-        items = loads_untrusted(f"[{text}]", "dry_sequence_breakers")
-    except json.JSONDecodeError:
-        items = None
-    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
-        raise InvalidRequest(f"dry_sequence_breakers must be comma-separated quoted strings like "
-                             f"{DEFAULT_BREAKERS}, got {text!r:.200}")
-    return tuple(items)
-
-
-def parse_word_bias(text: str) -> list[tuple[str, float]]:
-    """'Paris, London=-2.5, ocean=+3' -> [(word, bias)]; a word alone is banned (-inf)."""
-    out = []
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
-        word, eq, value = item.rpartition("=") if "=" in item else (item, "", "-inf")
-        word = word.strip()
-        try:
-            bias = float(value)
-        except ValueError:
-            bias = math.nan
-        if not word or not (bias == -math.inf or -BIAS_LIMIT <= bias <= BIAS_LIMIT):
-            raise InvalidRequest(f"word_bias entries must be word or word=bias with bias in "
-                                 f"[-{BIAS_LIMIT:g}, {BIAS_LIMIT:g}] or -inf, got {item!r}")
-        out.append((word, bias))
-    return out
 
 
 @dataclass(frozen=True)
@@ -153,95 +120,22 @@ class SamplerParams(ChainParams):
         object.__setattr__(self, "order", expand_order(self.order))
         parse_breakers(self.dry_sequence_breakers)
         parse_word_bias(self.word_bias)
+        # each switch at one off value, the no-op its stage is read off by (strategies/stages.py)
+        object.__setattr__(self, "word_bias", self.word_bias.strip())
+        if self.adaptive_p_target < 0:
+            object.__setattr__(self, "adaptive_p_target", -1.0)
         if self.dynatemp_min > self.dynatemp_max:
             raise InvalidRequest(f"dynatemp_min must be at most dynatemp_max ({self.dynatemp_max:g}), "
                                  f"got {self.dynatemp_min:g}")
 
 
-def word_sequences(lm: Any, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
-    """Each (word, bias) as token-id sequences: the word as written and with a leading space (how it
-    is written after another word); spellings with an unknown token are left out."""
-    out: dict[tuple[int, ...], float] = {}
-    unk = getattr(lm.tokenizer, "unk_token_id", None)
-    for word, bias in entries:
-        found = False
-        for text in (word, " " + word):
-            ids = tuple(int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"])
-            if ids and unk not in ids:
-                out[ids] = bias
-                found = True
-        if not found:
-            raise InvalidRequest(f"word_bias: {word!r} cannot be written with {lm.key}'s vocabulary")
-    return tuple(out.items())
-
-
-def _needs(stage: str, what: str, value: Any) -> Any:
-    if value is None:
-        raise InvalidRequest(f"{stage} needs the request's {what}")
-    return value
-
-
-# The stages beyond the plain five: (is it on for these params?, build it from params, generator, model).
-EXTRA_STAGES: dict[str, tuple[Callable[[Any], bool], Callable[[Any, Any, Any], Any]]] = {
-    "typical_p": (lambda p: p.typical_p < 1.0, lambda p, g, lm: TypicalP(p.typical_p)),
-    "epsilon": (lambda p: p.epsilon_cutoff > 0, lambda p, g, lm: Epsilon(p.epsilon_cutoff)),
-    "eta": (lambda p: p.eta_cutoff > 0, lambda p, g, lm: Eta(p.eta_cutoff)),
-    "top_nsigma": (lambda p: p.top_nsigma > 0, lambda p, g, lm: TopNSigma(p.top_nsigma)),
-    "xtc": (lambda p: p.xtc_probability > 0,
-            lambda p, g, lm: XTC(p.xtc_probability, p.xtc_threshold, _needs("xtc", "generator", g))),
-    "dry": (lambda p: p.dry_multiplier > 0,
-            lambda p, g, lm: DRY(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                                 parse_breakers(p.dry_sequence_breakers), _needs("dry", "model", lm).piece)),
-    "dynamic_temperature": (lambda p: (p.dynatemp_min, p.dynatemp_max) != (1.0, 1.0),
-                            lambda p, g, lm: DynamicTemperature(p.dynatemp_min, p.dynatemp_max,
-                                                                p.dynatemp_exponent)),
-    "mirostat": (lambda p: p.mirostat_tau > 0, lambda p, g, lm: Mirostat(p.mirostat_tau, p.mirostat_eta, g)),
-    "top_h": (lambda p: p.top_h > 0, lambda p, g, lm: TopH(p.top_h)),
-    "p_less": (lambda p: bool(p.p_less), lambda p, g, lm: PLess()),
-    "adaptive_p": (lambda p: p.adaptive_p_target >= 0,
-                   lambda p, g, lm: AdaptiveP(p.adaptive_p_target, p.adaptive_p_decay, g)),
-    "no_repeat_ngram": (lambda p: p.no_repeat_ngram_size > 0,
-                        lambda p, g, lm: NoRepeatNGram(p.no_repeat_ngram_size)),
-    "word_bias": (lambda p: bool(p.word_bias.strip()),
-                  lambda p, g, lm: WordBias(word_sequences(_needs("word_bias", "model", lm),
-                                                          parse_word_bias(p.word_bias)))),
-}
-
-
 def extra_stages_on(p: SamplerParams) -> list[str]:
     """The stages beyond the plain five (penalty, temperature, top-k, top-p, min-p) that ``p`` turns on."""
-    return [name for name, (on, _) in EXTRA_STAGES.items() if on(p)]
+    return [n for n in stages_on(p, SAMPLER_STAGES) if n not in STAGE_NAMES]
 
 
-def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None, lm: Any = None) -> list:
+def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None,
+                        lm: Any = None) -> list[TransformBase]:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
     ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
-    shared = {t.name: t for t in build_chain(ChainParams(
-        temperature=p.temperature, top_k=p.top_k, top_p=p.top_p, min_p=p.min_p,
-        repetition_penalty=p.repetition_penalty))}
-    on = set(extra_stages_on(p))
-    chain = [shared.get(name) or (EXTRA_STAGES[name][1](p, generator, lm) if name in on else None)
-             for name in p.order.split(",")]
-    return [t for t in chain if t is not None]
-
-
-def forced_step(chain: list) -> bool:
-    """Whether the token about to be fed back was forced rather than drawn. A free step's selector
-    (multinomial, Gumbel) always draws from the request's generator, and ``forcing.choose`` puts the
-    generator back at a forced step; so after a forced step the generator is exactly where the chain
-    left it: the state the last stage holding it saw (``seen``). Stages without a generator: never."""
-    watchers = [t for t in chain if getattr(t, "seen", None) is not None]
-    return bool(watchers) and torch.equal(watchers[-1].generator.get_state(), watchers[-1].seen)
-
-
-def feed_back(chain: list, record: ChainRecord, chosen: torch.Tensor) -> None:
-    """Tell the stateful stages which tokens were chosen ([batch] ids); each adds what it learned to
-    the decision it recorded in ``record``, and advances its state for the next step. A forced token
-    teaches nothing: the stages that define ``hold`` record the step and keep their state (XTC takes
-    its coin back), as if the token had been in the prompt."""
-    forced = forced_step(chain)
-    for i, t in enumerate(chain):
-        if forced and hasattr(t, "hold"):
-            t.hold(record.logits[i + 1], chosen, record.decisions[i])
-        elif hasattr(t, "feed_back"):
-            t.feed_back(record.logits[i + 1], chosen, record.decisions[i])
+    return [STAGES[name].build(p, generator, lm) for name in stages_on(p, p.order.split(","))]

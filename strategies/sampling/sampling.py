@@ -12,14 +12,14 @@ from typing import Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, record_chain
+from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.params import Params
 from strategies.recording import finish, make_step
 from strategies.registry import register
-from strategies.sampling.samplers import SamplerParams, build_sampler_chain, feed_back
+from strategies.sampling.samplers import SamplerParams, build_sampler_chain
 
 
 def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
@@ -45,8 +45,8 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
             break
         token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
                                          getattr(selector, "generator", None))
-        # stateful stages (mirostat) learn the token the text got (forced or drawn) before it is recorded
-        feed_back(chain, record, torch.tensor([token_id], device=record.logits[-1].device))
+        # every stage hears the token the text got, and whether it was forced, before the step is recorded
+        accept_chosen(chain, record, torch.tensor([token_id], device=record.logits[-1].device), bool(forced))
         stages, decisions = record.row(0)
         step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
                                 None if noise is None else noise[0], decisions)

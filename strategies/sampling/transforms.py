@@ -29,34 +29,70 @@ from typing import Any
 
 import torch
 
+from strategies.stages import stage
+
 NEG_INF = float("-inf")
 
 Decision = dict[str, Any]
 
 
 class TransformBase:
-    """One stage of a chain: a small pure object that makes one decision on the distribution it receives.
+    """One stage of a chain: a small object that makes one decision on the distribution it receives.
 
     Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]`` long (every token
     so far, prompt included). A stage never modifies its input, and keeps at least one token: the
     most probable one, except for typical-p (the most typical one, as transformers keeps) and XTC
     (the least probable of its top tokens); see strategies/sampling/truncations.py.
 
-    A subclass sets ``name`` (the stage's name in the trace and in a chain's order) and implements
-    ``decide(logits, context) -> (new_logits, decision)``. ``apply`` is ``decide`` with the decision
-    dropped: one computation, never two, so the recorded decision is by construction the one that
-    produced the logits. A decision is a dict of plain numbers (the stage's settings), ``[batch]``
-    tensors (one value per row) and ``[batch, vocab]`` tensors (one value per token); the recorder
-    turns it into JSON for the step's candidates (``strategies.recording.decision_record``).
+    A subclass is registered with ``@stage`` (strategies/stages.py: its name, the request parameters
+    it reads, whether it truncates) and implements ``decide``. Its life cycle in a run, as llama.cpp's
+    sampler interface has it:
+
+    - built fresh for each run (``from_settings``: the class's fields from the request's parameters;
+      a stage that needs the request's generator or model overrides it), so state lives with one run;
+    - ``decide(logits, context) -> (new_logits, decision)`` at every step: the decision from the
+      logits and the state the stage holds, which it reads and does not change (XTC draws its coin
+      from the request's generator, the one state passed in);
+    - ``accept(outcome)`` once the token is chosen, ``outcome.forced`` saying whether it was forced
+      rather than drawn: a stateful stage (mirostat, adaptive-p, XTC's coin) advances its state there,
+      and returns what it learned, added to its record of the step. The base accepts and learns nothing.
+
+    ``apply`` is ``decide`` with the decision dropped: one computation, never two, so the recorded
+    decision is by construction the one that produced the logits. A decision is a dict of plain
+    numbers (the stage's settings), ``[batch]`` tensors (one value per row) and ``[batch, vocab]``
+    tensors (one value per token); the recorder turns it into JSON for the step's candidates
+    (``strategies.recording.decision_record``).
     """
 
-    name: str
+    name: str  # set by @stage
+    truncates: bool  # set by @stage
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "TransformBase":
+        """The stage for one run: ``settings`` are its fields' values (read from the request's parameters)."""
+        return cls(**settings)
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         raise NotImplementedError
 
     def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         return self.decide(logits, context)[0]
+
+    def accept(self, outcome: "Outcome") -> Decision:
+        """The chosen token: advance the stage's state (a stateful stage) and return what it learned."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a stage is told once the step's token is chosen."""
+
+    received: torch.Tensor  # [batch, vocab]: the logits the stage received
+    out: torch.Tensor  # [batch, vocab]: the logits it returned
+    decision: Decision  # what it decided
+    chosen: torch.Tensor  # [batch] ids
+    forced: bool  # the token was forced (strategies/forcing.py), not drawn by the selector
 
 
 def divide_by_temperature(logits: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
@@ -68,6 +104,7 @@ def divide_by_temperature(logits: torch.Tensor, t: float | torch.Tensor) -> torc
     return out
 
 
+@stage("penalty", params={"penalty": "repetition_penalty"}, truncates=False)
 @dataclass(frozen=True)
 class RepetitionPenalty(TransformBase):
     """Penalise every token already in the context (prompt included).
@@ -77,7 +114,6 @@ class RepetitionPenalty(TransformBase):
     """
 
     penalty: float
-    name = "penalty"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         seen = torch.gather(logits, 1, context)
@@ -91,12 +127,12 @@ class RepetitionPenalty(TransformBase):
                                                   "ids": touched}
 
 
+@stage("temperature", params={"t": "temperature"}, truncates=False)
 @dataclass(frozen=True)
 class Temperature(TransformBase):
     """Divide logits by t. t = 0 is greedy: keep only the argmax."""
 
     t: float
-    name = "temperature"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         if self.t == 0:
@@ -105,12 +141,12 @@ class Temperature(TransformBase):
         return divide_by_temperature(logits, self.t), {"t": self.t}
 
 
+@stage("top_k", params={"k": "top_k"}, truncates=True)
 @dataclass(frozen=True)
 class TopK(TransformBase):
     """Keep the k highest logits (ties at the k-th value are kept too)."""
 
     k: int
-    name = "top_k"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         k = min(self.k, logits.shape[-1])
@@ -121,6 +157,7 @@ class TopK(TransformBase):
                                                            "cut_prob": cut_prob[..., 0]}
 
 
+@stage("top_p", params={"p": "top_p"}, truncates=True)
 @dataclass(frozen=True)
 class TopP(TransformBase):
     """Nucleus (Holtzman et al. 2019): keep the smallest set of most probable
@@ -132,7 +169,6 @@ class TopP(TransformBase):
     """
 
     p: float
-    name = "top_p"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
@@ -153,13 +189,13 @@ class TopP(TransformBase):
         return logits.masked_fill(~keep, NEG_INF), decision
 
 
+@stage("min_p", params={"min_p": "min_p"}, truncates=True)
 @dataclass(frozen=True)
 class MinP(TransformBase):
     """Min-p (Nguyen et al. 2024): drop tokens whose probability is below
     min_p x the top token's probability."""
 
     min_p: float
-    name = "min_p"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
@@ -168,5 +204,3 @@ class MinP(TransformBase):
         return logits.masked_fill(probs < threshold, NEG_INF), {"min_p": self.min_p, "top_prob": top[..., 0],
                                                                 "threshold": threshold[..., 0]}
 
-
-Transform = RepetitionPenalty | Temperature | TopK | TopP | MinP

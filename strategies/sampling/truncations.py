@@ -22,10 +22,13 @@ threshold). Decisions (per row unless a plain number):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
+from playground.errors import InvalidRequest
+from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase
+from strategies.stages import stage
 
 
 def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -33,6 +36,7 @@ def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return remove & (logits < logits.amax(dim=-1, keepdim=True))
 
 
+@stage("typical_p", params={"p": "typical_p"}, truncates=True)
 @dataclass(frozen=True)
 class TypicalP(TransformBase):
     """Locally typical sampling (Meister et al. 2022, "Locally Typical Sampling", TACL): rank tokens by
@@ -44,7 +48,6 @@ class TypicalP(TransformBase):
     is cut, exactly as transformers' ``TypicalLogitsWarper`` cuts it."""
 
     p: float
-    name = "typical_p"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         logp = logits.log_softmax(dim=-1)
@@ -62,13 +65,13 @@ class TypicalP(TransformBase):
         return logits.masked_fill(remove, NEG_INF), decision
 
 
+@stage("epsilon", params={"epsilon": "epsilon_cutoff"}, truncates=True)
 @dataclass(frozen=True)
 class Epsilon(TransformBase):
     """Epsilon sampling (Hewitt, Manning & Liang 2022, "Truncation Sampling as Language Model
     Desmoothing"): drop tokens whose probability is below epsilon."""
 
     epsilon: float
-    name = "epsilon"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
@@ -77,13 +80,13 @@ class Epsilon(TransformBase):
         return logits.masked_fill(remove, NEG_INF), {"epsilon": self.epsilon, "threshold": threshold}
 
 
+@stage("eta", params={"eta": "eta_cutoff"}, truncates=True)
 @dataclass(frozen=True)
 class Eta(TransformBase):
     """Eta sampling (Hewitt, Manning & Liang 2022): an entropy-dependent epsilon,
     threshold = min(eta, sqrt(eta) x exp(-H)), H the entropy in nats of the distribution received."""
 
     eta: float
-    name = "eta"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.softmax(dim=-1)
@@ -94,6 +97,7 @@ class Eta(TransformBase):
         return logits.masked_fill(remove, NEG_INF), {"eta": self.eta, "entropy": ent, "threshold": threshold}
 
 
+@stage("top_nsigma", params={"n": "top_nsigma"}, truncates=True)
 @dataclass(frozen=True)
 class TopNSigma(TransformBase):
     """Top-nσ (Tang et al. 2024, "Top-nσ: Not All Logits Are You Need"): keep the tokens whose logit
@@ -103,7 +107,6 @@ class TopNSigma(TransformBase):
     the temperature."""
 
     n: float
-    name = "top_nsigma"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         alive = torch.isfinite(logits)
@@ -120,6 +123,7 @@ class TopNSigma(TransformBase):
         return logits.masked_fill(remove, NEG_INF), decision
 
 
+@stage("xtc", params={"probability": "xtc_probability", "threshold": "xtc_threshold"}, truncates=True)
 @dataclass
 class XTC(TransformBase):
     """Exclude top choices (XTC, as documented by text-generation-webui and llama.cpp): with
@@ -131,22 +135,26 @@ class XTC(TransformBase):
     the lowest id.
 
     The coin is one uniform per row from the request's generator, drawn at every step whether or not
-    the stage then acts. At a forced step (strategies/forcing.py) the coin is taken back:
-    ``hold`` returns the generator to its state before the draw, so a forced step draws nothing.
-    ``seen`` is the generator's state after the draw (how ``samplers.feed_back`` tells a forced step).
+    the stage then acts; ``decide`` notes where the generator stood before the draw. At a forced step
+    (strategies/forcing.py) ``accept`` takes the coin back: the generator returns there, so a forced
+    step draws nothing.
     """
 
     probability: float
     threshold: float
     generator: torch.Generator
     before: torch.Tensor | None = field(default=None, repr=False)
-    seen: torch.Tensor | None = field(default=None, repr=False)
-    name = "xtc"
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "XTC":
+        if generator is None:
+            raise InvalidRequest("xtc needs the request's generator")
+        return cls(**settings, generator=generator)
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         self.before = self.generator.get_state()
         coin = torch.rand(logits.shape[:-1], generator=self.generator, device=logits.device)
-        self.seen = self.generator.get_state()
         probs = logits.softmax(dim=-1)
         above = (probs >= self.threshold) & torch.isfinite(logits)
         acted = (coin < self.probability) & (above.sum(-1) >= 2)
@@ -157,12 +165,14 @@ class XTC(TransformBase):
                     "removed": remove.sum(-1)}
         return logits.masked_fill(remove, NEG_INF), decision
 
-    def hold(self, out: torch.Tensor, chosen: torch.Tensor, decision: Decision) -> None:
+    def accept(self, outcome: Outcome) -> Decision:
         """A forced step: the coin is taken back (the generator returns to its state before the draw)."""
-        if self.before is not None:
+        if outcome.forced and self.before is not None:
             self.generator.set_state(self.before)
+        return {}
 
 
+@stage("top_h", params={"h": "top_h"}, truncates=True)
 @dataclass(frozen=True)
 class TopH(TransformBase):
     """Top-H ("Top-H Decoding: Adapting the Creativity and Coherence with
@@ -174,7 +184,6 @@ class TopH(TransformBase):
 
     h: float
     top_n: int = 100
-    name = "top_h"
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         n = min(self.top_n, logits.shape[-1])
@@ -193,6 +202,7 @@ class TopH(TransformBase):
         return logits.masked_fill(~keep, NEG_INF), decision
 
 
+@stage("p_less", params={"switch": "p_less"}, truncates=True)
 @dataclass(frozen=True)
 class PLess(TransformBase):
     """p-less sampling ("p-less Sampling: A Robust Hyperparameter-Free Approach for
@@ -203,9 +213,14 @@ class PLess(TransformBase):
     Ties and tokens kept, the paper's rule: a token exactly at L is kept (p >= L), and no minimum count
     is set because none is needed: L <= max p (sum p_i^2 <= max p x sum p_i), so the most probable token
     (with its ties) always passes. Float rounding can put L a hair above max p when one token holds
-    nearly all the mass; the most probable token is then kept as the bound says it must be."""
+    nearly all the mass; the most probable token is then kept as the bound says it must be.
+    The request's p_less is its switch, not a setting."""
 
-    name = "p_less"
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "PLess":
+        return cls()
+
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         probs = logits.float().softmax(dim=-1)
