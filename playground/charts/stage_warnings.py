@@ -21,8 +21,8 @@ from playground.charts.common import View, escape
 
 BEFORE_NSIGMA = ("min_p", "top_p")
 XTC_NEVER_ACTS_ABOVE = 0.5  # two probabilities above one half would sum past 1
-# the stages that cut tokens: those whose mark in figures.STAGE_MARKS truncates (a test holds them so;
-# figures draws these warnings under the chain, so this module cannot import it)
+# the stages that cut tokens: those whose mark in marks.STAGE_MARKS truncates (a test holds them so;
+# the waterfall draws these warnings under the chain)
 TRUNCATIONS = ("top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "top_nsigma", "xtc", "mirostat",
                "no_repeat_ngram", "word_bias", "top_h", "p_less", "grammar")
 
