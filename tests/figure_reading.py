@@ -3,7 +3,7 @@
 The tests compare what these functions read with the trace's records and with values computed
 from the decoder's own logits; they never call the chart helpers that placed the marks.
 
-Conventions the distribution figure keeps (see playground/charts/figures.py):
+Conventions the distribution figure keeps (see playground/charts/distribution.py):
 - bar traces carry the candidate id in ``customdata[i][0]``;
 - a stage drawn on its own input distribution has a scatter with ``meta = {"stage": name,
   "role": "input"}`` (ids in ``customdata``); a stage whose input is the bars has none;

@@ -12,11 +12,15 @@ import pytest
 from playground.charts import beam as beam_charts
 from playground.charts import contrastive as contrastive_charts
 from playground.charts import eagle as eagle_charts
-from playground.charts import figures as charts
 from playground.charts import whatif
 from playground.charts.common import TOKEN_MARKS, caption_of, num, show_token, token_text
+from playground.charts.distribution import distribution_figure, switchable_distribution
+from playground.charts.marks import selector_label
+from playground.charts.overview import most_uncertain_step, overview_figure
+from playground.charts.steps import step_figures
 from playground.charts.theme import themed
 from playground.charts.views import strategy_views
+from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
 from playground.whatif.sample_many import sample_many
 from playground.whatif.score import score, summary
@@ -49,8 +53,8 @@ def smol_traces(store) -> dict[str, dict]:
 
 def every_figure(trace: dict) -> list:
     """The three step charts and every strategy view's figure, at the step the page opens on."""
-    step = charts.most_uncertain_step(trace)
-    return [*charts.step_figures(trace, step), *(v.figure for v in strategy_views(trace, step) if v.figure)]
+    step = most_uncertain_step(trace)
+    return [*step_figures(trace, step), *(v.figure for v in strategy_views(trace, step) if v.figure)]
 
 
 def texts_of(fig) -> str:
@@ -65,10 +69,10 @@ def test_a_step_without_stages_says_the_vocabulary_kept_not_the_candidates(smol_
     trace = smol_traces[name]
     step = trace["steps"][0]
     assert "stages" not in step and step["kept_count"] == 49152  # recorded: nothing truncated
-    fig = charts.waterfall_figure(trace, 0)
+    fig = waterfall_figure(trace, 0)
     panel = fig.layout.annotations[0].text
     assert "49,152 kept" in panel and f"{len(step['candidates'])} kept" not in panel
-    assert "· 49,152 kept" in charts.distribution_figure(trace, 0).layout.title.text
+    assert "· 49,152 kept" in distribution_figure(trace, 0).layout.title.text
 
 
 def test_with_a_stage_on_the_count_is_the_last_stage_s(smol_traces):
@@ -76,9 +80,9 @@ def test_with_a_stage_on_the_count_is_the_last_stage_s(smol_traces):
     for k, step in enumerate(trace["steps"]):
         kept = step["stages"][-1]["kept_count"]
         assert kept < 49152
-        panels = [a.text for a in charts.waterfall_figure(trace, k).layout.annotations if a.yanchor == "bottom"]
+        panels = [a.text for a in waterfall_figure(trace, k).layout.annotations if a.yanchor == "bottom"]
         assert f"{kept:,} kept" in panels[-1] and "49,152 kept" in panels[0]
-        assert f"· {kept:,} kept" in charts.distribution_figure(trace, k).layout.title.text
+        assert f"· {kept:,} kept" in distribution_figure(trace, k).layout.title.text
 
 
 # --- 2. sample_beam: the tree, the table and the trace agree ---------------------------------------------
@@ -128,26 +132,26 @@ def legend_names(fig) -> set[str]:
 def test_beam_says_entered_the_beam_and_samples_nothing(toy_traces, smol_traces):
     for trace in (toy_traces["beam"], smol_traces["beam"]):
         for k in range(len(trace["steps"])):
-            names = " ".join(legend_names(charts.switchable_distribution(trace, k)))
+            names = " ".join(legend_names(switchable_distribution(trace, k)))
             assert "sampled" not in names and "entered the beam" in names
-    names = " ".join(legend_names(charts.distribution_figure(toy_traces["chain"], 0)))
+    names = " ".join(legend_names(distribution_figure(toy_traces["chain"], 0)))
     assert "after chain (sampled from)" in names
-    assert "argmax" in " ".join(legend_names(charts.distribution_figure(toy_traces["contrastive"], 0)))
-    assert "Gumbel" in charts.selector_label(toy_traces["gumbel"], toy_traces["gumbel"]["steps"][0])
+    assert "argmax" in " ".join(legend_names(distribution_figure(toy_traces["contrastive"], 0)))
+    assert "Gumbel" in selector_label(toy_traces["gumbel"], toy_traces["gumbel"]["steps"][0])
 
 
 # --- 6. the step shown after a run says why ---------------------------------------------------------------
 
 def test_the_most_uncertain_step_says_so(smol_traces):
     trace = smol_traces["sampling"]
-    top = charts.most_uncertain_step(trace)
+    top = most_uncertain_step(trace)
     n = len(trace["steps"])
-    assert charts.distribution_figure(trace, top).layout.title.text.startswith(
+    assert distribution_figure(trace, top).layout.title.text.startswith(
         f"Step {top} of {n} · the most uncertain:")
     other = (top + 1) % n
-    assert "most uncertain" not in charts.distribution_figure(trace, other).layout.title.text
+    assert "most uncertain" not in distribution_figure(trace, other).layout.title.text
     h = max(s["raw_entropy"] for s in trace["steps"])
-    assert f"most uncertain: step {top} (H {num(h)} nats)" in caption_of(charts.overview_figure(trace, top))
+    assert f"most uncertain: step {top} (H {num(h)} nats)" in caption_of(overview_figure(trace, top))
 
 
 # --- 7. one unit and one name ----------------------------------------------------------------------------
@@ -185,13 +189,13 @@ def test_tokens_are_written_one_way_in_every_chart(toy_traces, name):
         text = texts_of(fig)
         for piece in pieces:
             assert json.dumps(repr(piece), ensure_ascii=False)[1:-1] not in text, (fig.layout.title.text, piece)
-    shown = texts_of(charts.distribution_figure(trace, 0))
+    shown = texts_of(distribution_figure(trace, 0))
     assert show_token(trace["tokens"][0]["text"]) in shown
     assert token_text(" a") == "·a" and token_text("x\ny") == "x↵y" and token_text("") == "∅"
 
 
 def test_the_marks_are_explained_in_a_caption(toy_traces):
-    assert TOKEN_MARKS in caption_of(charts.distribution_figure(toy_traces["chain"], 0))
+    assert TOKEN_MARKS in caption_of(distribution_figure(toy_traces["chain"], 0))
 
 
 # --- 9. titles rounded for reading ----------------------------------------------------------------------
@@ -231,14 +235,14 @@ def test_every_view_has_a_caption_inside_its_figure(toy_traces, name):
 def test_caption_numbers_are_the_trace_s(toy_traces, smol_traces):
     chain = smol_traces["chain"]
     for k, step in enumerate(chain["steps"]):
-        caption = caption_of(charts.distribution_figure(chain, k))
+        caption = caption_of(distribution_figure(chain, k))
         assert f"({step['stages'][-1]['kept_count']:,} kept of the vocabulary)" in caption
         top_p = next(st for st in step["stages"] if st["name"] == "top_p")["decision"]
         assert f"top-p line: p {top_p['p']:g} · mass {top_p['mass']:.3f}" in caption
         assert f"H {num(step['raw_entropy'])} nats" in caption
     greedy = smol_traces["greedy"]
-    assert "(49,152 kept of the vocabulary)" in caption_of(charts.distribution_figure(greedy, 0))
-    assert "49,152 tokens of the vocabulary left" in caption_of(charts.waterfall_figure(greedy, 0))
+    assert "(49,152 kept of the vocabulary)" in caption_of(distribution_figure(greedy, 0))
+    assert "49,152 tokens of the vocabulary left" in caption_of(waterfall_figure(greedy, 0))
 
     eagle = toy_traces["eagle"]
     assert f"the mean tau {num(eagle['speculative']['tau'])}" in caption_of(eagle_charts.tau_figure(eagle))
@@ -255,7 +259,7 @@ def test_caption_numbers_are_the_trace_s(toy_traces, smol_traces):
 
 def test_a_phone_wraps_the_caption_and_thins_token_ticks(smol_traces):
     trace = smol_traces["chain"]
-    fig = charts.switchable_distribution(trace, 0)
+    fig = switchable_distribution(trace, 0)
     out = themed(fig, "light:390")
     caption = next(a for a in out.layout.annotations if a.name == "caption")
     lines = caption.text.split("<br>")
@@ -267,7 +271,7 @@ def test_a_phone_wraps_the_caption_and_thins_token_ticks(smol_traces):
 
 def test_the_basis_buttons_keep_the_caption_in_its_row(toy_traces):
     """A click on a basis button swaps in that basis's annotations: their caption sits where the shown one does."""
-    out = themed(charts.switchable_distribution(toy_traces["chain"], 0), "dark:1440")
+    out = themed(switchable_distribution(toy_traces["chain"], 0), "dark:1440")
     placed = next(a for a in out.layout.annotations if a.name == "caption")
     for button in out.layout.updatemenus[-1].buttons:
         [swapped] = [a for a in button.args[1]["annotations"] if a.get("name") == "caption"]

@@ -8,8 +8,11 @@ import torch
 
 from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
                             waterfall_panels)
-from playground.charts import figures as charts
+from playground.charts.common import show_token
+from playground.charts.distribution import distribution_figure
 from playground.charts.palette import CUT, KEPT
+from playground.charts.text import token_html
+from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
 
 
@@ -44,7 +47,7 @@ def test_min_p_line_is_the_threshold_min_p_used_on_its_own_input(store, toy):
     assert decision["threshold"] == pytest.approx(0.1 * float(into_min_p.max()), rel=1e-5)
     assert decision["threshold"] == pytest.approx(0.0944, abs=5e-4)
 
-    fd = fig_dict(charts.distribution_figure(trace, 0))
+    fd = fig_dict(distribution_figure(trace, 0))
     [line] = stage_shapes(fd, "min_p")
     assert is_horizontal(line) and line["y0"] == decision["threshold"]
     points = stage_points(fd, "min_p", "input")
@@ -72,7 +75,7 @@ def test_top_k_mark_separates_the_token_top_k_kept(store, toy):
     decision = stage(s, "top_k")["decision"]
     assert decision["k"] == 1 and decision["cut_prob"] == pytest.approx(float(into_top_k[the]), rel=1e-5)
 
-    fd = fig_dict(charts.distribution_figure(trace, 0))
+    fd = fig_dict(distribution_figure(trace, 0))
     bars = bar_points(fd)
     assert bars[a]["x"] < bars[the]["x"]  # the bars still rank ' a' first
     [mark] = stage_shapes(fd, "top_k")
@@ -96,7 +99,7 @@ def test_cumulative_curve_is_top_p_s_own_running_mass(store, toy):
                                       repetition_penalty=4, top_p=0.95))
     s = trace["steps"][0]
     into_top_p = penalised(raw_logits(toy, prompt), toy.encode(prompt), 4.0).softmax(-1)
-    fd = fig_dict(charts.distribution_figure(trace, 0))
+    fd = fig_dict(distribution_figure(trace, 0))
     curve = stage_points(fd, "top_p", "cumulative")
     assert curve is not None
     [line] = stage_shapes(fd, "top_p")
@@ -117,7 +120,7 @@ def test_waterfall_colours_are_the_kept_flags_not_zero_probabilities(store):
     temp = stage(s, "temperature")
     assert all(temp["kept"]) and temp["kept_count"] == 16
     assert sum(p == 0 for p in temp["probs"]) >= 10  # the underflow the flags must not be read from
-    panels = waterfall_panels(fig_dict(charts.waterfall_figure(trace, 0)))
+    panels = waterfall_panels(fig_dict(waterfall_figure(trace, 0)))
     assert [p["name"] for p in panels] == ["raw", "temperature"]
     for panel in panels:
         flags = stage(s, panel["name"])["kept"]
@@ -134,14 +137,14 @@ def test_a_forced_step_is_drawn_as_forced_with_the_strategy_s_own_pick(store):
     trace = run(store, Request("toy", "greedy", "1 2", forced={0: "the"}, max_new_tokens=4)).to_dict()
     step = trace["steps"][0]
     assert step["forced"] is True and step["strategy_choice_text"] == " a"
-    fig = charts.distribution_figure(trace, 0)
+    fig = distribution_figure(trace, 0)
     notes = {a.text: a.x for a in fig.layout.annotations}
     ticks = list(fig.layout.xaxis.ticktext)
-    assert ticks[int(notes["forced"])] == charts.show_token(" the")
-    assert ticks[int(notes["strategy's pick"])] == charts.show_token(" a")
+    assert ticks[int(notes["forced"])] == show_token(" the")
+    assert ticks[int(notes["strategy's pick"])] == show_token(" a")
     assert "forced <b>" in fig.layout.title.text and "would have taken" in fig.layout.title.text
-    html = charts.token_html(trace)
+    html = token_html(trace)
     assert html.count("pg-forced") == 1 and "the strategy would have taken ·a" in html
     plain = run(store, Request("toy", "greedy", "1 2", max_new_tokens=4)).to_dict()
-    assert "pg-forced" not in charts.token_html(plain)
-    assert "chosen" in {a.text for a in charts.distribution_figure(plain, 0).layout.annotations}
+    assert "pg-forced" not in token_html(plain)
+    assert "chosen" in {a.text for a in distribution_figure(plain, 0).layout.annotations}

@@ -36,9 +36,10 @@ from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, st
                             waterfall_panels)
 from word_lm import WordLM
 from playground.charts import entropy_map
-from playground.charts import figures as charts
 from playground.charts import grammar as grammar_chart
+from playground.charts.distribution import distribution_figure
 from playground.charts.palette import CUT, KEPT
+from playground.charts.waterfall import waterfall_figure
 from playground.trace import Trace
 from strategies.sampling.chain import Multinomial, record_chain
 from strategies.recording import make_step
@@ -137,7 +138,7 @@ def check(case: Case, basis: str = "chain") -> None:
     ids = [c["id"] for c in s["candidates"]]
     alive = [torch.isfinite(x) for x in logits]  # after each stage: the decoder's kept flags
     probs = [x.float().softmax(-1) for x in logits]
-    fd = fig_dict(charts.distribution_figure(d, 0, basis=basis))
+    fd = fig_dict(distribution_figure(d, 0, basis=basis))
     bars = bar_points(fd)
 
     # bars: by default the distribution that entered the first truncation; or the model's own, or the
@@ -189,7 +190,7 @@ def check(case: Case, basis: str = "chain") -> None:
     assert s["raw_varentropy"] == pytest.approx(v, rel=1e-3, abs=1e-5)
     assert s["kept_count"] == int(alive[-1].sum())
 
-    panels = waterfall_panels(fig_dict(charts.waterfall_figure(d, 0)))
+    panels = waterfall_panels(fig_dict(waterfall_figure(d, 0)))
     assert [p["name"] for p in panels] == ["raw", *names] if names else len(panels) == 1
     for panel, flags in zip(panels, alive):
         assert panel["colors"] == [KEPT if flags[tok] else CUT for tok in panel["ids"]]

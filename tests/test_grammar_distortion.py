@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from playground.charts.figures import show_token
+from playground.charts.common import show_token
 from playground.charts.whatif import sample_figure, sample_table_html
 from playground.cli.whatif import sample_table
 from playground.engine import Request

@@ -18,10 +18,13 @@ from gradio_client.exceptions import AppError
 
 from figure_reading import bar_points, fig_dict, stage_points, waterfall_panels
 from word_lm import WordLM
-from playground.charts import figures as charts
 from playground.charts import grammar as grammar_chart
+from playground.charts.distribution import distribution_figure
+from playground.charts.marks import BASES
 from playground.charts.palette import CUT, FEASIBLE, FIGHTING
+from playground.charts.text import token_html
 from playground.charts.views import strategy_views
+from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.trace import Trace
@@ -110,7 +113,7 @@ def test_the_z_view_is_shown_only_for_a_trace_with_a_grammar_stage(store, toy_tr
 def test_disallowed_candidates_are_crossed_and_struck_through(toy_trace):
     for k, s in enumerate(toy_trace["steps"]):
         allowed = set(grammar_stage(s)["decision"]["allowed"])
-        fd = fig_dict(charts.distribution_figure(toy_trace, k))
+        fd = fig_dict(distribution_figure(toy_trace, k))
         bars = bar_points(fd)
         crossed = set(stage_points(fd, "grammar", "disallowed") or {})
         assert crossed == {tok for tok in bars if tok not in allowed}
@@ -127,14 +130,14 @@ def test_disallowed_candidates_are_crossed_and_struck_through(toy_trace):
 def test_the_waterfall_shows_the_grammar_stage_with_its_allowed_count(toy_trace):
     s = toy_trace["steps"][0]
     d = grammar_stage(s)["decision"]
-    fd = fig_dict(charts.waterfall_figure(toy_trace, 0))
+    fd = fig_dict(waterfall_figure(toy_trace, 0))
     assert [p["name"] for p in waterfall_panels(fd)] == ["raw", "grammar"]
     titles = [a["text"] for a in fd["layout"]["annotations"]]
     assert f"2. grammar<br>{d['allowed_count']} allowed · Z {d['z']:.3g}" in titles
 
 
 def test_the_text_marks_the_tokens_the_grammar_forced(toy_trace):
-    html = charts.token_html(toy_trace, 1)
+    html = token_html(toy_trace, 1)
     spans = html.split('<span class="pg-tok')[1:]
     assert len(spans) == len(toy_trace["tokens"])
     for s, span in zip(toy_trace["steps"], spans):
@@ -142,7 +145,7 @@ def test_the_text_marks_the_tokens_the_grammar_forced(toy_trace):
         assert ("pg-grammar-forced" in span.split('"')[0]) == forced
         assert ("forced by the grammar" in span) == forced
     assert "·time 6.6e-05 (not allowed)" in spans[0]  # an alternative the grammar removed
-    title = charts.distribution_figure(toy_trace, 1).layout.title.text
+    title = distribution_figure(toy_trace, 1).layout.title.text
     assert "forced by the grammar" in title
 
 
@@ -203,8 +206,8 @@ def test_every_grammar_mark_is_the_stage_record_and_the_record_is_the_mask(seed)
     assert points["customdata"][0][0] == rec["z"] and points["customdata"][0][1] == rec["allowed_count"]
     assert points["y"][0] == rec["z"] or (rec["z"] == 0 and points["y"][0] <= grammar_chart.FLOOR)
     # the distribution, on whichever basis: crosses on exactly the shown candidates the record leaves out
-    for basis in charts.BASES:
-        fd = fig_dict(charts.distribution_figure(d, 0, basis=basis))
+    for basis in BASES:
+        fd = fig_dict(distribution_figure(d, 0, basis=basis))
         shown = bar_points(fd)
         crossed = stage_points(fd, "grammar", "disallowed") or {}
         assert set(crossed) == {tok for tok in shown if tok not in rec["allowed"]}

@@ -181,7 +181,7 @@ def test_accept_moves_adaptive_p_once_per_step():
 
 # --- warnings when stages fight, from the recorded decisions ----------------------------------------
 
-from playground.charts import entropy_map, figures, stage_warnings  # noqa: E402
+from playground.charts import entropy_map, marks, stage_warnings, waterfall  # noqa: E402
 from playground.charts.views import strategy_views  # noqa: E402
 
 
@@ -207,7 +207,7 @@ def test_a_stage_left_one_token_warns_the_later_stage(store):
     assert w_top_p.steps == tuple(range(len(trace["steps"])))
     assert ("no_op", "min_p") in kinds(trace)
     # the chain figure says so under its panels, at that step
-    fig = figures.waterfall_figure(trace, 0)
+    fig = waterfall.waterfall_figure(trace, 0)
     notes = [a.text for a in fig.layout.annotations if a.name == "stage warnings"]
     assert len(notes) == 1 and "top_p kept everything" in notes[0]
 
@@ -259,4 +259,4 @@ def test_varentropy_is_the_variance_of_the_surprisal():
 
 
 def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
-    assert sorted(set(STAGES) - set(figures.STAGE_MARKS) - set(figures.STAGE_SUMMARIES)) == []
+    assert sorted(set(STAGES) - set(marks.STAGE_MARKS) - set(marks.STAGE_SUMMARIES)) == []

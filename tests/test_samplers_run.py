@@ -84,7 +84,7 @@ def test_cli_refuses_bad_values_with_exit_2(capsys, args, message):
 
 
 def test_dry_span_is_underlined_in_the_text(store):
-    from playground.charts import figures as charts
+    from playground.charts.text import dry_span, token_html
     t = trace_of(store, {"temperature": 0.0, "dry_multiplier": 0.5, "dry_allowed_length": 1},
                  prompt="1 2 3 4 1 2 3", n=3)
     d = stage(t["steps"][0], "dry")["decision"]
@@ -95,9 +95,9 @@ def test_dry_span_is_underlined_in_the_text(store):
     dry = {"name": "dry", "probs": [], "kept": [], "kept_count": 1,
            "decision": {"match_length": 2, "span_start": 2, "span_end": 4, "repeat_start": 5}}
     synthetic = {"prompt_ids": [0, 1], "tokens": toks, "steps": [{"stages": [dry], "candidates": []} for _ in toks]}
-    assert charts.dry_span(synthetic, 5) == {0: "dotted", 1: "dotted", 3: "solid", 4: "solid"}
-    assert charts.dry_span(synthetic, 4) == {0: "dotted", 1: "dotted", 3: "solid"}
-    assert charts.token_html(synthetic, 5).count("underline solid") == 2
+    assert dry_span(synthetic, 5) == {0: "dotted", 1: "dotted", 3: "solid", 4: "solid"}
+    assert dry_span(synthetic, 4) == {0: "dotted", 1: "dotted", 3: "solid"}
+    assert token_html(synthetic, 5).count("underline solid") == 2
 
 
 def test_every_new_stage_runs_on_a_device_without_float64(store):

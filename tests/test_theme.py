@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from playground.charts import figures as charts
 from playground.charts import palette
 from playground.charts.common import CAPTION, CAPTION_ROW
+from playground.charts.steps import step_figures
 
 from playground.ui.side import step_view_updates
 from playground.engine import Request, run
@@ -24,7 +24,7 @@ def figures(store) -> list:
     out = []
     for strategy, params in CASES:
         d = run(store, Request("toy", strategy, "1 2", params, seed=2, max_new_tokens=8)).to_dict()
-        out += list(charts.step_figures(d, 0)) + [v.figure for v in strategy_views(d, 0) if v.figure is not None]
+        out += list(step_figures(d, 0)) + [v.figure for v in strategy_views(d, 0) if v.figure is not None]
     return out
 
 
@@ -70,7 +70,7 @@ def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
 
 
 def test_titles_wrap_on_a_phone_without_splitting_tags():
-    from playground.charts.figures import wrap
+    from playground.charts.common import wrap
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 13) == ["Step 0: chose", "<b>·a</b> · p 0.700"]
     assert wrap("Step 0: chose <b>·a</b> · p 0.700", 12) == ["Step 0:", "chose <b>·a</b> · p", "0.700"]
     assert wrap("short", 40) == ["short"]
@@ -91,7 +91,7 @@ def test_a_phone_view_wraps_long_titles_and_keeps_the_theme(figures):
 def test_on_a_phone_the_distribution_legend_sits_below_its_basis_buttons(store):
     d = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.5}, seed=2, max_new_tokens=4)).to_dict()
     for compact in (False, True):
-        fig = charts.step_figures(d, 0, compact)[0]
+        fig = step_figures(d, 0, compact)[0]
         below = [m.y for m in fig.layout.updatemenus if m.y is not None and m.y < 0]
         assert below  # the basis buttons sit under the axis
         narrow = themed(fig, "light:390")

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from playground.charts import figures as charts
+from playground.charts.distribution import BASIS_BUTTONS, distribution_figure
+from playground.charts.overview import most_uncertain_step, overview_figure
+from playground.charts.palette import CUT, KEPT
+from playground.charts.steps import step_figures
+from playground.charts.text import token_html
+from playground.charts.waterfall import waterfall_figure
 
 from playground.ui import share
 
@@ -109,9 +114,9 @@ def test_collect_params_takes_only_the_selected_strategys_values():
 def test_distribution_bars_are_coloured_kept_or_cut_as_the_trace_says(chain_trace):
     step = chain_trace["steps"][0]
     by_id = {c["id"]: c for c in step["candidates"]}
-    fig = charts.distribution_figure(chain_trace, 0)
+    fig = distribution_figure(chain_trace, 0)
     kept_bar, cut_bar = bars(fig)
-    assert kept_bar.marker.color == charts.KEPT and cut_bar.marker.color == charts.CUT
+    assert kept_bar.marker.color == KEPT and cut_bar.marker.color == CUT
     assert all(by_id[row[0]]["kept"] for row in kept_bar.customdata)
     assert not any(by_id[row[0]]["kept"] for row in cut_bar.customdata)
     assert len(kept_bar.x) == sum(c["kept"] for c in step["candidates"]) == 2
@@ -126,7 +131,7 @@ def test_distribution_bars_are_coloured_kept_or_cut_as_the_trace_says(chain_trac
 
 
 def test_distribution_draws_the_chains_thresholds_where_they_apply(chain_trace):
-    fig = charts.distribution_figure(chain_trace, 0)
+    fig = distribution_figure(chain_trace, 0)
     step = chain_trace["steps"][0]
     recorded = {s["name"]: s for s in step["stages"]}
     shapes = fig.layout.shapes
@@ -160,7 +165,7 @@ def test_distribution_draws_the_chains_thresholds_where_they_apply(chain_trace):
 
 def test_greedy_distribution_has_the_model_probabilities_and_no_thresholds(store):
     trace = run(store, Request("toy", "greedy", "1 2", {}, max_new_tokens=4)).to_dict()
-    fig = charts.distribution_figure(trace, 0)
+    fig = distribution_figure(trace, 0)
     kept = bars(fig)[0]
     raw = {c["id"]: c["raw_prob"] for c in trace["steps"][0]["candidates"]}
     assert list(kept.y) == pytest.approx([raw[row[0]] for row in kept.customdata])
@@ -168,7 +173,7 @@ def test_greedy_distribution_has_the_model_probabilities_and_no_thresholds(store
 
 
 def test_waterfall_has_one_panel_per_stage_in_chain_order(chain_trace):
-    fig = charts.waterfall_figure(chain_trace, 0)
+    fig = waterfall_figure(chain_trace, 0)
     stage_bars = [t for t in fig.data if t.type == "bar" and t.x and t.x[0] is not None]
     assert [t.name for t in stage_bars] == ["raw", "temperature", "top_k", "top_p", "min_p"]
     step = chain_trace["steps"][0]
@@ -179,11 +184,11 @@ def test_waterfall_has_one_panel_per_stage_in_chain_order(chain_trace):
                 :len(t.customdata)])
         # blue = the stage's recorded kept flag, whatever the probability rounds to
         kept = {c["id"]: flag for c, flag in zip(step["candidates"], step["stages"][k]["kept"])}
-        assert list(t.marker.color) == [charts.KEPT if kept[row[2]] else charts.CUT for row in t.customdata]
+        assert list(t.marker.color) == [KEPT if kept[row[2]] else CUT for row in t.customdata]
 
 
 def test_overview_plots_each_chosen_tokens_model_probability_and_entropy(chain_trace):
-    fig = charts.overview_figure(chain_trace, selected=2)
+    fig = overview_figure(chain_trace, selected=2)
     p_bar = bars(fig)[0]
     assert list(p_bar.y) == pytest.approx([math.exp(t["raw_logprob"]) for t in chain_trace["tokens"]])
     entropy = next(t for t in fig.data if t.name == "model entropy")
@@ -203,15 +208,15 @@ def _hostile_trace() -> dict:
 
 def test_model_text_is_escaped_in_the_html_and_in_chart_labels():
     trace = _hostile_trace()
-    out = charts.token_html(trace, 0, show_prompt=True)
+    out = token_html(trace, 0, show_prompt=True)
     assert "<script" not in out and "<img" not in out and "<b>" not in out
     assert html.escape("<script>alert(1)</script>") in out
     # the hover card is an attribute listing the alternatives: a quote in a token must not close it
     assert '"><img' not in out and "&quot;&gt;&lt;img" in out
-    fig = charts.distribution_figure(trace, 0)
+    fig = distribution_figure(trace, 0)
     labels = list(fig.layout.xaxis.ticktext)
     assert all("<" not in lab for lab in labels) and "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
-    assert "<script" not in json.dumps(charts.waterfall_figure(trace, 0).to_plotly_json()["layout"])
+    assert "<script" not in json.dumps(waterfall_figure(trace, 0).to_plotly_json()["layout"])
 
 
 def test_status_line_escapes_what_it_shows():
@@ -235,7 +240,7 @@ def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(s
     assert frames[-2].trace["steps"] == frames[-1].trace["steps"]  # the streamed dicts match the final one
     dist, water, over = frames[-1].figures
     assert bars(dist) and bars(water) and bars(over)
-    assert frames[-1].step == charts.most_uncertain_step(frames[-1].trace)
+    assert frames[-1].step == most_uncertain_step(frames[-1].trace)
 
 
 def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
@@ -371,15 +376,15 @@ def test_stages_move_up_and_down_without_typing_names():
 
 
 def test_distribution_switches_between_model_entering_and_final_bars(chain_trace):
-    fig = charts.step_figures(chain_trace, 0)[0]
+    fig = step_figures(chain_trace, 0)[0]
     *_, menu = fig.layout.updatemenus  # the basis switch (after the scale and zoom buttons)
-    assert [b.label for b in menu.buttons] == list(charts.BASIS_BUTTONS.values())
-    for button, basis in zip(menu.buttons, charts.BASIS_BUTTONS):
-        alone = charts.distribution_figure(chain_trace, 0, basis=basis)
+    assert [b.label for b in menu.buttons] == list(BASIS_BUTTONS.values())
+    for button, basis in zip(menu.buttons, BASIS_BUTTONS):
+        alone = distribution_figure(chain_trace, 0, basis=basis)
         shown = [t for t, v in zip(fig.data, button.args[0]["visible"]) if v]
         assert [(t.name, t.y) for t in shown] == [(t.name, t.y) for t in alone.data]
         assert button.args[1]["shapes"] == alone.layout.shapes
-    model_bars = [t for t in charts.distribution_figure(chain_trace, 0, basis="model").data if t.type == "bar"]
+    model_bars = [t for t in distribution_figure(chain_trace, 0, basis="model").data if t.type == "bar"]
     raw = {c["id"]: c["raw_prob"] for c in chain_trace["steps"][0]["candidates"]}
     for t in model_bars:
         assert list(t.y) == [raw[row[0]] for row in t.customdata]

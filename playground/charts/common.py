@@ -18,7 +18,7 @@ class View:
 def escape(text: object, quote: bool = True) -> str:
     """Model text (untrusted) or any value made safe for HTML, quotes included (it may sit in an
     attribute). The one escaper of the page and the charts; how a token is *shown* (a space as "·",
-    a newline as "↵") is ``figures.show_token``'s job, before this.
+    a newline as "↵") is ``show_token``'s job, before this.
 
     ``quote=False`` for a plotly label (tick, hover, text, annotation): plotly reads <, > and &
     there as markup and decodes &lt; &gt; &amp;, but shows &quot; as those six characters, and a
@@ -58,6 +58,18 @@ def prob_text(p: float | None) -> str:
     if p == 0:
         return "0"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.2e}"
+
+
+def as_prob(x: float | None) -> float:
+    """A recorded probability as a float, 0.0 where none was recorded."""
+    return 0.0 if x is None else float(x)
+
+
+def prob_brief(p: float) -> str:
+    """A probability in a title or tooltip: 3 decimals from 0.001 up, one digit in scientific form below."""
+    if p == 0:
+        return "0"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
 CAPTION = "caption"  # the name of a figure's one-line reading guide (an annotation under the plot)

@@ -57,7 +57,7 @@ DARK_INK, DARK_GRID, DARK_PAGE = SLATE_200, rgba(SLATE_400, 0.25), NIGHT
 NEUTRAL_INK, NEUTRAL_GRID, NEUTRAL_PAGE = SLATE_500, GRID, WHITE
 PLOTLY_INKS = ("#444", "#444444", BLACK, "#000", "#000000", "#2a3f5f")  # the dark inks plotly writes by default
 
-# The step charts (figures.py): the distribution, the chain's waterfall, the overview
+# The step charts (distribution.py, waterfall.py, overview.py, text.py)
 KEPT = BLUE_600  # survived every truncation: the selector could draw it
 CUT = SLATE_400  # removed by a truncation
 CHOSEN = AMBER_500  # the token the selector picked; the selected step
@@ -117,7 +117,7 @@ AGREE, DISAGREE = SLATE_400, RED_600  # the contrastive pick against expert gree
 OUTLINE = BLACK  # the chosen token's outline and the alpha line
 OVERRIDDEN = RED_200  # text where the contrast changed the pick (HTML)
 
-# Structured decoding (grammar.py; the grammar's marks in figures.py)
+# Structured decoding (grammar.py; the grammar's marks in marks.py)
 FEASIBLE = BLUE_600  # Z_t where the grammar leaves the model enough of its mass
 FIGHTING = RED_600  # Z_t below LOW_Z: the grammar is fighting the model
 FIGHTING_BAND = rgba(RED_500, 0.10)  # the band below LOW_Z

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from playground.charts.common import place_caption
-from playground.charts.figures import legend_below_buttons, wrap
+from playground.charts.common import place_caption, wrap
 from playground.charts.palette import (CLEAR, DARK_GRID, DARK_INK, DARK_PAGE, INK, LIGHT_GRID, LIGHT_INK, LIGHT_PAGE,
                                        NEUTRAL_GRID, NEUTRAL_INK, NEUTRAL_PAGE, PLOTLY_INKS, TEMPLATE)
+from playground.charts.steps import legend_below_buttons
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
 
 
 def _compact(fig: go.Figure) -> bool:
-    """The figure was drawn for a half-width Compare column (figures.step_figures' ``compact``)."""
+    """The figure was drawn for a half-width Compare column (steps.step_figures' ``compact``)."""
     return isinstance(fig.layout.meta, dict) and bool(fig.layout.meta.get("compact"))
 
 

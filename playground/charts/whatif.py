@@ -10,8 +10,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import TOKEN_MARKS, add_caption, escape, show_token
-from playground.charts.figures import prob_color
 from playground.charts.palette import EXACT, GUIDE, SAMPLED, TEMPLATE
+from playground.charts.text import prob_color
 
 
 def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from playground.charts.figures import distribution_figure
+from playground.charts.distribution import distribution_figure
 from playground.cli.flags import base_parser, flag, strategy_params, strategy_parser
 from playground.cli.grammar_flags import grammar_of_args
 from playground.engine import Request, run

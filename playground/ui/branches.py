@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import gradio as gr
 
-from playground.charts import figures as charts
-from playground.charts.common import escape
+from playground.charts.common import escape, show_token
+from playground.charts.overview import most_uncertain_step
+from playground.charts.text import token_html
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
@@ -154,12 +155,12 @@ def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str
     steps = child.get("steps") or []
     st = steps[step] if 0 <= step < len(steps) else {}
     if st.get("forced"):
-        note = (f"<p>Step {step}: forced {charts.show_token(child['tokens'][step]['text'])}; the strategy would "
-                f"have taken {charts.show_token(st.get('strategy_choice_text', ''))} there.</p>")
+        note = (f"<p>Step {step}: forced {show_token(child['tokens'][step]['text'])}; the strategy would "
+                f"have taken {show_token(st.get('strategy_choice_text', ''))} there.</p>")
     else:
         note = f"<p>The two runs part at step {step}.</p>"
-    return (f"{note}<p><b>parent</b></p>{charts.token_html(parent, step)}"
-            f"<p><b>branch</b></p>{charts.token_html(child, step)}")
+    return (f"{note}<p><b>parent</b></p>{token_html(parent, step)}"
+            f"<p><b>branch</b></p>{token_html(child, step)}")
 
 
 def tree_updates(tree: branches.Tree) -> list[Any]:
@@ -233,7 +234,7 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
                 raise refusal(err) from None
             node = tree["nodes"][tree["current"]]
             pair = branches.parent_of(tree)
-            step = pair[2] if pair else charts.most_uncertain_step(node["trace"])
+            step = pair[2] if pair else most_uncertain_step(node["trace"])
             return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
         return on_change
 

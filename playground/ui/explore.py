@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
 
-from playground.charts import figures as charts
+from playground.charts.steps import clamp_step
 from playground.ui import branches, events
 from playground.ui.components import run_config
 from playground.ui.controls import grammar_request
@@ -89,7 +89,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
 
     def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
                        evt: gr.EventData) -> list[Any]:
-        k = charts.clamp_step(trace, event_data(evt).get("step", 0))
+        k = clamp_step(trace, event_data(evt).get("step", 0))
         if k is None:
             return [gr.skip()] * (5 + VIEW_PLOTS + 1)
         return [gr.update(value=k), *main.select_updates(trace, k, show_prompt(model, chat), theme),
@@ -97,7 +97,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
 
     def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> list[Any]:
         """A stored (finished) trace drawn into the Explore views at step ``k``."""
-        k = charts.clamp_step(trace, k) or 0
+        k = clamp_step(trace, k) or 0
         text, dist, water, over = main.select_updates(trace, k, show_prompt(model, chat), theme)
         n = len(trace.get("steps") or [])
         return [status_html(trace, final=True), text, gr.update(maximum=max(1, n - 1), value=k), dist, water, over,

@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.io as pio
 
-from playground.charts import figures as charts
+from playground.charts.steps import clamp_step, step_figures
 from playground.charts.theme import themed
 from playground.charts.views import strategy_views
 from playground.errors import InvalidRequest
@@ -60,10 +60,10 @@ def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", s
     """The step's three charts (and any strategy views) as PNG files, in the theme the page shows.
 
     One kaleido session renders them all (kaleido starts a Chromium per session)."""
-    k = charts.clamp_step(trace, step)
+    k = clamp_step(trace, step)
     if trace is None or k is None:
         raise InvalidRequest("generate something first: there is no trace to export")
-    figs = dict(zip(("distribution", "chain", "overview"), charts.step_figures(trace, k)))
+    figs = dict(zip(("distribution", "chain", "overview"), step_figures(trace, k)))
     for i, view in enumerate(strategy_views(trace, k)):
         if view.figure is not None:
             figs[f"view{i + 1}"] = view.figure

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import plotly.graph_objects as go
 
-from playground.charts import figures as charts
 from playground.charts.common import escape
+from playground.charts.overview import most_uncertain_step, overview_figure
+from playground.charts.steps import clamp_step, empty_figure, step_figures
+from playground.charts.text import token_html
 from playground.charts.views import strategy_views
 from playground.engine import READING_REASON, Request
 from playground.engine import stream as engine_stream
@@ -215,7 +217,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
     for trace in traces:
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
             d = trace.to_dict()
-            yield Frame(d, charts.token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
+            yield Frame(d, token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
                         None, None, final=False)
             continue
         k += 1
@@ -232,7 +234,7 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
                 figures, views = _figures(d, step, compact), strategy_views(d, step)
                 draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
             last_text = time.perf_counter()
-            yield Frame(d, charts.token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
+            yield Frame(d, token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
                         figures, views, final=False)
         if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
             halted = True
@@ -248,11 +250,11 @@ def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: 
         full = stopped(full)
         step = len(full["steps"]) - 1 if full["steps"] else None
         # the status and text first (cheap), so the page says it stopped right away; the charts follow
-        yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
+        yield Frame(full, token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
                     None, None, final=False)
     else:
         step = _final_step(full, final_step)
-    yield Frame(full, charts.token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
+    yield Frame(full, token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
                 _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
 
 
@@ -260,25 +262,25 @@ def _final_step(trace: dict[str, Any], final_step: str | int) -> int | None:
     if not trace["steps"]:
         return None
     if final_step == "uncertain":
-        return charts.most_uncertain_step(trace)
-    return charts.clamp_step(trace, 0 if final_step == "first" else final_step)
+        return most_uncertain_step(trace)
+    return clamp_step(trace, 0 if final_step == "first" else final_step)
 
 
 def _figures(trace: dict[str, Any], step: int | None, compact: bool = False
              ) -> tuple[go.Figure, go.Figure, go.Figure]:
     if step is None:
-        empty = charts.empty_figure("This run recorded no steps")
-        return empty, empty, charts.overview_figure(trace)
-    return charts.step_figures(trace, step, compact)
+        empty = empty_figure("This run recorded no steps")
+        return empty, empty, overview_figure(trace)
+    return step_figures(trace, step, compact)
 
 
 def select_step(trace: dict[str, Any] | None, step: Any, show_prompt: bool = False, compact: bool = False
                 ) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
     """(text html, distribution, waterfall, overview) with ``step`` selected; None without a trace."""
-    k = charts.clamp_step(trace, step)
+    k = clamp_step(trace, step)
     if trace is None or k is None:
         return None
-    return (charts.token_html(trace, k, show_prompt), *charts.step_figures(trace, k, compact))
+    return (token_html(trace, k, show_prompt), *step_figures(trace, k, compact))
 
 
 def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_a: dict[str, Any],

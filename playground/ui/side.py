@@ -5,8 +5,9 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from playground.charts import figures as charts
 from playground.charts.common import escape
+from playground.charts.steps import clamp_step, empty_figure
+from playground.charts.text import legend_html, token_html
 from playground.charts.views import strategy_views
 from playground.ui.events import plot_component, plot_value, text_js
 from playground.ui.handlers import select_step, status_html, stopped
@@ -37,23 +38,23 @@ class Side:
         suffix = "" if key == "main" else f"-{key}"
         first = f"<div class=\"pg-status\">{'Ready.' if key == 'main' else key.upper()}</div>"
         self.status = gr.HTML(first, elem_id=f"pg-status{suffix}")
-        self.text = gr.HTML(charts.token_html({}), js_on_load=text_js(key), elem_id=f"pg-text{suffix}",
+        self.text = gr.HTML(token_html({}), js_on_load=text_js(key), elem_id=f"pg-text{suffix}",
                             min_height=90)
         if key == "main":
-            gr.HTML(charts.legend_html())
+            gr.HTML(legend_html())
         # the Explore side: a strategy's own views (beam tree, rounds, EAGLE tree...) go right under the text
         self.view_slot = gr.Column(elem_id="pg-views") if key == "main" else None
         if key == "main":
             with gr.Accordion("Glossary: entropy, surprisal, nats, tau, Z, the token marks", open=False,
                               elem_id="pg-glossary"):
                 gr.Markdown(GLOSSARY, elem_classes=["pg-summary"])
-        self.over = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-overview-{key}")
+        self.over = plot_component(empty_figure(), show_label=False, elem_id=f"pg-overview-{key}")
         # the explore tab puts its step slider between the overview and the step's details
         self.step_slot = gr.Column() if key == "main" else None
-        self.dist = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-dist{suffix}")
+        self.dist = plot_component(empty_figure(), show_label=False, elem_id=f"pg-dist{suffix}")
         # under the Explore distribution: whether a bar click branches this run
         self.dist_note = gr.HTML("", elem_id="pg-dist-note") if key == "main" else None
-        self.water = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
+        self.water = plot_component(empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
         # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts
         self.view_slots: list[gr.Component] = []
         if key != "main":
@@ -93,7 +94,7 @@ class Side:
 
 def step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
     """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
-    k = charts.clamp_step(trace, step)
+    k = clamp_step(trace, step)
     return view_updates(strategy_views(trace, k) if trace and k is not None else None, theme, plots)
 
 

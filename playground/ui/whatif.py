@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import gradio as gr
 import plotly.graph_objects as go
 
-from playground.charts import figures as charts
+from playground.charts.steps import clamp_step, empty_figure, step_figures
+from playground.charts.text import token_html
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
@@ -54,15 +55,15 @@ def score_view(store: ModelStore, model: str, text: str, prompt: str = "", syste
     step = max(range(len(trace.steps)), key=lambda i: trace.steps[i].extra["surprisal"] or 0.0)
     leaves = (trace.extra["score"].get("grammar") or {}).get("leaves_at")
     step = step if leaves is None else leaves
-    return charts.token_html(d, step), score_html(summary(trace)), d, step, charts.step_figures(d, step)
+    return token_html(d, step), score_html(summary(trace)), d, step, step_figures(d, step)
 
 
 def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
     """The score view with another token selected (a click on the text)."""
-    k = charts.clamp_step(trace, step)
+    k = clamp_step(trace, step)
     if trace is None or k is None:
         return None
-    return (charts.token_html(trace, k), *charts.step_figures(trace, k))
+    return (token_html(trace, k), *step_figures(trace, k))
 
 
 def grammar_value(kind: Any, text: Any) -> dict[str, str] | None:
@@ -110,16 +111,16 @@ def layout() -> WhatIf:
             tokens = gr.Slider(1, MAX_TOKENS, value=4, step=1, label="Tokens per outcome", elem_id="pg-whatif-k")
             batched = gr.Checkbox(True, label="Batched rows", elem_id="pg-whatif-batched")
         sample_run = gr.Button("Sample many", variant="primary", elem_id="pg-whatif-sample")
-        sample_plot = plot_component(charts.empty_figure("Sample many to see the bars"), show_label=False,
+        sample_plot = plot_component(empty_figure("Sample many to see the bars"), show_label=False,
                                      elem_id="pg-whatif-bars")
         sample_table = gr.HTML(elem_id="pg-whatif-table")
     with gr.Accordion("Score a text: how surprised is the model?", open=True):
         score_text = gr.Textbox("", label="Text to score (with a chat model: the answer to the prompt)", lines=3,
                                 elem_id="pg-whatif-text")
         score_run = gr.Button("Score", variant="primary", elem_id="pg-whatif-score")
-        score_tokens = gr.HTML(charts.token_html({}), js_on_load=text_js("score"), elem_id="pg-whatif-tokens")
+        score_tokens = gr.HTML(token_html({}), js_on_load=text_js("score"), elem_id="pg-whatif-tokens")
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
-        score_plots = [plot_component(charts.empty_figure("Score a text to see its steps"), show_label=False,
+        score_plots = [plot_component(empty_figure("Score a text to see its steps"), show_label=False,
                                       elem_id=f"pg-whatif-score-{i}") for i in range(3)]
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, score_text, score_run, score_tokens,
                   score_summary, score_plots, gr.State(None))

@@ -28,8 +28,9 @@ import torch
 
 from playground.trace import Step, Trace, rnd
 from strategies.sampling.grammar import grammar_of, grammar_stage, with_grammar
-from strategies.beam.beam import (BeamParams, BeamSearch, BeamStart, StepRecord, beam_section_extra, best_path_steps,
-                                  end_reason, finished_records, publish)
+from strategies.beam.beam import BeamParams, BeamSearch, BeamStart
+from strategies.beam.beam_trace import (StepRecord, beam_section_extra, best_path_steps, end_reason, finished_records,
+                                        publish)
 from strategies.beam.tree import BeamTree
 from strategies.sampling.chain import ChainParams, build_chain, record_chain
 from strategies.sampling.transforms import TransformBase

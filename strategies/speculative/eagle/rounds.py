@@ -82,7 +82,7 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
                  baseline: Any) -> Iterator[Trace]:
     """Run the tree rounds into ``trace`` (set up by the strategy), yielding after each.
 
-    ``baseline`` is ``speculative.plain_decode``: the wall-clock reference run after the text.
+    ``baseline`` is ``baseline.plain_decode``: the wall-clock reference run after the text.
     """
     greedy = params.temperature == 0
     check_eagle(ctx.lm, greedy, params.eagle_tree)
