@@ -6,10 +6,13 @@ import pytest
 
 from playground.charts.stage_warnings import stage_warnings
 from playground.engine import Request, run
+from strategies.stages import truncates
 
 
 def stage(name, kept, **decision):
-    return {"name": name, "kept_count": kept, **({"decision": decision} if decision else {})}
+    """A stage's record as the recorder writes it (``truncates`` as the stage is registered)."""
+    return {"name": name, "kept_count": kept, **({"decision": decision} if decision else {}),
+            **({"truncates": True} if truncates(name) else {})}
 
 
 def steps_trace(*steps):
