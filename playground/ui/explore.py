@@ -12,7 +12,7 @@ from playground.ui.components import run_config, run_request
 from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
-from playground.ui.side import VIEW_PLOTS, Side, ViewSlots
+from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, Side, ViewSlots
 from strategies.forcing import parse_path
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def tab(page: Page) -> None:
     # a strategy's own views sit right under the text, where a person reads the run
     assert page.main.view_slot is not None
     with page.main.view_slot:
-        page.view_slots = ViewSlots.make(VIEW_PLOTS, "pg-view")
+        page.view_slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
     page.branches = branches.layout()
     page.forced = page.branches.forced
     with gr.Accordion("Export", open=False, elem_id="pg-export"):

@@ -33,7 +33,7 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
 from playground.errors import InvalidRequest
 from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
 from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
-from playground.ui.side import VIEW_PLOTS, slot_ids
+from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it r
                     "any default system prompt it adds) and its token count once it loads with the model.")
 
 # Slides view: the chart shown large (its plot's element id) and the rest folded away
-VIEW_IDS, VIEW_HTML_ID = slot_ids(VIEW_PLOTS, "pg-view")  # the Explore tab's strategy view slots
+VIEW_IDS, VIEW_HTML_ID = slot_ids(VIEW_PLOTS, VIEW_PREFIX)  # the Explore tab's strategy view slots
 SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
                 "strategy view": VIEW_IDS[0]}
 # hidden in the slides view whichever chart is chosen: the strategy's further views, as many as the page has

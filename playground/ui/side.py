@@ -28,6 +28,7 @@ GLOSSARY = """- **entropy**: how spread the distribution of a step is, −Σ p·
 
 VIEW_PLOTS = 5  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
+VIEW_PREFIX = "pg-view"  # the slots' element ids: pg-view-0..., pg-view-html (slot_ids)
 
 
 def slot_ids(count: int, prefix: str, suffix: str = "") -> tuple[list[str], str]:
@@ -106,7 +107,7 @@ class Side:
         self.water = plot_component(charts.empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
         # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts;
         # the Explore side's are the page's (its tab places them)
-        self.view_slots = ViewSlots.make(COMPARE_VIEW_PLOTS, "pg-view", suffix) if key != "main" else None
+        self.view_slots = ViewSlots.make(COMPARE_VIEW_PLOTS, VIEW_PREFIX, suffix) if key != "main" else None
 
     def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> Updates:
         """The side's view slots for ``step`` (nothing for the Explore side: its slots are the page's)."""
