@@ -1,7 +1,7 @@
 """The page's layout in a real browser (Playwright driving Debian's Chromium) at 1440x1000 in light and dark
 mode and at 390x844: Seed within the sidebar's first screen, the advanced group folded and counting its
 stages, a beam run's own view above the branches panel with the note that it does not branch, and the
-slides view giving one chart most of the width.
+slides view giving one chart most of the width and hiding every other strategy view slot.
 
 Where no browser can be had these tests skip with the reason; under CI=true they fail instead.
 """
@@ -101,6 +101,33 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         page.locator("#pg-slides input").uncheck()
         page.wait_for_function("() => !document.body.classList.contains('pg-slides')", timeout=10_000)
         assert page.locator("#pg-sidebar").is_visible() and page.locator("#pg-waterfall").is_visible()
+
+
+def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser, url):
+    """A speculative run on the toy fills every figure slot the page has (VIEW_PLOTS) and the HTML slot;
+    in the slides view none of them shows beside the chosen chart, whichever it is."""
+    from playground.ui.side import VIEW_PLOTS
+    slots = [f"#pg-view-{i}" for i in range(VIEW_PLOTS)]
+    query = "?model=toy&strategy=speculative&prompt=1+2&p.draft=toy-small&seed=2&max_new_tokens=6&run=generate"
+    with opened(browser, url + query, "light") as page:
+        wait_done(page)
+        for slot in slots:  # the run fills them all: a slot the slides view misses would show
+            page.wait_for_selector(f"{slot} .js-plotly-plot", timeout=30_000)
+        page.wait_for_selector("#pg-view-html", state="visible", timeout=30_000)
+        page.locator("#pg-slides input").check()
+        page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
+        page.wait_for_timeout(700)
+        shown = [s for s in [*slots, "#pg-view-html"] if page.locator(s).is_visible()]
+        assert shown == [], f"shown beside the distribution in the slides view: {shown}"
+        assert page.locator("#pg-dist").is_visible()
+        page.locator("#pg-slides-chart input").click()
+        page.get_by_role("option", name="strategy view", exact=True).click()
+        page.wait_for_function("() => document.getElementById('pg-dist').classList.contains('pg-slide-hidden')",
+                               timeout=10_000)
+        page.wait_for_timeout(700)
+        assert page.locator(slots[0]).is_visible()
+        shown = [s for s in [*slots[1:], "#pg-view-html"] if page.locator(s).is_visible()]
+        assert shown == [], f"shown beside the strategy view in the slides view: {shown}"
 
 
 def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_under_it(browser, url, store):

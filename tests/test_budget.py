@@ -60,7 +60,7 @@ def test_a_real_clock_budget_ends_the_run_and_the_page_says_so(store):
     trace = run(store, slow, budget=Budget(seconds=1e-6))
     assert trace.finish_reason == "time budget" and 1 <= len(trace.beam["nodes"])
     assert "time budget per run is used up" in status_html(trace.to_dict(), final=True)
-    frames = list(generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40,
+    frames = list(generate(store, Request("toy", "sampling", "1 2", max_new_tokens=40),
                            decoder=default_decoder(store, Budget(seconds=1e-6))))
     assert frames[-1].final and frames[-1].trace["finish_reason"] == "time budget"
     assert "time budget" in frames[-1].status

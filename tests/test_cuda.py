@@ -25,7 +25,7 @@ import torch
 
 from playground.engine import Request, run
 from playground.models import ModelStore
-from playground.models.dtypes import dtype_name
+from playground.models.dtypes import DEFAULT_DTYPE, dtype_name
 
 DEVICE = os.environ.get("PLAYGROUND_CUDA_TEST_DEVICE", "cuda")
 pytestmark = [pytest.mark.cuda,
@@ -130,7 +130,7 @@ def test_the_zero_gpu_path_decodes_on_the_device(device_store, monkeypatch):
     fake = FakeSpaces()
     monkeypatch.setattr(handlers, "spaces", fake)
     decoder = handlers.GpuDecoder(device_store, Budget(seconds=60))
-    frames = list(handlers.generate(device_store, "smollm2-135m", "greedy", PROMPT, max_new_tokens=12,
-                                    decoder=decoder))
+    req = Request("smollm2-135m", "greedy", PROMPT, max_new_tokens=12, dtype=DEFAULT_DTYPE)
+    frames = list(handlers.generate(device_store, req, decoder=decoder))
     assert len(fake.durations) == 1 and "ZeroGPU: up to" in frames[-1].status
     assert device_store.get("smollm2-135m").device.type == torch.device(DEVICE).type

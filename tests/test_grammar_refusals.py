@@ -70,7 +70,7 @@ def test_the_cli_prints_the_problem_on_its_error_line(capsys, kind, text, says):
 @pytest.mark.parametrize("kind, text, says", REFUSED[:3] + REFUSED[4:5])
 def test_the_page_and_generate_show_the_same_message(store, kind, text, says):
     grammar = {"kind": kind, "text": text}
-    message = refusal_of(lambda: list(generate(store, "toy", "greedy", "1 2", max_new_tokens=3, grammar=grammar)))
+    message = refusal_of(lambda: list(generate(store, Request("toy", "greedy", "1 2", max_new_tokens=3, grammar=grammar))))
     assert_plain(message, says)
     assert_plain(refusal_html(message).split("</b> ", 1)[1], [])
     stream = api_generate_stream(default_decoder(store), "toy", "greedy", "1 2", "{}", 0, 3, "", "auto", "auto",

@@ -27,6 +27,7 @@ from playground.charts.views import strategy_views
 from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from playground.models.dtypes import DEFAULT_DTYPE
 from playground.trace import Trace
 from playground.ui import share
 from strategies.registry import get_strategy
@@ -238,7 +239,8 @@ def test_the_page_passes_the_grammar_controls_into_the_request(store):
     values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]
     frames = list(fn.fn(*values))
     assert seen and seen[-1].grammar is not None and seen[-1].grammar.to_dict() == TOY_GRAMMAR
-    assert frames[-1] and "the grammar is complete" in frames[-1][0]
+    status = next(c for c in fn.outputs if c.elem_id == "pg-status")
+    assert frames[-1] and "the grammar is complete" in frames[-1][status]
     demo.close()
 
 
@@ -253,9 +255,10 @@ def test_the_page_writes_the_grammar_into_its_share_link_and_an_example_sets_the
     assert warnings == [] and (cfg.grammar_kind, cfg.grammar_text) == ("choices", CHOICES)
     # an example's button sets the grammar controls (and opens their group) through the link's path
     example = next(ex for ex in examples() if ex.config.grammar_kind == "regex")
+    by_id = lambda updates: {getattr(c, "elem_id", None): v for c, v in updates.items()}  # noqa: E731
     button = next(f for f in demo.fns.values() if not f.inputs and "pg-grammar-kind" in ids(f.outputs)
-                  and "pg-example-note" in ids(f.outputs) and example.label in str(f.fn()[-1]))
-    values = dict(zip(ids(button.outputs), button.fn()))
+                  and "pg-example-note" in ids(f.outputs) and example.label in str(by_id(f.fn())["pg-example-note"]))
+    values = by_id(button.fn())
     assert values["pg-grammar-kind"] == "regex" and values["pg-grammar-text"]["value"] == example.config.grammar_text
     assert values["pg-grammar"]["open"] is True
     demo.close()
@@ -269,8 +272,8 @@ def test_compare_constrains_both_sides(store):
 
 
 def compare_runs(store):
-    return compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4, max_new_tokens=12,
-                   grammar=TOY_GRAMMAR)
+    a = Request("toy", "greedy", "1 2", seed=4, max_new_tokens=12, dtype=DEFAULT_DTYPE, grammar=TOY_GRAMMAR)
+    return compare(store, a, dataclasses.replace(a, strategy="sampling", params={"temperature": 1.0}))
 
 
 def without_defaults(cfg: share.Config) -> share.Config:
@@ -310,9 +313,9 @@ def test_status_says_why_a_grammar_run_ended(toy_trace):
 
 def test_an_invalid_grammar_is_refused_with_the_matchers_message(store):
     with pytest.raises(InvalidRequest, match=r"the regex '\(unclosed' is not valid: unclosed group"):
-        list(generate(store, "toy", "greedy", "1 2", grammar={"kind": "regex", "text": "(unclosed"}))
+        list(generate(store, Request("toy", "greedy", "1 2", grammar={"kind": "regex", "text": "(unclosed"})))
     with pytest.raises(InvalidRequest, match="JSON schema does not parse"):
-        list(generate(store, "toy", "greedy", "1 2", grammar={"kind": "json", "text": "{oops"}))
+        list(generate(store, Request("toy", "greedy", "1 2", grammar={"kind": "json", "text": "{oops"})))
 
 
 def test_the_grammar_examples_are_valid_and_the_toy_one_follows_its_choices(store):
@@ -322,8 +325,8 @@ def test_the_grammar_examples_are_valid_and_the_toy_one_follows_its_choices(stor
         back, warnings = share.decode(share.encode(ex.config))
         assert warnings == [] and back == without_defaults(ex.config), ex.label
     toy = next(ex.config for ex in with_grammar_ if ex.config.model == "toy")
-    frames = list(generate(store, toy.model, toy.strategy, toy.prompt, toy.params, toy.seed, toy.max_new_tokens,
-                           grammar=grammar_request(toy.grammar_kind, toy.grammar_text)))
+    frames = list(generate(store, Request(toy.model, toy.strategy, toy.prompt, toy.params, toy.seed, toy.max_new_tokens,
+                                          dtype=toy.dtype, grammar=grammar_request(toy.grammar_kind, toy.grammar_text))))
     assert frames[-1].trace["text"] in [c.strip() for c in json.loads(toy.grammar_text)]
     assert grammar_chart.TITLE in [v.title for v in frames[-1].views]
 
@@ -331,11 +334,11 @@ def test_the_grammar_examples_are_valid_and_the_toy_one_follows_its_choices(stor
 def test_a_branch_of_a_grammar_run_keeps_its_grammar_through_the_page_handler(store, toy_trace):
     """The branch panel runs ui.generate with the trace's settings: the grammar goes with them."""
     settings = branch_settings(toy_trace, 0, 9)  # ' the' at step 0: the other valid text
-    frames = list(generate(store, **settings, max_new_tokens=12, final_step=0))
+    frames = list(generate(store, Request(**settings, max_new_tokens=12), final_step=0))
     assert frames[-1].trace["text"].strip() == "the hill rose high"
     assert frames[-1].trace["grammar"] == TOY_GRAMMAR
     with pytest.raises(InvalidRequest, match="grammar does not allow token"):
-        list(generate(store, **branch_settings(toy_trace, 0, 4), max_new_tokens=12))  # ' time': not allowed
+        list(generate(store, Request(**branch_settings(toy_trace, 0, 4), max_new_tokens=12)))  # ' time': not allowed
 
 
 # --- /generate ----------------------------------------------------------------------------------------

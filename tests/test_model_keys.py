@@ -8,6 +8,7 @@ from playground.models import store as models
 from playground.ui.controls import model_choices
 from playground.ui.events import is_chat_model
 from playground.ui.handlers import generate
+from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.serving.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
 from playground.serving.model_keys import KeyPolicy, check_key
@@ -66,7 +67,7 @@ def test_a_hub_id_that_names_a_directory_here_is_refused(tmp_path, monkeypatch):
 def test_engine_and_page_refuse_a_path_before_loading_anything(store):
     before = store.loaded()
     with pytest.raises(ModelUnavailable, match="namespace/name"):
-        next(generate(store, "/tmp", "greedy", "1 2"))
+        next(generate(store, Request("/tmp", "greedy", "1 2")))
     with pytest.raises(ModelUnavailable, match="namespace/name"):
         store.get("../assets/toy")
     assert store.loaded() == before

@@ -30,7 +30,7 @@ def test_a_refusal_is_written_into_the_status_and_raised_as_the_toast(store):
     status = object()  # stands for the event's status output (Gradio takes a dict of some outputs)
 
     def run(top_p):
-        for frame in generate(store, "toy", "sampling", "1 2", {"top_p": top_p}, max_new_tokens=4):
+        for frame in generate(store, Request("toy", "sampling", "1 2", {"top_p": top_p}, max_new_tokens=4)):
             yield [frame.status]
 
     wrapped = handler(run, 1, status=status)
@@ -68,20 +68,20 @@ def test_without_a_status_output_only_the_toast_is_raised():
 
 def test_top_p_zero_is_refused_with_the_field_and_its_range(store):
     with pytest.raises(InvalidRequest, match=r"^top_p must be in \(0, 1\], got 0"):
-        next(generate(store, "toy", "sampling", "1 2", {"top_p": 0}))
+        next(generate(store, Request("toy", "sampling", "1 2", {"top_p": 0})))
 
 
 def test_max_new_tokens_100000_is_refused_with_the_field_and_its_range(store):
     with pytest.raises(InvalidRequest, match=rf"^max_new_tokens must be an integer in \[1, {MAX_NEW_TOKENS}\], "
                                              r"got 100000"):
-        next(generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=100000))
+        next(generate(store, Request("toy", "sampling", "1 2", max_new_tokens=100000)))
 
 
 # --- a long prompt is announced while it is read ----------------------------------------------------
 
 def test_the_prompt_is_announced_with_its_token_count_before_the_first_token(store):
     prompt = " ".join(["1 2 3 4"] * 10)
-    frames = generate(store, "toy", "greedy", prompt, {}, max_new_tokens=3)
+    frames = generate(store, Request("toy", "greedy", prompt, max_new_tokens=3))
     first = next(frames)
     n = len(store.get("toy").encode(prompt, "", None))
     assert not first.trace["tokens"] and first.trace["finish_reason"] == READING_REASON and not first.final
@@ -113,16 +113,16 @@ def test_a_run_that_made_all_its_tokens_says_length_even_past_the_deadline(store
 
 
 def test_the_page_says_length_for_a_finished_run_under_a_spent_budget(store):
-    frames = list(generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=3,
+    frames = list(generate(store, Request("toy", "greedy", "1 2", max_new_tokens=3),
                            decoder=lambda req, progress: stream(store, req, progress, Budget(seconds=1e-9))))
     assert frames[-1].final and "stopped: this server's time budget" in frames[-1].status  # 3 tokens asked, 1 made
-    frames = list(generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=1,
+    frames = list(generate(store, Request("toy", "greedy", "1 2", max_new_tokens=1),
                            decoder=lambda req, progress: stream(store, req, progress, Budget(seconds=1e-9))))
     assert "reached max new tokens" in frames[-1].status
 
 
 def test_a_stopped_run_says_at_which_step(store):
-    frames = generate(store, "toy", "greedy", "1 2", {}, max_new_tokens=8, text_seconds=0)
+    frames = generate(store, Request("toy", "greedy", "1 2", max_new_tokens=8), text_seconds=0)
     partial = [f for _, f in zip(range(5), frames)][-1]  # reading + 4 tokens, then the page stops it
     frames.close()
     assert len(partial.trace["steps"]) == 4
@@ -172,7 +172,7 @@ def test_a_branch_link_carries_its_forced_tokens_and_a_changed_strategy():
 
 def test_stop_ends_a_handler_run_after_the_step_in_flight_with_a_stopped_frame(store):
     def run():
-        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40, text_seconds=0):
+        for frame in generate(store, Request("toy", "sampling", "1 2", max_new_tokens=40), text_seconds=0):
             yield [frame.status, len(frame.trace["tokens"]), frame.final]
 
     frames = handler(run, 0)(gr.Request(session_hash="stop-test"))
@@ -197,7 +197,7 @@ def test_stop_is_read_after_every_token_even_one_not_sent(store):
                 events.RUNS.stop("stop-unsent")  # Stop arrives after the fifth token, the sixth in flight
 
     def run():
-        for frame in generate(store, "toy", "sampling", "1 2", {}, max_new_tokens=40, text_seconds=60,
+        for frame in generate(store, Request("toy", "sampling", "1 2", max_new_tokens=40), text_seconds=60,
                               decoder=decode):
             yield [frame.status, len(frame.trace["tokens"]), frame.final]
 

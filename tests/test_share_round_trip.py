@@ -73,11 +73,22 @@ def copy_link(page, state: dict[int, Any]) -> str:
     return page.link.fn(*[state[id(c)] for c in config], None, "generate")["value"]
 
 
+def written(outputs, frame) -> dict[int, Any]:
+    """A handler's return value as {id(output): value}, as Gradio reads it: by component where it is keyed
+    (the outputs it leaves out skipped), else by place."""
+    if isinstance(frame, dict) and frame.get("__type__") == "update":  # one skip for every output
+        return {id(c): frame for c in outputs}
+    if isinstance(frame, dict):
+        return {id(c): frame.get(c, gr.skip()) for c in outputs}
+    return {id(c): value for c, value in zip(outputs, frame)}
+
+
 def open_link(page, query: str) -> dict[int, Any]:
     """A fresh page opened at ``query``: its state once the restore's updates are applied."""
     state = fresh_state(page)
     request = SimpleNamespace(query_params=dict(parse_qsl(query.lstrip("?"), keep_blank_values=True)))
-    for comp, update in zip(page.load.outputs, page.load.fn(request)):
+    updates = written(page.load.outputs, page.load.fn(request))
+    for comp, update in ((c, updates[id(c)]) for c in page.load.outputs):
         if isinstance(update, dict) and update.get("__type__") == "update":
             if "value" in update:
                 state[id(comp)] = update["value"]
@@ -244,17 +255,18 @@ def test_the_link_of_an_eagle_auto_run_restores_the_tree_it_chose(page, monkeypa
     monkeypatch.setitem(page.decoding, "on", True)
     frames = list(page.explore.fn(*[state[id(c)] for c in page.explore.inputs]))
     box = by_elem["pg-p-speculative-eagle_auto_tree"]
-    last = dict(zip((id(c) for c in page.explore.outputs), frames[-1]))
+    last = written(page.explore.outputs, frames[-1])
     trace = last[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
     chosen = trace["params"]["eagle_auto_tree"]
     assert chosen and last[id(box)]["value"] == chosen  # written back at the end of the run
-    assert all(frame[-2:] == [gr.skip()] * 2 for frame in frames[:-1])
+    assert all([written(page.explore.outputs, frame)[id(c)] for c in page.explore.outputs[-2:]] == [gr.skip()] * 2
+               for frame in frames[:-1])
     state[id(box)] = chosen
     query = copy_link(page, state)
     assert f"p.eagle_auto_tree={chosen}" in query
     page.sent.clear()
     replay = list(page.explore.fn(*[open_link(page, query)[id(c)] for c in page.explore.inputs]))
     assert page.sent[-1].params["eagle_auto_tree"] == chosen
-    again = dict(zip((id(c) for c in page.explore.outputs), replay[-1]))
+    again = written(page.explore.outputs, replay[-1])
     replayed = again[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
     assert {k: v for k, v in replayed.items() if k != "timing"} == {k: v for k, v in trace.items() if k != "timing"}

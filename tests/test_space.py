@@ -31,6 +31,7 @@ from playground.models import DEFAULT_MODEL, OFFLINE  # noqa: E402
 from playground.serving import zerogpu  # noqa: E402
 from playground.serving.budget import Budget  # noqa: E402
 from playground.ui import handlers  # noqa: E402
+from playground.engine import Request  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -204,11 +205,11 @@ def test_the_status_says_the_estimate_on_zero_gpu(store, monkeypatch):
     monkeypatch.setattr(handlers, "spaces", fake)
     monkeypatch.setenv(zerogpu.TOKEN_SECONDS_ENV, "0.5")
     decoder = handlers.GpuDecoder(store, Budget(seconds=60))
-    frames = list(handlers.generate(store, "toy", "beam", "1 2", {"num_beams": 3}, max_new_tokens=20,
+    frames = list(handlers.generate(store, Request("toy", "beam", "1 2", {"num_beams": 3}, max_new_tokens=20),
                                     decoder=decoder))
     assert fake.durations == [30]
     assert "ZeroGPU: up to 30 s of GPU for 3 rows x 20 tokens" in frames[-1].status
-    frames = list(handlers.generate(store, "toy", "greedy", "1 2", max_new_tokens=6, decoder=decoder))
+    frames = list(handlers.generate(store, Request("toy", "greedy", "1 2", max_new_tokens=6), decoder=decoder))
     assert "ZeroGPU: up to 10 s of GPU for 6 tokens" in frames[-1].status and fake.durations == [30, 10]
 
 
@@ -217,7 +218,7 @@ def test_off_zero_gpu_the_status_has_no_estimate(store, monkeypatch):
     fake.config.Config.zero_gpu = False
     monkeypatch.setattr(handlers, "spaces", fake)
     decoder = handlers.GpuDecoder(store, Budget(seconds=60))
-    frames = list(handlers.generate(store, "toy", "greedy", "1 2", max_new_tokens=6, decoder=decoder))
+    frames = list(handlers.generate(store, Request("toy", "greedy", "1 2", max_new_tokens=6), decoder=decoder))
     assert "ZeroGPU" not in frames[-1].status and decoder.replays is None
 
 

@@ -9,7 +9,7 @@ from playground.charts import palette
 from playground.charts.common import CAPTION, CAPTION_ROW
 from playground.charts.steps import step_figures
 
-from playground.ui.side import step_view_updates
+from playground.ui.side import VIEW_PLOTS, ViewSlots
 from playground.engine import Request, run
 from playground.charts.theme import THEMES, themed
 from playground.charts.views import strategy_views
@@ -60,9 +60,10 @@ def test_every_figure_is_drawn_in_the_page_theme(figures, name):
 
 def test_the_page_handlers_draw_in_the_theme_they_are_given(store):
     d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}, seed=2, max_new_tokens=8)).to_dict()
+    slots = ViewSlots.make(VIEW_PLOTS, "pg-view")
     for name in ("light", "dark"):
-        updates = step_view_updates(d, 1, name)
-        plots = [u["value"] for u in updates[:-1] if u.get("visible")]
+        updates = slots.step_updates(d, 1, name)
+        plots = [updates[slot]["value"] for slot in slots.plots if updates[slot].get("visible")]
         assert plots
         for plot in plots:
             layout = json.loads(plot.plot)["layout"]

@@ -27,7 +27,7 @@ from playground.ui.examples import examples
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import compare, generate, select_step, status_html
 from playground.ui.page import build_demo
-from playground.ui.side import VIEW_PLOTS, view_updates
+from playground.ui.side import VIEW_PLOTS, ViewSlots
 from playground.engine import Request, run
 from playground.models import ModelUnavailable
 from playground.errors import InvalidRequest
@@ -226,8 +226,8 @@ def test_status_line_escapes_what_it_shows():
 # --- streaming handlers -----------------------------------------------------------------------------
 
 def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(store):
-    reading, *frames = generate(store, "toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8, refresh_seconds=0,
-                                text_seconds=0)
+    reading, *frames = generate(store, Request("toy", "sampling", "1 2", CHAIN, seed=1, max_new_tokens=8),
+                                refresh_seconds=0, text_seconds=0)
     assert reading.trace["finish_reason"] == "reading" and not reading.trace["tokens"]  # before the prefill
     assert frames[0].figures is None and not frames[0].final  # first token: text only, as fast as it gets
     assert frames[1].figures is not None  # the charts follow from the second token on
@@ -244,7 +244,7 @@ def test_generate_streams_text_first_then_charts_and_ends_with_the_exact_trace(s
 
 
 def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
-    frames = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=8, refresh_seconds=60))
+    frames = list(generate(store, Request("toy", "sampling", "1 2", seed=0, max_new_tokens=8), refresh_seconds=60))
     # a run quicker than refresh_seconds is drawn once, at its end
     assert [f.figures is not None for f in frames] == [False] * (len(frames) - 1) + [True]
 
@@ -252,24 +252,23 @@ def test_charts_are_redrawn_only_every_so_often_while_streaming(store):
 def test_tokens_decoded_faster_than_the_text_interval_go_out_together(store):
     """A page is sent the text at most every text_seconds: a fast run sends its first token alone, then
     only its end, and the end holds every token."""
-    frames = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=40, refresh_seconds=60,
-                           text_seconds=60))[1:]  # after the "reading the prompt" frame
+    req = Request("toy", "sampling", "1 2", seed=0, max_new_tokens=40)
+    frames = list(generate(store, req, refresh_seconds=60, text_seconds=60))[1:]  # after the "reading the prompt" frame
     assert [len(f.trace["tokens"]) for f in frames[:-1]] == [1] and frames[-1].final
     n = len(frames[-1].trace["tokens"])
     assert n >= 5  # a run long enough to coalesce
-    every = list(generate(store, "toy", "sampling", "1 2", {}, seed=0, max_new_tokens=40, refresh_seconds=60,
-                          text_seconds=0))[1:]
+    every = list(generate(store, req, refresh_seconds=60, text_seconds=0))[1:]
     assert len(every) == n + 1 and every[-1].trace["tokens"] == frames[-1].trace["tokens"]
 
 
 def test_bad_input_raises_the_validation_message(store):
     with pytest.raises(InvalidRequest, match=r"temperature must be in \[0, 100\], got -1"):
-        next(generate(store, "toy", "sampling", "1 2", {"temperature": -1}))
+        next(generate(store, Request("toy", "sampling", "1 2", {"temperature": -1})))
     with pytest.raises(ModelUnavailable, match="toy"):
-        next(generate(store, "no such model", "greedy", "1 2"))
+        next(generate(store, Request("no such model", "greedy", "1 2")))
     with pytest.raises(InvalidRequest, match="strategy must be one of"):
-        next(generate(store, "toy", "nope", "1 2"))
-    frames = generate(store, "toy", "greedy", "1 2")
+        next(generate(store, Request("toy", "nope", "1 2")))
+    frames = generate(store, Request("toy", "greedy", "1 2", max_new_tokens=48))
     assert "reading the prompt (2 tokens)" in next(frames).status  # the prompt's prefill is announced
     assert next(frames).trace["tokens"]  # and the next one works
 
@@ -284,15 +283,16 @@ def test_select_step_clamps_and_marks_the_selected_token(chain_trace):
 
 
 def test_compare_runs_both_strategies_on_the_same_seed(store):
-    pairs = list(compare(store, "toy", "1 2", "greedy", {}, "sampling", {"temperature": 1.0}, seed=4,
-                         max_new_tokens=8, refresh_seconds=60))
+    a = Request("toy", "greedy", "1 2", seed=4, max_new_tokens=8)
+    pairs = list(compare(store, a, dataclasses.replace(a, strategy="sampling", params={"temperature": 1.0}),
+                         refresh_seconds=60))
     a, b = pairs[-1]
     assert a.final and b.final and a.step == b.step == 0
     for frame, strategy, params in ((a, "greedy", {}), (b, "sampling", {"temperature": 1.0})):
         ref = run(store, Request("toy", strategy, "1 2", params, seed=4, max_new_tokens=8))
         assert frame.trace["text"] == ref.text and frame.trace["tokens"] == ref.to_dict()["tokens"]
     with pytest.raises(InvalidRequest, match=r"^B \(sampling\): top_p must be"):
-        list(compare(store, "toy", "1 2", "greedy", {}, "sampling", {"top_p": 2}))
+        list(compare(store, Request("toy", "greedy", "1 2"), Request("toy", "sampling", "1 2", {"top_p": 2})))
 
 
 # --- share links and export ---------------------------------------------------------------------------
@@ -354,13 +354,14 @@ def test_server_side_png_export_writes_one_image_per_chart(chain_trace):
 def test_every_registered_strategy_runs_through_the_page_handler(store):
     """The page names no strategy: each one in the registry streams, draws, and fills its view slots."""
     for spec in strategies_in_order():
-        frames = list(generate(store, "toy", spec.name, "1 2", {}, seed=0, max_new_tokens=6))
+        frames = list(generate(store, Request("toy", spec.name, "1 2", seed=0, max_new_tokens=6)))
         final = frames[-1]
         assert final.final and final.trace["strategy"] == spec.name and final.trace["tokens"], spec.name
         assert final.figures is not None and all(bars(f) for f in final.figures), spec.name
-        updates = view_updates(final.views, "light")
-        assert len(updates) == VIEW_PLOTS + 1
-        shown = [u for u in updates[:-1] if u.get("visible")]
+        slots = ViewSlots.make(VIEW_PLOTS, "pg-view")
+        updates = slots.updates(final.views, "light")
+        assert list(updates) == slots.components
+        shown = [u for slot, u in updates.items() if slot is not slots.html and u.get("visible")]
         assert len(shown) == min(VIEW_PLOTS, sum(v.figure is not None for v in final.views)), spec.name
 
 

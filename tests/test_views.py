@@ -26,8 +26,8 @@ def test_views_without_a_step_argument_still_come_back(store):
 def test_the_final_frame_shows_the_strategy_views_of_the_step_it_selects(store):
     """After a run the page selects one step (the most uncertain); the per-step view shows that one too."""
     from playground.ui.handlers import generate
-    frames = list(generate(store, "toy", "contrastive", "1 2", {"amateur": "toy-small"}, seed=0, max_new_tokens=6,
-                           refresh_seconds=0.0))
+    frames = list(generate(store, Request("toy", "contrastive", "1 2", {"amateur": "toy-small"}, seed=0,
+                                          max_new_tokens=6), refresh_seconds=0.0))
     final = frames[-1]
     assert final.final and final.step is not None
     titles = [v.title for v in final.views]
@@ -38,10 +38,18 @@ def test_the_final_frame_shows_the_strategy_views_of_the_step_it_selects(store):
         assert f"Contrastive step {f.step}: expert vs amateur" in [v.title for v in f.views]
 
 
-FAMILY_RUNS = [("greedy", {}), ("sampling", {"temperature": 1.2}), ("beam", {"num_beams": 3}),
+FAMILY_RUNS = [("greedy", {}), ("sampling", {"temperature": 1.2}), ("gumbel", {}), ("beam", {"num_beams": 3}),
                ("sample_beam", {"num_beams": 2, "num_prefixes": 2}), ("stochastic_beam", {"num_beams": 3}),
                ("speculative", {"draft": "toy-small"}), ("speculative", {"draft": "early_exit"}),
                ("speculative", {"draft": "prompt_lookup"}), ("contrastive", {"amateur": "toy-small"})]
+
+
+def test_the_view_runs_cover_every_registered_strategy_and_family():
+    """A strategy registered later is checked below too, or this fails."""
+    from strategies.registry import REGISTRY
+    ran = {strategy for strategy, _ in FAMILY_RUNS}
+    assert ran == set(REGISTRY), set(REGISTRY) ^ ran
+    assert {REGISTRY[s].family for s in ran} == {spec.family for spec in REGISTRY.values()}
 
 
 def test_no_strategy_draws_more_views_than_the_page_has_slots(store):
@@ -54,13 +62,16 @@ def test_no_strategy_draws_more_views_than_the_page_has_slots(store):
 
 
 def test_views_past_the_slots_are_named_not_dropped(store):
-    from playground.ui.side import view_updates
+    from playground.ui.side import ViewSlots
     d = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}, seed=2, max_new_tokens=6)).to_dict()
     views = [v for v in strategy_views(d, step=1) if v.figure is not None]
     assert len(views) >= 3
-    out = view_updates(views, "light", plots=2)
-    assert [u["visible"] for u in out[:2]] == [True, True]
-    note = out[2]["value"]
+    two = ViewSlots.make(2, "pg-test")
+    out = two.updates(views, "light")
+    assert list(out) == two.components
+    assert [out[slot]["visible"] for slot in two.plots] == [True, True]
+    note = out[two.html]["value"]
     left_out = views[2:]
     assert f"{len(left_out)} more view" in note and all(v.title.split(":")[0] in note for v in left_out)
-    assert "more view" not in view_updates(views, "light", plots=len(views))[-1].get("value", "")
+    every = ViewSlots.make(len(views), "pg-test-all")
+    assert "more view" not in every.updates(views, "light")[every.html].get("value", "")

@@ -29,6 +29,7 @@ import gradio as gr
 from playground.charts.common import escape, show_token
 from playground.charts.overview import most_uncertain_step
 from playground.charts.text import token_html
+from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
@@ -180,11 +181,11 @@ def on_run(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any
 
 
 def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
-         stream_frames: Callable[..., Iterator[list[Any]]], outputs: list[Any],
-         show_trace: Callable[..., list[Any]], show_outputs: list[Any]) -> list[Any]:
-    """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into ``outputs``
-    (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` redraws a stored trace into
-    ``show_outputs``. Returns the events Stop cancels."""
+         stream_frames: Callable[..., Iterator[Any]], outputs: list[Any],
+         show_trace: Callable[..., dict[Any, Any]], show_outputs: list[Any]) -> list[Any]:
+    """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into updates of
+    ``outputs`` (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` is the updates of
+    ``show_outputs`` that redraw a stored trace. Returns the events Stop cancels."""
     tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
 
     def run_branch(trace: dict[str, Any] | None, step: Any, token: Any, max_new: Any, system: str, chat: Any,
@@ -192,10 +193,9 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
         if not trace:
             raise InvalidRequest("generate a run first: a branch continues it")
         settings = branches.branch_settings(trace, step, token)
-        frames = generate(store, **settings, max_new_tokens=max_new, system=system,
-                          chat=chat_flag(trace["model"], chat), progress=events.progress(progress),
-                          final_step=max(settings["forced"]), decoder=decode)
-        yield from stream_frames(frames, theme)
+        req = Request(**settings, max_new_tokens=max_new, system=system or "", chat=chat_flag(trace["model"], chat))
+        yield from stream_frames(generate(store, req, progress=events.progress(progress),
+                                          final_step=max(settings["forced"]), decoder=decode), theme)
 
     def run_linked(trace: dict[str, Any] | None, go: dict[str, str] | None, max_new: Any, system: str, chat: Any,
                    theme: str, progress: Any = None) -> Iterator[list[Any]]:
@@ -209,10 +209,10 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
             gr.Warning(escape(LINK_REFUSED.format(err=err)), title="Branch not restored")
             return
         first = min(parse_path(go["branch"]))
-        frames = generate(store, **branches.run_settings(trace, forced), max_new_tokens=max_new, system=system,
-                          chat=chat_flag(trace["model"], chat), progress=events.progress(progress),
-                          final_step=first, decoder=decode)
-        yield from stream_frames(frames, theme)
+        req = Request(**branches.run_settings(trace, forced), max_new_tokens=max_new, system=system or "",
+                      chat=chat_flag(trace["model"], chat))
+        yield from stream_frames(generate(store, req, progress=events.progress(progress), final_step=first,
+                                          decoder=decode), theme)
 
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
                evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
@@ -224,9 +224,9 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
         except InvalidRequest as err:
             raise refusal(err) from None
 
-    def showing(change: Callable[..., branches.Tree]) -> Callable[..., list[Any]]:
+    def showing(change: Callable[..., branches.Tree]) -> Callable[..., dict[Any, Any]]:
         """A handler that changes the tree with ``change`` and redraws its current branch."""
-        def on_change(tree: branches.Tree | None, *args: Any) -> list[Any]:
+        def on_change(tree: branches.Tree | None, *args: Any) -> dict[Any, Any]:
             *picked, model, chat, theme = args
             try:
                 tree = change(tree, *picked)
@@ -235,7 +235,8 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
             node = tree["nodes"][tree["current"]]
             pair = branches.parent_of(tree)
             step = pair[2] if pair else most_uncertain_step(node["trace"])
-            return [*show_trace(node["trace"], step, model, chat, theme), *tree_updates(tree)]
+            return {**show_trace(node["trace"], step, model, chat, theme),
+                    **dict(zip(tree_outputs, tree_updates(tree)))}
         return on_change
 
     inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]

@@ -2,17 +2,18 @@
 side by side; one step slider (and token clicks) select the step on both sides."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
 
+from playground.errors import InvalidRequest
 from playground.ui import events
-from playground.ui.components import run_config
-from playground.ui.controls import grammar_request
+from playground.ui.components import run_config, run_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
-from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler
-from playground.ui.handlers import compare, show_prompt
-from playground.ui.side import COMPARE_VIEW_PLOTS, Side, view_updates
+from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
+from playground.ui.handlers import compare, show_prompt, side_refused
+from playground.ui.side import Side
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
@@ -47,35 +48,46 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
     sides = [page.sides["a"], page.sides["b"]]
     states = [page.traces["a"], page.traces["b"]]
     side_outputs = [c for side in sides for c in (side.status, *side.views)]
-    view_outputs = [c for side in sides for c in side.view_slots]
+    view_outputs = [c for side in sides if side.view_slots for c in side.view_slots.components]
 
-    def run_compare(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
+    def run_compare(*values: Any, progress: Any = None) -> Iterator[Any]:
         cfg, seed_update, theme = run_config(page, values)
-        dtype = cfg.pop("dtype")
-        for k, (fa, fb) in enumerate(compare(store, cfg["model"], cfg["prompt"], cfg["strategy"], cfg["params"],
-                              cfg["compare_strategy"], cfg["compare_params"], cfg["seed"], cfg["max_new_tokens"],
-                              cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
-                              progress=events.progress(progress), decoder=decode, dtype=dtype,
-                              grammar=grammar_request(cfg["grammar_kind"], cfg["grammar_text"]))):
-            n = max(len((f.trace.get("steps") if f else None) or []) for f in (fa, fb))
-            done = all(f is None or f.final for f in (fa, fb))
-            views = [u for side, f in zip(sides, (fa, fb))
-                     for u in (view_updates(f.views if f else None, theme, COMPARE_VIEW_PLOTS))]
-            yield [*sides[0].frame_updates(fa, theme), *sides[1].frame_updates(fb, theme), *views,
-                   gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0)),
-                   fa.trace if fa else gr.skip(), fb.trace if fb else gr.skip(), seed_update if k == 0 else gr.skip()]
+        try:
+            a = run_request(cfg)
+        except InvalidRequest as err:  # what both sides share is refused as side A's, where it shows first
+            raise side_refused("A", cfg["strategy"], err) from None
+        b = dataclasses.replace(a, strategy=cfg["compare_strategy"], params=dict(cfg["compare_params"]))
+        for k, frames in enumerate(compare(store, a, b, progress=events.progress(progress), decoder=decode)):
+            n = max(len((f.trace.get("steps") if f else None) or []) for f in frames)
+            done = all(f is None or f.final for f in frames)
+            out: Updates = {}
+            for side, state, f in zip(sides, states, frames):
+                out.update(side.frame_updates(f, theme))
+                if side.view_slots and f:
+                    out.update(side.view_slots.updates(f.views, theme))
+                if f:
+                    out[state] = f.trace
+            out[page.compare_step] = gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0))
+            if k == 0:
+                out[page.seed] = seed_update
+            yield keyed(out)
+
+    def select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
+               theme: str) -> Updates:
+        out: Updates = {}
+        for side, trace in zip(sides, (a, b)):
+            out.update(side.select_updates(trace, k, show_prompt(model, chat), theme))
+            out.update(side.view_updates(trace, k, theme))
+        return out
 
     def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
-                  theme: str) -> list[Any]:
-        out: list[Any] = []
-        for side, trace in zip(sides, (a, b)):
-            out += [gr.skip(), *side.select_updates(trace, k, show_prompt(model, chat), theme)]
-        return out + [u for side, trace in zip(sides, (a, b)) for u in side.view_updates(trace, k, theme)]
+                  theme: str) -> Any:
+        return keyed(select(a, b, k, model, chat, theme))
 
     def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                 evt: gr.EventData) -> list[Any]:
+                 evt: gr.EventData) -> Any:
         k = int(event_data(evt).get("step", 0))
-        return [gr.update(value=k), *on_select(a, b, k, model, chat, theme)]
+        return keyed({page.compare_step: gr.update(value=k), **select(a, b, k, model, chat, theme)})
 
     outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
     event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True, status=sides[0].status), page.run_inputs,

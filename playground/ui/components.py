@@ -1,22 +1,23 @@
 """The page's components as one object (``Page``), and how their values become a configuration: a
-share link's, a run's, and back (a link or an example restored into the controls)."""
+share link's, a run's (and its ``engine.Request``), and back (a link or an example restored into the
+controls)."""
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import gradio as gr
 
-from playground.engine import MAX_SEED
+from playground.engine import MAX_SEED, Request
 from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import share
-from playground.ui.controls import NO_GRAMMAR, grammar_placeholder, strategy_summary
-from playground.ui.events import is_chat_model
+from playground.ui.controls import NO_GRAMMAR, grammar_placeholder, grammar_request, strategy_summary
+from playground.ui.events import Updates, chat_flag, is_chat_model
 
 if TYPE_CHECKING:
     from playground.ui.branches import BranchPanel
     from playground.ui.controls import Panel
-    from playground.ui.side import Side
+    from playground.ui.side import Side, ViewSlots
     from playground.ui.whatif import WhatIf
 
 
@@ -53,8 +54,7 @@ class Page:
     compare_tab: gr.Tab
     main: Side
     step: gr.Slider
-    view_plots: list[gr.Plot]
-    view_html: gr.HTML
+    view_slots: ViewSlots
     trace_file: gr.File
     png: gr.Button
     png_files: gr.File
@@ -105,31 +105,40 @@ class Page:
 
     @property
     def restore_outputs(self) -> list[Any]:
+        """Every component ``apply_config`` may set."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
                 self.grammar_text, self.branches.pending, self.dtype]
 
-    def apply_config(self, cfg: share.Config, weights: bool = True) -> list[Any]:
-        """Updates setting every control to ``cfg`` (a share link or an example), in restore_outputs' order.
-        A link's branch leaves its parent's forced path in the forced-tokens box (Generate runs the parent)
-        and the branch pending, to run once the parent has. ``weights``: set the Weights too (a link);
-        an example leaves the weights a person picked."""
+    def apply_config(self, cfg: share.Config, weights: bool = True) -> Updates:
+        """{component: update} setting every control to ``cfg`` (a share link or an example), within
+        ``restore_outputs``. A link's branch leaves its parent's forced path in the forced-tokens box
+        (Generate runs the parent) and the branch pending, to run once the parent has. ``weights``: set the
+        Weights too (a link); an example leaves the weights a person picked."""
         chat_model = is_chat_model(cfg.model)
         forced, branch = share.split_branch(cfg)
-        pending = {"parent": forced, "branch": branch} if branch else None
-        return [cfg.model, cfg.strategy, cfg.prompt, gr.update(value=cfg.system, visible=chat_model and cfg.chat),
-                gr.update(value=cfg.chat, visible=chat_model), cfg.seed, cfg.max_new_tokens,
-                *self.panel.restore(cfg.strategy, cfg.params), *self.panel.visibility(cfg.strategy),
-                strategy_summary(cfg.strategy), cfg.compare_strategy,
-                *self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
-                *self.compare_panel.visibility(cfg.compare_strategy), strategy_summary(cfg.compare_strategy),
-                gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), cfg.run,
-                "compare" if cfg.run == "compare" else "generate", forced,
-                gr.update(open=True) if cfg.grammar_kind else gr.skip(), cfg.grammar_kind or NO_GRAMMAR,
-                gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)), pending,
-                cfg.dtype if weights else gr.skip()]
+        out: Updates = {
+            self.model: cfg.model, self.strategy: cfg.strategy, self.prompt: cfg.prompt,
+            self.system: gr.update(value=cfg.system, visible=chat_model and cfg.chat),
+            self.chat: gr.update(value=cfg.chat, visible=chat_model), self.seed: cfg.seed,
+            self.max_new: cfg.max_new_tokens,
+            **self.panel.restore(cfg.strategy, cfg.params), **self.panel.visibility(cfg.strategy),
+            self.summary: strategy_summary(cfg.strategy), self.compare_strategy: cfg.compare_strategy,
+            **self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
+            **self.compare_panel.visibility(cfg.compare_strategy),
+            self.compare_summary: strategy_summary(cfg.compare_strategy),
+            self.tabs: gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), self.run_flag: cfg.run,
+            self.mode: "compare" if cfg.run == "compare" else "generate", self.forced: forced,
+            self.grammar_kind: cfg.grammar_kind or NO_GRAMMAR,
+            self.grammar_text: gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)),
+            self.branches.pending: {"parent": forced, "branch": branch} if branch else None}
+        if cfg.grammar_kind:
+            out[self.grammar_box] = gr.update(open=True)
+        if weights:
+            out[self.dtype] = cfg.dtype
+        return out
 
 
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
@@ -157,6 +166,16 @@ def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, 
         return cfg, gr.skip(), theme
     cfg["seed"] = random_seed()
     return cfg, gr.update(value=cfg["seed"]), theme
+
+
+def run_request(cfg: Mapping[str, Any], forced: dict[int, int | str] | None = None) -> Request:
+    """The run ``cfg`` (``Page.split_config``'s values) asks for: its strategy A with its parameters,
+    the chat flag as the model takes it, the grammar controls as a grammar, and the forced path ``forced``
+    (Explore's; a Compare run forces nothing). Raises InvalidRequest naming a value out of range."""
+    return Request(model=cfg["model"], strategy=cfg["strategy"], prompt=cfg["prompt"], params=dict(cfg["params"] or {}),
+                   seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"], system=cfg["system"] or "",
+                   chat=chat_flag(cfg["model"], cfg["chat"]), dtype=cfg["dtype"], forced=dict(forced or {}),
+                   grammar=grammar_request(cfg["grammar_kind"], cfg["grammar_text"]))
 
 
 def random_seed() -> int:

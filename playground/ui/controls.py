@@ -229,14 +229,12 @@ class Panel:
         """The controls a run fills in when left empty (the tree an EAGLE auto run chose)."""
         return [comp for c, comp in zip(self.controls, self.components) if c.filled]
 
-    def filled_updates(self, trace: dict[str, Any]) -> list[Any]:
-        """The values ``trace``'s run filled in, written into its strategy's controls (as a random seed
-        goes into the seed box), so the page, and a link made from it, replay that run; the rest left."""
-        params, out = trace.get("params") or {}, []
-        for c in (c for c in self.controls if c.filled):
-            mine = c.strategy == trace.get("strategy") and params.get(c.name) not in (None, "")
-            out.append(gr.update(value=params[c.name]) if mine else gr.skip())
-        return out
+    def filled_updates(self, trace: dict[str, Any]) -> dict[gr.Component, Any]:
+        """{control: value} of what ``trace``'s run filled in, written into its strategy's controls (as a
+        random seed goes into the seed box), so the page, and a link made from it, replay that run."""
+        params = trace.get("params") or {}
+        return {comp: gr.update(value=params[c.name]) for c, comp in zip(self.controls, self.components)
+                if c.filled and c.strategy == trace.get("strategy") and params.get(c.name) not in (None, "")}
 
     def pair_updates(self, model: str, values: Sequence[Any]) -> list[Any]:
         return [pair_update(c, model, v) for (c, _), v in zip(self.paired, values)]
@@ -256,13 +254,15 @@ class Panel:
     def params(self, strategy: str, values: Sequence[Any]) -> dict[str, Any]:
         return collect_params(self.controls, strategy, values)
 
-    def visibility(self, strategy: str) -> list[Any]:
-        return [gr.update(visible=name == strategy) for name in self.groups]
+    def visibility(self, strategy: str) -> dict[gr.Column, Any]:
+        """{column: update}: ``strategy``'s column shown, every other one hidden."""
+        return {col: gr.update(visible=name == strategy) for name, col in self.groups.items()}
 
-    def restore(self, strategy: str, params: dict[str, Any]) -> list[Any]:
-        """Set ``strategy``'s controls to ``params`` (the rest of them to defaults); leave others alone."""
-        return [control_update(c, params.get(c.name, c.default)) if c.strategy == strategy else gr.skip()
-                for c in self.controls]
+    def restore(self, strategy: str, params: dict[str, Any]) -> dict[gr.Component, Any]:
+        """{control: update} setting ``strategy``'s controls to ``params`` (the rest of them to defaults);
+        the other strategies' controls are left alone."""
+        return {comp: control_update(c, params.get(c.name, c.default))
+                for c, comp in zip(self.controls, self.components) if c.strategy == strategy}
 
 
 def build_panel(prefix: str, selected: str) -> Panel:

@@ -1,5 +1,6 @@
 """What every tab's wiring shares: event settings, the handler wrapper that turns a refused input
-into a toast, the payload of the page's own JS events, and figures as gr.Plot payloads.
+into a toast, updates keyed by component, the payload of the page's own JS events, and figures as
+gr.Plot payloads.
 
 The lowest file of the ui room: it imports no other ui module.
 """
@@ -11,7 +12,7 @@ import json
 import logging
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -158,6 +159,16 @@ def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = Fa
     wrapped.__annotations__ = {"request": gr.Request}
     wrapped.__name__ = getattr(fn, "__name__", "handler")
     return wrapped
+
+
+Updates = dict[Any, Any]  # {component: its new value or gr.update}: what a page handler returns, by name, not by place
+
+
+def keyed(updates: Mapping[Any, Any]) -> Any:
+    """``updates`` ({component: value}) as a handler's return value. Gradio writes each value into its
+    component and leaves the event's other outputs as they are; an empty mapping skips them all (Gradio
+    would read an empty dict as one value)."""
+    return dict(updates) if updates else gr.skip()
 
 
 def progress(tracker: Any) -> Progress | None:

@@ -8,12 +8,11 @@ import gradio as gr
 
 from playground.charts.steps import clamp_step
 from playground.ui import branches, events
-from playground.ui.components import run_config
-from playground.ui.controls import grammar_request
-from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, plot_component
+from playground.ui.components import run_config, run_request
+from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
-from playground.ui.side import VIEW_PLOTS, Side, step_view_updates, view_updates
+from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, Side, ViewSlots
 from strategies.forcing import parse_path
 
 if TYPE_CHECKING:
@@ -29,13 +28,10 @@ def tab(page: Page) -> None:
     with page.main.step_slot:
         page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                               info="Drag, click a token or a bar above to inspect that step.")
-    # a strategy's own views sit right under the text, where a person reads the run; each view's figure
-    # carries its own title: no Gradio label on top of it
+    # a strategy's own views sit right under the text, where a person reads the run
     assert page.main.view_slot is not None
     with page.main.view_slot:
-        page.view_plots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view-{i}")
-                           for i in range(VIEW_PLOTS)]
-        page.view_html = gr.HTML(visible=False, elem_id="pg-view-html")
+        page.view_slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
     page.branches = branches.layout()
     page.forced = page.branches.forced
     with gr.Accordion("Export", open=False, elem_id="pg-export"):
@@ -48,64 +44,65 @@ def tab(page: Page) -> None:
 def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> None:
     """Generate (streamed), Stop (which also ends a compare run), and step selection by slider,
     token click or overview click."""
-    main = page.main
-    outputs = [main.status, *main.views[:1], page.step, *main.views[1:], *page.view_plots, page.view_html,
-               page.trace, page.trace_file, page.png_files, page.seed, *page.panel.filled]
-    unfilled = [gr.skip()] * len(page.panel.filled)
+    main, slots = page.main, page.view_slots
+    outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file,
+               page.png_files, page.seed, *page.panel.filled]
 
-    def run_explore(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
+    def run_explore(*values: Any, progress: Any = None) -> Iterator[Any]:
         cfg, seed_update, theme = run_config(page, values)
-        dtype = cfg.pop("dtype")
-        forced = parse_path(cfg.pop("forced", ""))
-        yield from stream_frames(generate(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
-                                          cfg["seed"], cfg["max_new_tokens"], cfg["system"],
-                                          chat_flag(cfg["model"], cfg["chat"]), progress=events.progress(progress),
-                                          decoder=decode, dtype=dtype, forced=forced,
-                                          grammar=grammar_request(cfg["grammar_kind"], cfg["grammar_text"]),
-                                          final_step=max(forced) if forced else "uncertain"), theme, seed_update)
+        forced = parse_path(cfg["forced"])
+        yield from stream_frames(generate(store, run_request(cfg, forced), progress=events.progress(progress),
+                                          decoder=decode, final_step=max(forced) if forced else "uncertain"),
+                                 theme, seed_update)
 
-    def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[list[Any]]:
-        """generate's frames as ``outputs`` (a run's seed update goes out with its first frame, what it
-        filled in with its last)."""
-        seed_update = gr.skip() if seed_update is None else seed_update
+    def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[Any]:
+        """generate's frames as updates of ``outputs`` (a run's seed update goes out with its first frame,
+        what it filled in with its last)."""
         for k, frame in enumerate(frames):
             n = len(frame.trace.get("steps") or [])
-            status, text, *figs = main.frame_updates(frame, theme)
-            # the download is cleared on the first token (it belonged to the previous run), filled at the end
-            download = write_trace_json(frame.trace) if frame.final else (None if k == 0 else gr.skip())
-            first = k == 0  # the previous run's PNGs go with its download
-            yield [status, text, gr.update(maximum=max(1, n - 1), value=frame.step or 0), *figs,
-                   *view_updates(frame.views, theme), frame.trace, download, None if first else gr.skip(),
-                   seed_update if first else gr.skip(),
-                   *(page.panel.filled_updates(frame.trace) if frame.final else unfilled)]
+            out: Updates = {**main.frame_updates(frame, theme),
+                            page.step: gr.update(maximum=max(1, n - 1), value=frame.step or 0),
+                            **slots.updates(frame.views, theme), page.trace: frame.trace}
+            if k == 0:  # the previous run's download and PNGs are cleared on the first token
+                out.update({page.trace_file: None, page.png_files: None})
+                if seed_update is not None:
+                    out[page.seed] = seed_update
+            if frame.final:  # the download is filled at the end, and what the run filled in written back
+                out[page.trace_file] = write_trace_json(frame.trace)
+                out.update(page.panel.filled_updates(frame.trace))
+            yield keyed(out)
 
     def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                   model: str, chat: Any, theme: str) -> list[Any]:
+                   model: str, chat: Any, theme: str) -> Any:
         """After Stop: every partial run (Explore's, or both Compare sides) is final, drawn at its last step."""
         show = show_prompt(model, chat)
-        download = write_trace_json(stopped(trace)) if trace and trace.get("steps") else gr.skip()
-        return [*main.stopped_updates(trace, show, theme), download,
-                *page.sides["a"].stopped_updates(a, show, theme), *page.sides["b"].stopped_updates(b, show, theme)]
+        out = {**main.stopped_updates(trace, show, theme), **page.sides["a"].stopped_updates(a, show, theme),
+               **page.sides["b"].stopped_updates(b, show, theme)}
+        if trace and trace.get("steps"):
+            out[page.trace_file] = write_trace_json(stopped(trace))
+        return keyed(out)
+
+    def select(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Updates:
+        """The Explore views and the strategy's own at step ``k``."""
+        return {**main.select_updates(trace, k, show_prompt(model, chat), theme),
+                **slots.step_updates(trace, k, theme)}
 
     def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                       evt: gr.EventData) -> list[Any]:
+                       evt: gr.EventData) -> Any:
         k = clamp_step(trace, event_data(evt).get("step", 0))
         if k is None:
-            return [gr.skip()] * (5 + VIEW_PLOTS + 1)
-        return [gr.update(value=k), *main.select_updates(trace, k, show_prompt(model, chat), theme),
-                *step_view_updates(trace, k, theme)]
+            return keyed({})
+        return keyed({page.step: gr.update(value=k), **select(trace, k, model, chat, theme)})
 
-    def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> list[Any]:
+    def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> Updates:
         """A stored (finished) trace drawn into the Explore views at step ``k``."""
         k = clamp_step(trace, k) or 0
-        text, dist, water, over = main.select_updates(trace, k, show_prompt(model, chat), theme)
         n = len(trace.get("steps") or [])
-        return [status_html(trace, final=True), text, gr.update(maximum=max(1, n - 1), value=k), dist, water, over,
-                *step_view_updates(trace, k, theme), trace, write_trace_json(trace)]
+        return {main.status: status_html(trace, final=True), page.step: gr.update(maximum=max(1, n - 1), value=k),
+                **select(trace, k, model, chat, theme), page.trace: trace, page.trace_file: write_trace_json(trace)}
 
-    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> list[Any]:
-        return [*main.select_updates(trace, k, show_prompt(model, chat), theme),
-                *step_view_updates(trace, k, theme)]
+    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
+        return keyed(select(trace, k, model, chat, theme))
 
     event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True, status=main.status),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
@@ -115,14 +112,13 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     event.success(branches.on_run, [page.trace, panel.state],
                   [panel.tree, panel.view, panel.state, panel.forced], **QUIET).then(
         branches.take_pending, [page.trace, panel.pending], [panel.go, panel.pending], **QUIET)
-    show_outputs = [main.status, main.text, page.step, main.dist, main.water, main.over, *page.view_plots,
-                    page.view_html, page.trace, page.trace_file]
+    show_outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file]
     branch_events = branches.wire(page, panel, store, decode, stream_frames, outputs, show_trace, show_outputs)
-    step_views = [*page.view_plots, page.view_html]
-    page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], [*main.views, *step_views],
+    step_outputs = [*main.views, *slots.components]
+    page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], step_outputs,
                     trigger_mode="always_last", **QUIET)
     # a click while the last one is still drawing is not dropped: the latest click wins
-    main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *main.views, *step_views],
+    main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *step_outputs],
                     trigger_mode="always_last", **QUIET)
     page.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
                    [page.trace, page.step, page.theme],

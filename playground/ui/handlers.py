@@ -31,7 +31,6 @@ from playground.engine import READING_REASON, Request
 from playground.engine import stream as engine_stream
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, on_space, spec_for
-from playground.models.dtypes import DEFAULT_DTYPE
 from playground.models.fast.check import describe_record
 from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
@@ -186,33 +185,25 @@ class GpuDecoder:
             self.replays.keep(key, trace, trace.finish_reason)
 
 
-def generate(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any] | None = None,
-             seed: int = 0, max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "",
-             chat: bool | None = None, progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-             final_step: str | int = "uncertain", decoder: Decoder | None = None, compact: bool = False,
-             dtype: str = DEFAULT_DTYPE, forced: dict[int, int | str] | None = None,
-             grammar: dict[str, str] | None = None, text_seconds: float = TEXT_SECONDS) -> Iterator[Frame]:
-    """Stream one run as Frames: the text at most every ``text_seconds`` (tokens decoded faster than
-    that go out together), charts every ``refresh_seconds``, and everything at the end.
+def generate(store: ModelStore, req: Request, *, progress: Progress | None = None, decoder: Decoder | None = None,
+             compact: bool = False, final_step: str | int = "uncertain", refresh_seconds: float = REFRESH_SECONDS,
+             text_seconds: float = TEXT_SECONDS) -> Iterator[Frame]:
+    """Stream the run ``req`` as Frames: the text at most every ``text_seconds`` (tokens decoded faster
+    than that go out together), charts every ``refresh_seconds``, and everything at the end.
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once). Stop is read after every
     token, sent or not.
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
     or a step number (a branch shows its forced step).
-    ``forced``: step -> token (id or text) the run takes there (a branch; strategies.forcing).
     ``compact``: charts for a half-width column (compare).
-    ``dtype``: the weights' dtype (playground.models.dtypes: auto, float32, bfloat16).
-    ``grammar``: ``{"kind": json|regex|choices|lark, "text": ...}`` the text must follow, or None.
+    ``decoder``: what runs ``req`` (default: ``default_decoder(store)``).
     Raises InvalidRequest (and its ModelUnavailable) with the validation message.
     """
-    req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
-                  max_new_tokens=max_new_tokens, system=system or "", chat=chat, dtype=dtype, forced=dict(forced or {}),
-                  grammar=grammar)
     decode = decoder or default_decoder(store)
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
     dicts, last_draw, draw_cost, last_text, trace = _TraceDicts(), 0.0, 0.0, 0.0, None
-    with_prompt = show_prompt(model, chat)
+    with_prompt = show_prompt(req.model, req.chat)
     k, traces, halted = -1, decode(req, progress), False
     for trace in traces:
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
@@ -283,20 +274,16 @@ def select_step(trace: dict[str, Any] | None, step: Any, show_prompt: bool = Fal
     return (token_html(trace, k, show_prompt), *step_figures(trace, k, compact))
 
 
-def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_a: dict[str, Any],
-            strategy_b: str, params_b: dict[str, Any], seed: int = 0,
-            max_new_tokens: int = share.DEFAULT_MAX_NEW_TOKENS, system: str = "", chat: bool | None = None,
-            progress: Progress | None = None, refresh_seconds: float = REFRESH_SECONDS,
-            decoder: Decoder | None = None, dtype: str = DEFAULT_DTYPE, grammar: dict[str, str] | None = None
+def compare(store: ModelStore, a: Request, b: Request, *, progress: Progress | None = None,
+            refresh_seconds: float = REFRESH_SECONDS, decoder: Decoder | None = None
             ) -> Iterator[tuple[Frame | None, Frame | None]]:
-    """The same prompt and seed through two strategies, one token of each in turn, so both texts grow
-    side by side. Both end on step 0, where the two saw the same context. Errors name the side.
-    ``grammar`` constrains both."""
-    strategies = {"A": strategy_a, "B": strategy_b}
-    runs = {side: generate(store, model, strategies[side], prompt, params, seed, max_new_tokens, system, chat,
-                           progress, refresh_seconds, final_step="first", decoder=decoder, compact=True,
-                           dtype=dtype, grammar=grammar)
-            for side, params in (("A", params_a), ("B", params_b))}
+    """Runs ``a`` and ``b`` (the page's: the same prompt, seed and grammar through two strategies), one
+    token of each in turn, so both texts grow side by side. Both end on step 0, where the two saw the
+    same context. Errors name the side."""
+    requests = {"A": a, "B": b}
+    runs = {side: generate(store, req, progress=progress, refresh_seconds=refresh_seconds, final_step="first",
+                           decoder=decoder, compact=True)
+            for side, req in requests.items()}
     last: dict[str, Frame | None] = {"A": None, "B": None}
     live = set(runs)
     while live:
@@ -308,8 +295,13 @@ def compare(store: ModelStore, model: str, prompt: str, strategy_a: str, params_
             except StopIteration:
                 live.discard(side)
             except InvalidRequest as err:  # validation happens on a run's first step: name the side
-                raise InvalidRequest(f"{side} ({strategies[side]}): {err}") from None
+                raise side_refused(side, requests[side].strategy, err) from None
         yield last["A"], last["B"]
+
+
+def side_refused(side: str, strategy: str, err: InvalidRequest) -> InvalidRequest:
+    """A Compare side's refusal, naming the side and its strategy: "A (beam): ..."."""
+    return InvalidRequest(f"{side} ({strategy}): {err}")
 
 
 def stopped(trace: dict[str, Any]) -> dict[str, Any]:

@@ -31,9 +31,9 @@ from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE,
                                     default_strategy, grammar_placeholder, model_choices, strategies_in_order,
                                     strategy_summary)
 from playground.errors import InvalidRequest
-from playground.ui.events import QUIET, chat_flag, is_chat_model, refusal
+from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
 from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
-from playground.ui.side import VIEW_PLOTS
+from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
 
 if TYPE_CHECKING:
@@ -84,10 +84,11 @@ LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it r
                     "any default system prompt it adds) and its token count once it loads with the model.")
 
 # Slides view: the chart shown large (its plot's element id) and the rest folded away
+VIEW_IDS, VIEW_HTML_ID = slot_ids(VIEW_PLOTS, VIEW_PREFIX)  # the Explore tab's strategy view slots
 SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
-                "strategy view": "pg-view-0"}
+                "strategy view": VIEW_IDS[0]}
 # hidden in the slides view whichever chart is chosen: the strategy's further views, as many as the page has
-SLIDE_HIDDEN = [f"pg-view-{i}" for i in range(1, VIEW_PLOTS)] + ["pg-view-html"]
+SLIDE_HIDDEN = [*VIEW_IDS[1:], VIEW_HTML_ID]
 SLIDES_JS = """(on, chart) => {
   const ids = %s, always = %s;
   document.body.classList.toggle('pg-slides', !!on);
@@ -236,8 +237,8 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     """Strategy choice shows only its controls; chat controls follow the model."""
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
                                      (page.compare_strategy, page.compare_panel, page.compare_summary)):
-        dropdown.change(lambda s, panel=panel: [*panel.visibility(s), strategy_summary(s)], dropdown,
-                        [*panel.groups.values(), summary], **QUIET)
+        dropdown.change(lambda s, panel=panel, summary=summary: {**panel.visibility(s), summary: strategy_summary(s)},
+                        dropdown, [*panel.groups.values(), summary], **QUIET)
     page.model.change(lambda m, c: [gr.update(visible=is_chat_model(m)), gr.update(visible=is_chat_model(m) and c)],
                       [page.model, page.chat], [page.chat, page.system], **QUIET)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
@@ -283,7 +284,7 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     # what a run filled in (auto's tree, from this model's measured costs) is chosen afresh for other weights
     filled = [*page.panel.filled, *page.compare_panel.filled]
     for control in (page.model, page.dtype):
-        control.input(lambda: "" if len(filled) == 1 else [""] * len(filled), None, filled, **QUIET)
+        control.input(lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
 
 
 def _wire_share(page: Page, demo: gr.Blocks) -> None:
@@ -301,11 +302,11 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
         query = {k: v for k, v in (request.query_params if request is not None else {}).items()
                  if not k.startswith("__")}  # __theme and the like belong to gradio
         if not query:
-            return [gr.skip()] * len(page.restore_outputs)
+            return keyed({})
         cfg, warnings = restore(query)
         for w in warnings[:3]:
             gr.Warning(w)
-        return page.apply_config(cfg)
+        return keyed(page.apply_config(cfg))
 
     page.explore_tab.select(lambda: "generate", None, page.mode, **QUIET)
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
@@ -315,7 +316,8 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
                                                                  api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
-        button.click(lambda ex=ex: [*page.apply_config(ex.config, weights=False), f"**{ex.label}**: {ex.note}"], None,
+        button.click(lambda ex=ex: {**page.apply_config(ex.config, weights=False),
+                                    page.example_note: f"**{ex.label}**: {ex.note}"}, None,
                      [*page.restore_outputs, page.example_note], **QUIET).then(
             None, page.run_flag, None, js=RUN_JS, api_visibility="private")
 

@@ -1,6 +1,7 @@
 """The output column of one run (Explore's, or a Compare side) and the strategy views' slots."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -9,7 +10,7 @@ from playground.charts.common import escape
 from playground.charts.steps import clamp_step, empty_figure
 from playground.charts.text import legend_html, token_html
 from playground.charts.views import strategy_views
-from playground.ui.events import plot_component, plot_value, text_js
+from playground.ui.events import Updates, plot_component, plot_value, text_js
 from playground.ui.handlers import select_step, status_html, stopped
 
 if TYPE_CHECKING:
@@ -28,6 +29,56 @@ GLOSSARY = """- **entropy**: how spread the distribution of a step is, −Σ p·
 
 VIEW_PLOTS = 5  # plot slots for strategy-specific views (beam tree, rounds, contrastive...)
 COMPARE_VIEW_PLOTS = 2  # the same on each Compare side (the tree, the round detail...)
+VIEW_PREFIX = "pg-view"  # the slots' element ids: pg-view-0..., pg-view-html (slot_ids)
+
+
+def slot_ids(count: int, prefix: str, suffix: str = "") -> tuple[list[str], str]:
+    """The element ids of ``count`` view slots and their HTML slot: ``pg-view-0``... and ``pg-view-html``
+    (a Compare side's with its suffix: ``pg-view-a-0``..., ``pg-view-html-a``)."""
+    return [f"{prefix}{suffix}-{i}" for i in range(count)], f"{prefix}-html{suffix}"
+
+
+@dataclass
+class ViewSlots:
+    """Where a strategy's own views go: ``plots`` figure slots, then one HTML slot for the views drawn as
+    HTML and for naming the views past the figure slots."""
+
+    plots: list[gr.Plot]
+    html: gr.HTML
+
+    @classmethod
+    def make(cls, count: int, prefix: str, suffix: str = "") -> ViewSlots:
+        """``count`` hidden figure slots and the HTML slot, with ``slot_ids``' element ids; each view's
+        figure carries its own title: no Gradio label on top of it."""
+        plot_ids, html_id = slot_ids(count, prefix, suffix)
+        return cls([plot_component(visible=False, show_label=False, elem_id=i) for i in plot_ids],
+                   gr.HTML(visible=False, elem_id=html_id))
+
+    @property
+    def components(self) -> list[gr.Component]:
+        return [*self.plots, self.html]
+
+    def updates(self, views: list[View] | None, theme: str) -> Updates:
+        """Fill the figure slots and the HTML slot from what the trace carries; hide the unused ones
+        (None: leave them as they are)."""
+        if views is None:
+            return {}
+        drawn = [v for v in views if v.figure is not None]
+        figs, left_out = drawn[:len(self.plots)], drawn[len(self.plots):]
+        html_parts = [f'<div class="pg-view"><h3>{escape(v.title)}</h3>{v.html}</div>' for v in views if v.html]
+        if left_out:  # never a silent drop: the views past the page's slots are named
+            html_parts.append(f'<p>{len(left_out)} more view{"s" if len(left_out) > 1 else ""} of this '
+                              f'run than this panel shows: {escape("; ".join(v.title for v in left_out))}</p>')
+        out: Updates = {slot: gr.update(visible=False) for slot in self.plots}
+        out.update((slot, gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True))
+                   for slot, v in zip(self.plots, figs))
+        out[self.html] = gr.update(value="".join(html_parts), visible=bool(html_parts))
+        return out
+
+    def step_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> Updates:
+        """The views redrawn for a newly selected step (a per-step view follows the slider)."""
+        k = clamp_step(trace, step)
+        return self.updates(strategy_views(trace, k) if trace and k is not None else None, theme)
 
 
 class Side:
@@ -55,60 +106,43 @@ class Side:
         # under the Explore distribution: whether a bar click branches this run
         self.dist_note = gr.HTML("", elem_id="pg-dist-note") if key == "main" else None
         self.water = plot_component(empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
-        # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts
-        self.view_slots: list[gr.Component] = []
-        if key != "main":
-            self.view_slots = [plot_component(visible=False, show_label=False, elem_id=f"pg-view{suffix}-{i}")
-                               for i in range(COMPARE_VIEW_PLOTS)]
-            self.view_slots.append(gr.HTML(visible=False, elem_id=f"pg-view-html{suffix}"))
+        # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts;
+        # the Explore side's are the page's (its tab places them)
+        self.view_slots = ViewSlots.make(COMPARE_VIEW_PLOTS, VIEW_PREFIX, suffix) if key != "main" else None
 
-    def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> list[Any]:
+    def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> Updates:
         """The side's view slots for ``step`` (nothing for the Explore side: its slots are the page's)."""
-        if not self.view_slots:
-            return []
-        return step_view_updates(trace, step, theme, len(self.view_slots) - 1)
+        return self.view_slots.step_updates(trace, step, theme) if self.view_slots else {}
+
+    @property
+    def charts(self) -> list[gr.Plot]:
+        """(distribution, waterfall, overview): a step's three figures, in ``handlers.select_step``'s order."""
+        return [self.dist, self.water, self.over]
 
     @property
     def views(self) -> list[gr.Component]:
         """(text, distribution, waterfall, overview): what selecting a step redraws."""
-        return [self.text, self.dist, self.water, self.over]
+        return [self.text, *self.charts]
 
-    def frame_updates(self, frame: Frame | None, theme: str) -> list[Any]:
-        """[status, *views] for a streamed frame; charts only when the frame carries them."""
+    def frame_updates(self, frame: Frame | None, theme: str) -> Updates:
+        """The status and views of a streamed frame; charts only when the frame carries them."""
         if frame is None:
-            return [gr.skip()] * 5
-        figs = [plot_value(f, theme) for f in frame.figures] if frame.figures else [gr.skip()] * 3
-        return [frame.status, frame.html, *figs]
+            return {}
+        out: Updates = {self.status: frame.status, self.text: frame.html}
+        if frame.figures:
+            out.update(zip(self.charts, (plot_value(f, theme) for f in frame.figures)))
+        return out
 
-    def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool, theme: str) -> list[Any]:
+    def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool, theme: str) -> Updates:
         picked = select_step(trace, k, show_prompt, compact=self.compact)
-        return [picked[0], *(plot_value(f, theme) for f in picked[1:])] if picked else [gr.skip()] * 4
+        if not picked:
+            return {}
+        html, *figures = picked
+        return {self.text: html, **dict(zip(self.charts, (plot_value(f, theme) for f in figures)))}
 
-    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool, theme: str) -> list[Any]:
-        """[status, *views] after Stop: the partial run is final, drawn at its last step."""
+    def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool, theme: str) -> Updates:
+        """The status and views after Stop: the partial run is final, drawn at its last step."""
         if not trace or not trace.get("steps"):
-            return [gr.skip()] * 5
-        return [status_html(stopped(trace), final=True),
-                *self.select_updates(trace, len(trace["steps"]) - 1, show_prompt, theme)]
-
-
-def step_view_updates(trace: dict[str, Any] | None, step: Any, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
-    """The strategy views redrawn for a newly selected step (a per-step view follows the slider)."""
-    k = clamp_step(trace, step)
-    return view_updates(strategy_views(trace, k) if trace and k is not None else None, theme, plots)
-
-
-def view_updates(views: list[View] | None, theme: str, plots: int = VIEW_PLOTS) -> list[Any]:
-    """Fill ``plots`` figure slots and one HTML slot from what the trace carries; hide the unused ones."""
-    if views is None:
-        return [gr.skip()] * (plots + 1)
-    drawn = [v for v in views if v.figure is not None]
-    figs, left_out = drawn[:plots], drawn[plots:]
-    html_parts = [f'<div class="pg-view"><h3>{escape(v.title)}</h3>{v.html}</div>' for v in views if v.html]
-    if left_out:  # never a silent drop: the views past the page's slots are named
-        html_parts.append(f'<p>{len(left_out)} more view{"s" if len(left_out) > 1 else ""} of this '
-                          f'run than this panel shows: {escape("; ".join(v.title for v in left_out))}</p>')
-    out: list[Any] = [gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True) for v in figs]
-    out += [gr.update(visible=False)] * (plots - len(figs))
-    out.append(gr.update(value="".join(html_parts), visible=bool(html_parts)))
-    return out
+            return {}
+        return {self.status: status_html(stopped(trace), final=True),
+                **self.select_updates(trace, len(trace["steps"]) - 1, show_prompt, theme)}

@@ -21,8 +21,8 @@ from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
 from playground.charts.whatif import sample_figure, sample_table_html, score_html
 from playground.ui import events
-from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, handler, plot_component, plot_value,
-                                  text_js)
+from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, handler, keyed, plot_component,
+                                  plot_value, text_js)
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
@@ -130,14 +130,14 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     """Connect the tab to the sidebar (``page``: playground.ui.page.Page) and the explore tab's trace."""
     config = page.config_inputs
 
-    def on_sample(*values: Any, progress: Any = None) -> Iterator[list[Any]]:
+    def on_sample(*values: Any, progress: Any = None) -> Iterator[Any]:
         cfg = page.split_config(values[:len(config)])
         n, tokens, batched, theme = values[len(config):]
         fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                          bool(batched), events.progress(progress),
                                          grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")))
-        yield [plot_value(fig, theme), table]
+        yield keyed({w.sample_plot: plot_value(fig, theme), w.sample_table: table})
 
     # the sidebar's grammar, where the page has its controls
     grammar_inputs = [c for c in (getattr(page, "grammar_kind", None), getattr(page, "grammar_text", None))
@@ -145,15 +145,19 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     grammar_inputs = grammar_inputs if len(grammar_inputs) == 2 else []
 
     def on_score(model: str, prompt: str, system: str, chat: Any, text: str, theme: str, *grammar: Any,
-                 progress: Any = None) -> Iterator[list[Any]]:
+                 progress: Any = None) -> Iterator[Any]:
         tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
                                                    events.progress(progress), grammar_value(*grammar)
                                                    if grammar else None)
-        yield [tokens, table, trace, *(plot_value(f, theme) for f in figs)]
+        yield keyed({w.score_tokens: tokens, w.score_summary: table, w.score_trace: trace,
+                     **dict(zip(w.score_plots, (plot_value(f, theme) for f in figs)))})
 
-    def on_score_click(trace: dict[str, Any] | None, theme: str, evt: gr.EventData) -> list[Any]:
+    def on_score_click(trace: dict[str, Any] | None, theme: str, evt: gr.EventData) -> Any:
         picked = select_score_step(trace, event_data(evt).get("step", 0))
-        return [picked[0], *(plot_value(f, theme) for f in picked[1:])] if picked else [gr.skip()] * 4
+        if not picked:
+            return keyed({})
+        html, *figures = picked
+        return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
 
     w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
                        [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
