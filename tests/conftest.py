@@ -1,4 +1,10 @@
-"""Shared fixtures: one ModelStore for the whole session, so each model loads once."""
+"""Shared fixtures: one ModelStore for the whole session, so each model loads once.
+
+Where the tests are: tests/README.md maps every module of playground/ and strategies/ to the test files
+that test it (a module's own tests are in tests/test_<module>.py where that file exists), and
+tests/test_test_names.py keeps that map true. Browser tests take ``browser``, ``url`` and ``page`` from here
+(one Chromium and one app server per worker) and their page helpers from tests/browser.py.
+"""
 from __future__ import annotations
 
 import os
