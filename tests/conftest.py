@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords or "cuda" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="make check: marked slow or cuda (make test runs it)"))
-        elif {"browser", "url", "page"} & set(getattr(item, "fixturenames", ())):
+        elif {"browser", "page"} & set(getattr(item, "fixturenames", ())):  # the app server alone (url) runs
             item.add_marker(pytest.mark.skip(reason="make check: opens a browser (make test runs it)"))
 
 
@@ -145,7 +145,8 @@ def browser():
 
 @pytest.fixture(scope="session")
 def url(store):
-    """One app server per test worker, on the session's store (the toys loaded first)."""
+    """One app server per test worker, on the session's store (the toys loaded first): the browser tests'
+    page, and the server gradio_client calls in test_api, test_grammar_views and test_untrusted_json."""
     from playground.ui.page import serve
     store.get("toy")
     demo, address = serve(store)
