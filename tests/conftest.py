@@ -1,4 +1,10 @@
-"""Shared fixtures: one ModelStore for the whole session, so each model loads once."""
+"""Shared fixtures: one ModelStore for the whole session, so each model loads once.
+
+Where the tests are: tests/README.md maps every module of playground/ and strategies/ to the test files
+that test it (a module's own tests are in tests/test_<module>.py where that file exists), and
+tests/test_test_names.py keeps that map true. Browser tests take ``browser``, ``url`` and ``page`` from here
+(one Chromium and one app server per worker) and their page helpers from tests/browser.py.
+"""
 from __future__ import annotations
 
 import os
@@ -49,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords or "cuda" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="make check: marked slow or cuda (make test runs it)"))
-        elif {"browser", "url", "page"} & set(getattr(item, "fixturenames", ())):
+        elif {"browser", "page"} & set(getattr(item, "fixturenames", ())):  # the app server alone (url) runs
             item.add_marker(pytest.mark.skip(reason="make check: opens a browser (make test runs it)"))
 
 
@@ -139,7 +145,8 @@ def browser():
 
 @pytest.fixture(scope="session")
 def url(store):
-    """One app server per test worker, on the session's store (the toys loaded first)."""
+    """One app server per test worker, on the session's store (the toys loaded first): the browser tests'
+    page, and the server gradio_client calls in test_api, test_grammar_views and test_untrusted_json."""
     from playground.ui.page import serve
     store.get("toy")
     demo, address = serve(store)

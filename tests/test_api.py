@@ -9,7 +9,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from playground.ui.controls import strategies_in_order
-from playground.ui.page import launch_kwargs, serve
+from playground.ui.page import launch_kwargs
 from playground.engine import Request, run
 from strategies.registry import all_strategies
 
@@ -19,10 +19,9 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
 
 
 @pytest.fixture(scope="module")
-def app(store):
-    demo, url = serve(store)
-    yield url
-    demo.close()
+def app(url):
+    """The session's app server (tests/conftest.py)."""
+    return url
 
 
 @pytest.fixture(scope="module")

@@ -15,34 +15,11 @@ import pytest
 from playground.ui.components import share_query
 from playground.engine import Request, run
 from playground.models import MAX_NEW_TOKENS
+from tests.browser import bar_count, pick, status, tokens, wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-DONE = re.compile(r"finished|reached max|stopped")
-
-
-def pick(page, label: str, option: str | re.Pattern) -> None:
-    page.get_by_role("combobox", name=label).click()
-    page.get_by_role("option", name=option).click()
-
-
-def tokens(page, panel: str = "pg-text") -> list[str]:
-    return page.locator(f"#{panel} .pg-tok").all_inner_texts()
-
-
-def status(page, sid: str = "pg-status") -> str:
-    return page.locator(f"#{sid}").inner_text()
-
-
-def wait_done(page, sid: str = "pg-status", timeout_s: float = 120) -> None:
-    page.wait_for_function(
-        "(id) => /finished|reached max|stopped/.test(document.getElementById(id)?.innerText || '')",
-        arg=sid, timeout=timeout_s * 1000, polling=50)
-
-
-def bar_count(page, plot: str = "pg-dist") -> int:
-    return page.locator(f"#{plot} .barlayer .point path").count()
 
 
 def timed_generate(page, timeout_s: float = 180) -> tuple[float, float]:

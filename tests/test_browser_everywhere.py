@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
 
 from playground.ui import share
 from playground.charts.theme import THEMES
-from tests.test_browser import wait_done
+from tests.browser import wait_done
 
 FAMILIES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),
             ("speculative", {"draft": "toy-small"}), ("contrastive", {"amateur": "toy-small"})]

@@ -16,18 +16,13 @@ from playground.charts.grammar import TITLE
 from playground.engine import Request, run
 from playground.ui.examples import examples
 from playground.ui.components import share_query
+from tests.browser import wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+              pytest.mark.usefixtures("smollm")]  # loaded before the clicks, so they time decoding, not loading
 SHOTS = Path(os.environ.get("GRAMMAR_SHOTS", "/tmp/grammar_shots"))
 SIZES = (("light", 1440, 1000, ""), ("dark", 1440, 1000, "?__theme=dark"), ("phone", 390, 844, ""))
-DONE = "() => /finished|reached max|stopped/.test(document.getElementById('pg-status')?.innerText || '')"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def warm_smollm(store):
-    """SmolLM2 loaded before the clicks, so they time decoding, not loading."""
-    store.get("smollm2-135m")
 
 
 def z_view(page) -> str:
@@ -48,7 +43,7 @@ def test_the_json_example_runs_and_shows_the_z_chart(browser, url, store, name, 
         page.wait_for_function("() => /Ada/.test(document.querySelector('#pg-prompt textarea')?.value || '')",
                                timeout=30_000)
         page.wait_for_timeout(300)
-        page.wait_for_function(DONE, timeout=180_000, polling=100)
+        wait_done(page, timeout_s=180, polling=100)
         page.wait_for_function("(t) => [...document.querySelectorAll('[id^=pg-view-] .gtitle')]"
                                ".some((e) => e.textContent.startsWith(t))", arg=TITLE, timeout=30_000)
         status = page.locator("#pg-status").inner_text()
@@ -88,7 +83,7 @@ def test_the_toy_example_shows_the_grammar_fighting_the_model(browser, url, stor
         page.get_by_role("button", name=example.label).click()
         page.wait_for_function("() => /toy/.test(document.getElementById('pg-status')?.innerText || '')",
                                timeout=60_000)
-        page.wait_for_function(DONE, timeout=60_000, polling=100)
+        wait_done(page, timeout_s=60, polling=100)
         ref = run(store, Request(cfg.model, cfg.strategy, cfg.prompt, cfg.params, seed=cfg.seed,
                                  max_new_tokens=cfg.max_new_tokens, dtype="auto",
                                  grammar={"kind": cfg.grammar_kind, "text": cfg.grammar_text}))

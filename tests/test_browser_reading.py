@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 from playground.ui import share  # noqa: E402
-from tests.test_browser import wait_done  # noqa: E402
+from tests.browser import wait_done  # noqa: E402
 
 VIEWPORTS = {"light": (1440, 1000, "light"), "dark": (1440, 1000, "dark"), "phone": (390, 844, "light")}
 QUERY = share.encode(share.Config(model="toy", strategy="sampling", prompt="1 2", seed=4, max_new_tokens=12,

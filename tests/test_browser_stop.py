@@ -16,7 +16,8 @@ from playground.ui import events, explore
 from playground.ui.components import share_query
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+              pytest.mark.usefixtures("smollm")]  # loaded before the clicks, so they time decoding, not loading
 
 OBSERVE = """() => {
   window.__log = [];
@@ -28,12 +29,6 @@ OBSERVE = """() => {
 }"""
 CLICK_STOP = "() => { const t = performance.now(); document.getElementById('pg-stop').click(); return t; }"
 STOPPED_AT = re.compile(r"stopped at step (\d+)")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def warm_smollm(store):
-    """SmolLM2 loaded before the clicks, so they time decoding, not loading."""
-    store.get("smollm2-135m")
 
 
 def token_changes(log: list, since: float) -> list[tuple[float, int]]:

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
 
 from playground.ui.components import share_query
 from playground.engine import Request, run
-from tests.test_browser import tokens, wait_done
+from tests.browser import tokens, wait_done
 
 THE = 9  # toy's " the": the 30% token after "1 2"
 

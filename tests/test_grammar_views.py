@@ -37,7 +37,7 @@ from playground.ui.components import share_query
 from playground.ui.controls import NO_GRAMMAR, grammar_request
 from playground.ui.examples import examples
 from playground.ui.handlers import compare, generate, status_html
-from playground.ui.page import build_demo, serve
+from playground.ui.page import build_demo
 from strategies.recording import make_step
 from strategies.sampling.chain import Multinomial, record_chain
 from strategies.sampling.grammar import GRAMMAR_REASON, masked, with_grammar
@@ -353,10 +353,8 @@ def test_api_stream_parses_the_grammar_argument(store):
 
 
 @pytest.fixture(scope="module")
-def client(store):
-    demo, url = serve(store)
-    yield Client(url, verbose=False)
-    demo.close()
+def client(url):
+    return Client(url, verbose=False)  # the session's app server (tests/conftest.py)
 
 
 def test_generate_with_a_grammar_returns_a_trace_that_follows_it(client, store):

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from playground.charts.marks import STAGE_MARKS, STAGE_SUMMARIES
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
@@ -132,3 +133,7 @@ def test_accept_adds_what_a_stage_learned_without_editing_the_decision_it_return
     returned = record.decisions[0]
     accept_chosen([m], record, torch.tensor([0]), forced=False)
     assert "mu_after" in record.decisions[0] and "mu_after" not in returned
+
+
+def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
+    assert sorted(set(STAGES) - set(STAGE_MARKS) - set(STAGE_SUMMARIES)) == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from playground.charts.stage_warnings import stage_warnings
+from playground.charts.waterfall import waterfall_figure
+from playground.charts.views import strategy_views
 from playground.engine import Request, run
 from strategies.stages import truncates
 
@@ -129,3 +131,49 @@ def test_greedy_temperature_makes_the_later_truncations_no_ops_at_every_step(sto
     for name in ("top_p", "min_p"):
         assert found[(name, tuple(range(n)))] == (f"{name} kept everything at {n} of {n} steps: temperature had "
                                                  f"already left one token")
+
+
+# --- in toy runs: the defaults, the chain figure's note, the stages view ------------------------------------
+
+def kinds(trace):
+    return {(w.kind, w.stage) for w in stage_warnings(trace)}
+
+
+def test_no_warnings_at_the_defaults(store):
+    for params in ({}, {"order": "llama.cpp"}, {"temperature": 0.8, "top_nsigma": 1.0, "order": "llama.cpp"}):
+        trace = toy_trace(store, params)
+        assert kinds(trace) == set()
+        assert "Stages that fight" not in {v.title for v in strategy_views(trace, 0)}
+
+
+def test_a_stage_left_one_token_warns_the_later_stage(store):
+    trace = toy_trace(store, {"temperature": 0.0, "top_p": 0.9, "min_p": 0.1})
+    [w_top_p] = [w for w in stage_warnings(trace) if w.stage == "top_p"]
+    assert w_top_p.kind == "no_op" and "temperature had already left one token" in w_top_p.text
+    assert w_top_p.steps == tuple(range(len(trace["steps"])))
+    assert ("no_op", "min_p") in kinds(trace)
+    # the chain figure says so under its panels, at that step
+    fig = waterfall_figure(trace, 0)
+    notes = [a.text for a in fig.layout.annotations if a.name == "stage warnings"]
+    assert len(notes) == 1 and "top_p kept everything" in notes[0]
+
+
+def test_xtc_above_one_half_warns(store):
+    assert ("xtc_threshold", "xtc") in kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.6}))
+    assert ("xtc_threshold", "xtc") in kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.5000001}))
+    assert kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.5})) == set()
+
+
+def test_min_p_or_top_p_before_top_nsigma_warns(store):
+    hf = toy_trace(store, {"min_p": 0.05, "top_p": 0.99, "top_nsigma": 1.0, "temperature": 3.0})
+    assert {("before_nsigma", "min_p"), ("before_nsigma", "top_p")} <= kinds(hf)
+    w = next(w for w in stage_warnings(hf) if w.stage == "min_p")
+    alive = [next(st for i, st in enumerate(s["stages"]) if s["stages"][i + 1]["name"] == "top_nsigma")["kept_count"]
+             for k, s in enumerate(hf["steps"]) if k in w.steps]  # the steps where min_p removed tokens
+    counts = f"{min(alive)}" if min(alive) == max(alive) else f"{min(alive)} to {max(alive)}"
+    assert w.steps and f"σ on {counts} tokens" in w.text
+    llama = toy_trace(store, {"min_p": 0.05, "top_nsigma": 1.0, "temperature": 3.0, "order": "llama.cpp"})
+    assert not any(k == "before_nsigma" for k, _ in kinds(llama))
+    view = next(v for v in strategy_views(hf, 0) if v.title == "Stages that fight")
+    assert view.html.count('class="pg-stage-warning"') == len(stage_warnings(hf))
+

@@ -16,7 +16,6 @@ from strategies.sampling.transforms import Outcome
 from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain
 from strategies.sampling.chain import accept_chosen, record_chain
 from strategies.sampling.truncations import PLess, TopH
-from strategies.stages import STAGES
 
 CONTEXT = torch.zeros(1, 1, dtype=torch.long)
 
@@ -177,86 +176,3 @@ def test_accept_moves_adaptive_p_once_per_step():
     d = record.decisions[0]
     p1 = float(logits.softmax(-1)[0, 1])
     assert float(d["average_after"]) == pytest.approx((p1 + 0.5 * 0.8) / (1 + 0.5 * 2))
-
-
-# --- warnings when stages fight, from the recorded decisions ----------------------------------------
-
-from playground.charts import entropy_map, marks, stage_warnings, waterfall  # noqa: E402
-from playground.charts.views import strategy_views  # noqa: E402
-
-
-def toy_trace(store, params, n=8, prompt="1 2", seed=0):
-    return run(store, Request("toy", "sampling", prompt, params, seed=seed, max_new_tokens=n)).to_dict()
-
-
-def kinds(trace):
-    return {(w.kind, w.stage) for w in stage_warnings.stage_warnings(trace)}
-
-
-def test_no_warnings_at_the_defaults(store):
-    for params in ({}, {"order": "llama.cpp"}, {"temperature": 0.8, "top_nsigma": 1.0, "order": "llama.cpp"}):
-        trace = toy_trace(store, params)
-        assert kinds(trace) == set()
-        assert "Stages that fight" not in {v.title for v in strategy_views(trace, 0)}
-
-
-def test_a_stage_left_one_token_warns_the_later_stage(store):
-    trace = toy_trace(store, {"temperature": 0.0, "top_p": 0.9, "min_p": 0.1})
-    [w_top_p] = [w for w in stage_warnings.stage_warnings(trace) if w.stage == "top_p"]
-    assert w_top_p.kind == "no_op" and "temperature had already left one token" in w_top_p.text
-    assert w_top_p.steps == tuple(range(len(trace["steps"])))
-    assert ("no_op", "min_p") in kinds(trace)
-    # the chain figure says so under its panels, at that step
-    fig = waterfall.waterfall_figure(trace, 0)
-    notes = [a.text for a in fig.layout.annotations if a.name == "stage warnings"]
-    assert len(notes) == 1 and "top_p kept everything" in notes[0]
-
-
-def test_xtc_above_one_half_warns(store):
-    assert ("xtc_threshold", "xtc") in kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.6}))
-    assert ("xtc_threshold", "xtc") in kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.5000001}))
-    assert kinds(toy_trace(store, {"xtc_probability": 1.0, "xtc_threshold": 0.5})) == set()
-
-
-def test_min_p_or_top_p_before_top_nsigma_warns(store):
-    hf = toy_trace(store, {"min_p": 0.05, "top_p": 0.99, "top_nsigma": 1.0, "temperature": 3.0})
-    assert {("before_nsigma", "min_p"), ("before_nsigma", "top_p")} <= kinds(hf)
-    w = next(w for w in stage_warnings.stage_warnings(hf) if w.stage == "min_p")
-    alive = [next(st for i, st in enumerate(s["stages"]) if s["stages"][i + 1]["name"] == "top_nsigma")["kept_count"]
-             for k, s in enumerate(hf["steps"]) if k in w.steps]  # the steps where min_p removed tokens
-    counts = f"{min(alive)}" if min(alive) == max(alive) else f"{min(alive)} to {max(alive)}"
-    assert w.steps and f"σ on {counts} tokens" in w.text
-    llama = toy_trace(store, {"min_p": 0.05, "top_nsigma": 1.0, "temperature": 3.0, "order": "llama.cpp"})
-    assert not any(k == "before_nsigma" for k, _ in kinds(llama))
-    view = next(v for v in strategy_views(hf, 0) if v.title == "Stages that fight")
-    assert view.html.count('class="pg-stage-warning"') == len(stage_warnings.stage_warnings(hf))
-
-
-# --- the entropy map ---------------------------------------------------------------------------------
-
-def test_entropy_map_draws_the_recorded_numbers(store):
-    trace = toy_trace(store, {"temperature": 1.5, "top_k": 5}, n=10)
-    fig = entropy_map.entropy_map_figure(trace, selected=3)
-    dots, ring = fig.data
-    steps = trace["steps"]
-    assert list(dots.x) == [s["raw_entropy"] for s in steps]
-    assert list(dots.y) == [s["raw_varentropy"] for s in steps]
-    assert [c[2] for c in dots.customdata] == [s["kept_count"] for s in steps]
-    assert all(s["kept_count"] <= 5 for s in steps)
-    assert (ring.x[0], ring.y[0]) == (steps[3]["raw_entropy"], steps[3]["raw_varentropy"])
-    assert "Entropy map" in {v.title for v in strategy_views(trace, 3)}
-
-
-def test_varentropy_is_the_variance_of_the_surprisal():
-    from strategies.recording import entropy_of, varentropy_of
-    p = torch.tensor([[0.5, 0.25, 0.25, 0.0]])
-    logp = p.log()
-    h = entropy_of(logp, p)
-    # surprisals ln 2, ln 4, ln 4 around H = 1.5 ln 2: variance 0.25 (ln 2)^2
-    assert float(varentropy_of(logp, p, h)) == pytest.approx(0.25 * math.log(2) ** 2, rel=1e-6)
-    assert float(varentropy_of(torch.zeros(1, 4).log_softmax(-1), torch.full((1, 4), 0.25),
-                               torch.tensor([math.log(4)]))) == pytest.approx(0.0, abs=1e-7)
-
-
-def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
-    assert sorted(set(STAGES) - set(marks.STAGE_MARKS) - set(marks.STAGE_SUMMARIES)) == []

@@ -1,0 +1,36 @@
+"""What the browser tests share besides their fixtures: small helpers that read and drive the page.
+
+The fixtures themselves (one Chromium and one app server per test worker, a fresh ``page`` per test)
+are in tests/conftest.py: ``browser``, ``url``, ``page``. A browser test file imports what it needs
+from here (``from tests.browser import wait_done``), never from another test file.
+"""
+from __future__ import annotations
+
+import re
+
+DONE_JS = "(id) => /finished|reached max|stopped/.test(document.getElementById(id)?.innerText || '')"
+
+
+def pick(page, label: str, option: str | re.Pattern) -> None:
+    """Choose ``option`` in the dropdown labelled ``label``."""
+    page.get_by_role("combobox", name=label).click()
+    page.get_by_role("option", name=option).click()
+
+
+def tokens(page, panel: str = "pg-text") -> list[str]:
+    """The tokens shown in a text panel, in order."""
+    return page.locator(f"#{panel} .pg-tok").all_inner_texts()
+
+
+def status(page, sid: str = "pg-status") -> str:
+    return page.locator(f"#{sid}").inner_text()
+
+
+def wait_done(page, sid: str = "pg-status", timeout_s: float = 120, polling: int = 50) -> None:
+    """Until the status line says the run finished, reached its length or stopped."""
+    page.wait_for_function(DONE_JS, arg=sid, timeout=timeout_s * 1000, polling=polling)
+
+
+def bar_count(page, plot: str = "pg-dist") -> int:
+    """The bars drawn in a bar chart."""
+    return page.locator(f"#{plot} .barlayer .point path").count()
