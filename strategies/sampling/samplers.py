@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.adaptive import AdaptiveP, DynamicTemperature, Mirostat
 from strategies.sampling.chain import ChainParams, ChainRecord, build_chain
@@ -158,7 +159,7 @@ class SamplerParams(ChainParams):
                                  f"got {self.dynatemp_min:g}")
 
 
-def word_sequences(lm: Any, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
+def word_sequences(lm: LanguageModel, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
     """Each (word, bias) as token-id sequences: the word as written and with a leading space (how it
     is written after another word); spellings with an unknown token are left out."""
     out: dict[tuple[int, ...], float] = {}
@@ -213,7 +214,7 @@ def extra_stages_on(p: SamplerParams) -> list[str]:
     return [name for name, (on, _) in EXTRA_STAGES.items() if on(p)]
 
 
-def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None, lm: Any = None) -> list:
+def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None, lm: LanguageModel | None = None) -> list:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
     ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
     shared = {t.name: t for t in build_chain(ChainParams(

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.sampling.chain import ChainParams, ChainRecord, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
@@ -145,7 +146,7 @@ class SpeculativeDecoder:
     ``clock`` reads the decoder's own time (``DecodeContext.clock.now``).
     """
 
-    target: Any  # playground.models.LM
+    target: LanguageModel  # playground.models.LM
     draft: Draft
     chain: list
     verify: Verifier
@@ -251,12 +252,12 @@ class SpeculativeDecoder:
 # --- the trace of a round ----------------------------------------------------------------------
 
 
-def _tok(lm: Any, token_id: int, **fields: float | None) -> dict[str, Any]:
+def _tok(lm: LanguageModel, token_id: int, **fields: float | None) -> dict[str, Any]:
     return {"id": int(token_id), "text": lm.piece(int(token_id)),
             **{k: (None if v is None else rnd(v)) for k, v in fields.items()}}
 
 
-def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
+def _alternatives(lm: LanguageModel, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
     """The top tokens of target and draft at one position, by the larger of the two probabilities."""
     ids = {token}
     for row in (target_row, draft_row):  # only tokens with mass: a one-hot lookup draft adds none
@@ -267,7 +268,7 @@ def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, to
     return [_tok(lm, i, p_target=p, q_draft=q) for i, p, q in rows]
 
 
-def _drafts(lm: Any, r: Round, committed: int) -> list[dict[str, Any]]:
+def _drafts(lm: LanguageModel, r: Round, committed: int) -> list[dict[str, Any]]:
     """Each drafted token: its probabilities, the test it went through, and its fate."""
     v, n = r.verdict, int(r.verdict.n_accepted[0])
     lossless = not torch.isnan(v.u).any()
@@ -291,7 +292,7 @@ def drawn_from(v: Verdict) -> str:
     return "residual" if bool(v.from_residual[0]) else "target"
 
 
-def round_record(lm: Any, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
+def round_record(lm: LanguageModel, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
                  ) -> dict[str, Any]:
     """The JSON-ready record of one round (see the trace contract in DESIGN.md).
 
