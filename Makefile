@@ -1,5 +1,6 @@
 # make run       - set up .venv and start the playground on the default model
-# make test      - set up .venv (and Debian's chromium for the browser tests) and run every test
+# make test      - set up .venv (and Debian's chromium for the browser tests), lint, and run every test
+# make lint      - ruff (ruff.toml) on the code and tests, mypy (mypy.ini) on playground/ and strategies/
 # make check     - the inner loop: the tests that need no model beyond the toys, no browser, nothing slow
 # make gpu-check - on a machine with CUDA: the cuda tests and a short GPU bench, one report
 # The first of these that is Python >= 3.11 (numpy 2.4.6 needs it): the Space's (README front matter:
@@ -10,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test check gpu-check browser bench screenshots toy clean
+.PHONY: install run lint test check gpu-check browser bench screenshots toy clean
 
 $(STAMP): requirements.txt tests/requirements.txt
 	@test -x $(BIN)/python || test -n "$(PYTHON)" || { echo "no Python >= 3.11 found (tried $(PYTHON_CANDIDATES)); make PYTHON=/path/to/python3.11 or newer" >&2; exit 1; }
@@ -32,10 +33,14 @@ browser:
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "chromium not found and cannot be installed here: browser tests will skip"; fi; }
 
+# ruff, then mypy; `make test` runs it before the tests.
+lint: install
+	$(BIN)/python -m ruff check playground strategies tests bench app.py && $(BIN)/python -m mypy
+
 # Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
 # Two workers, a test file each at a time (the tests run torch on one thread, so the two cores
 # share the work); module fixtures stay within their file. The 30 slowest tests close every log.
-test: install browser
+test: install browser lint
 	$(BIN)/python -m py_compile bench/*.py
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=30 tests
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from playground.serving.memory import limit_arenas  # isort: skip
 limit_arenas()
 # playground.ui next: it imports `spaces` (ZeroGPU) before anything imports torch.
-from playground.ui import build_demo, launch_kwargs  # isort: skip  # noqa: E402
+from playground.ui import build_demo, launch_kwargs  # isort: skip
 
 import os
 import sys

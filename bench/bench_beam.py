@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from playground.engine import Request, run  # noqa: E402
-from playground.models import ModelStore  # noqa: E402
+from playground.engine import Request, run
+from playground.models import ModelStore
 
 
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.engine import Request, run  # noqa: E402
-from playground.models import ModelStore  # noqa: E402
-from strategies.speculative.eagle.head import head_dir, load_head  # noqa: E402
+from playground.engine import Request, run
+from playground.models import ModelStore
+from strategies.speculative.eagle.head import head_dir, load_head
 
 CONFIGS = [  # (label, params)
     ("eagle chain depth 4", {"draft": "eagle", "eagle_depth": 4, "eagle_branching": 1}),

@@ -20,8 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground import models  # noqa: E402
-from playground.engine import Request, run  # noqa: E402
+from playground import models
+from playground.engine import Request, run
 
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
 TOY_PROMPT = "once upon"  # toy knows 16 words and 64 positions

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground import models  # noqa: E402
-from playground.models.fast import check, gemma, layers, llama  # noqa: E402
+from playground import models
+from playground.models.fast import check, gemma, layers, llama
 
 PROMPT = "Explain in one sentence why the sky is blue, and then say why sunsets are red."
 

@@ -26,9 +26,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.engine import Request, run  # noqa: E402
-from playground.models import ModelStore  # noqa: E402
-from strategies.sampling.grammar import Grammar, GrammarSpec, compile_grammar  # noqa: E402
+from playground.engine import Request, run
+from playground.models import ModelStore
+from strategies.sampling.grammar import Grammar, GrammarSpec, compile_grammar
 
 MODEL = "smollm2-135m"
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."

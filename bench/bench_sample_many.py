@@ -22,9 +22,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.engine import Request, in_dtype, run  # noqa: E402
-from playground.models import ModelStore  # noqa: E402
-from playground.whatif.sample_many import sample_many  # noqa: E402
+from playground.engine import Request, in_dtype, run
+from playground.models import ModelStore
+from playground.whatif.sample_many import sample_many
 
 PROMPT = "Write a haiku about the sea."
 GOAL_SECONDS = 20.0

@@ -30,9 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.engine import Request, run  # noqa: E402
-from playground.models import ModelStore  # noqa: E402
-from strategies.speculative.speedup import break_even_alpha, expected_speedup  # noqa: E402
+from playground.engine import Request, run
+from playground.models import ModelStore
+from strategies.speculative.speedup import break_even_alpha, expected_speedup
 
 PARAGRAPH = (
     "The Great Barrier Reef is the world's largest coral reef system, composed of over 2,900 individual reefs "

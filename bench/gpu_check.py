@@ -139,7 +139,7 @@ def bench(device: str, tokens: int) -> list[Row]:
                 trace = run(stores[where], Request(model, "greedy", PROMPT, max_new_tokens=tokens, dtype=weights))
                 record = trace.to_dict()
                 row.ran, row.tokens_per_second = record["dtype"], record["timing"]["tokens_per_second"]
-            except Exception as err:  # noqa: BLE001 - a row that raised is reported, the others still run
+            except Exception as err:  # a row that raised is reported, the others still run
                 row.error = f"{type(err).__name__}: {err}"
                 traceback.print_exc()
             rows.append(row)

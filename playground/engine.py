@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator, cast
 
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget, Deadline
@@ -111,7 +111,8 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
-        dtype, check = ctx.lm.weights, ctx.extra["weights_check"]
+        lm = cast(LM, ctx.lm)  # prepare hands the strategy the store's LM
+        dtype, check = lm.weights, ctx.extra["weights_check"]
         if announce:
             yield reading(req, ctx)
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
@@ -119,8 +120,8 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
             trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
             if req.grammar is not None:
                 trace.extra["grammar"] = req.grammar.to_dict()
-            if ctx.lm.check is not None:
-                trace.timing.extra["weights_check_seconds"] = round(ctx.lm.check.seconds, 3)
+            if lm.check is not None:
+                trace.timing.extra["weights_check_seconds"] = round(lm.check.seconds, 3)
             yield trace
 
 
@@ -128,7 +129,7 @@ def reading(req: Request, ctx: DecodeContext) -> Trace:
     """The trace announced before the prompt is read: no tokens, the prompt's token count."""
     return Trace(model=req.model, strategy=req.strategy, params=dict(req.params), seed=req.seed, prompt=req.prompt,
                  prompt_ids=list(ctx.prompt_ids), finish_reason=READING_REASON,
-                 extra={"prompt_tokens": len(ctx.prompt_ids), "dtype": ctx.lm.weights})
+                 extra={"prompt_tokens": len(ctx.prompt_ids), "dtype": cast(LM, ctx.lm).weights})
 
 
 def choose_weights(lm: LM, name: str, progress: Progress | None = None) -> tuple[LM, list[str]]:
@@ -137,7 +138,7 @@ def choose_weights(lm: LM, name: str, progress: Progress | None = None) -> tuple
     named one that fails is refused to the caller)."""
     order = weights_order(name, lm.device, lm.dtype, toy=lm.spec.source == "assets",
                           has_int4=lambda: lm.int4_refusal is None)
-    passed_over = []
+    passed_over: list[str] = []
     for weights in order[:-1]:
         try:
             return lm.with_weights(weights, progress), passed_over
@@ -151,7 +152,7 @@ def in_dtype(lm: LM, name: str, progress: Progress | None = None) -> LM:
     return choose_weights(lm, name, progress)[0]
 
 
-def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:
+def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: Deadline | None = None) -> Iterator[Trace]:
     """Pass the strategy's traces on, with its clock paused while the consumer holds each one,
     so drawing and sending between two tokens never counts as decoding time.
 
@@ -163,7 +164,7 @@ def timed(traces: Iterator[Trace], ctx: DecodeContext, deadline: Deadline | None
         while True:
             out_of_time = (deadline is not None and trace is not None and trace.finish_reason == "running"
                            and len(trace.tokens) < ctx.max_new_tokens)
-            if out_of_time and deadline.passed():
+            if out_of_time and deadline is not None and trace is not None and deadline.passed():
                 trace.finish_reason = OUT_OF_TIME
                 break
             ctx.clock.resume()

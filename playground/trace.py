@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, SupportsFloat
 
 DIGITS = 6
 
 
-def rnd(x: float) -> float:
+def rnd(x: SupportsFloat) -> float:
     """Round to DIGITS significant digits; keep -inf / nan JSON-safe as None."""
     x = float(x)
     if math.isnan(x) or math.isinf(x):

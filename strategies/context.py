@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Trace
 
 
@@ -38,13 +39,13 @@ class Stopwatch:
 
 @dataclass
 class DecodeContext:
-    lm: Any  # playground.models.LM
+    lm: LanguageModel  # playground.models.LM
     prompt: str
     prompt_ids: list[int]
     seed: int
     max_new_tokens: int
     top_n: int = 20  # candidates recorded per step (plus the chosen one)
-    load_model: Callable[[str], Any] | None = None  # key -> LM, for drafts and amateurs
+    load_model: Callable[[str], LanguageModel] | None = None  # key -> LM, for drafts and amateurs
     extra: dict[str, Any] = field(default_factory=dict)
     clock: Stopwatch = field(default_factory=Stopwatch)  # read ``clock.now()``, never time.perf_counter()
     forced: dict[int, int] = field(default_factory=dict)  # step -> token id to take there (strategies.forcing)

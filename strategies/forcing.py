@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 
 FORCEABLE_FAMILIES = ("sampling", "contrastive")
 
@@ -50,18 +51,18 @@ def choose(forced: dict[int, int], step: int, select: Select, generator: torch.G
         return int(chosen[0]), noise, {}
     saved = generator.get_state() if generator is not None else None
     would, _ = select()
-    if saved is not None:
+    if generator is not None and saved is not None:
         generator.set_state(saved)
     return int(token), None, {"forced": True, "strategy_choice": int(would[0])}
 
 
-def annotate(step: Any, extra: dict[str, Any], lm: Any) -> None:
+def annotate(step: Any, extra: dict[str, Any], lm: LanguageModel) -> None:
     """Write a forced step's record (``choose``'s extra) onto a trace Step."""
     if extra:
         step.extra.update(extra, strategy_choice_text=lm.piece(extra["strategy_choice"]))
 
 
-def resolve_token(lm: Any, token: int | str) -> int:
+def resolve_token(lm: LanguageModel, token: int | str) -> int:
     """A forced token as given by a person: an id (an int, or a string of digits), or a piece of text
     the tokenizer maps to exactly one token (``"the"`` on toy is `` the``, id 9)."""
     vocab = lm.vocab_size
@@ -120,7 +121,7 @@ def parse_path(text: Any) -> dict[int, int | str]:
             for step, token in parse_step_tokens(items, PATH_REFUSAL, digit_steps=True)}
 
 
-def resolve_forced(lm: Any, forced: dict[Any, int | str], max_new_tokens: int, family: str,
+def resolve_forced(lm: LanguageModel, forced: dict[Any, int | str], max_new_tokens: int, family: str,
                    strategy: str) -> dict[int, int]:
     """Check a request's forced tokens (step -> id or text) and return step -> id."""
     if not forced:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from playground.errors import InvalidRequest
 
@@ -32,7 +32,7 @@ def param(default: Any, help: str, *, low: float | None = None, high: float | No
     return dataclasses.field(default=default, metadata=meta)
 
 
-def range_text(meta: dict[str, Any]) -> str:
+def range_text(meta: Mapping[str, Any]) -> str:
     if meta.get("choices"):
         return "one of " + ", ".join(str(c) for c in meta["choices"])
     low, high = meta.get("low"), meta.get("high")
@@ -43,7 +43,7 @@ def range_text(meta: dict[str, Any]) -> str:
     return f"in {left}{lo}, {hi}{right}"
 
 
-def check_value(name: str, value: Any, meta: dict[str, Any], kind: type) -> Any:
+def check_value(name: str, value: Any, meta: Mapping[str, Any], kind: type) -> Any:
     """Coerce ``value`` to ``kind`` and check it against ``meta``; return it."""
     try:
         if kind is bool:
@@ -72,9 +72,9 @@ def check_value(name: str, value: Any, meta: dict[str, Any], kind: type) -> Any:
         low, high = meta.get("low"), meta.get("high")
         bad = isinstance(value, float) and math.isnan(value)
         if low is not None:
-            bad = bad or value < low or (meta.get("low_open") and value == low)
+            bad = bad or value < low or bool(meta.get("low_open") and value == low)
         if high is not None:
-            bad = bad or value > high or (meta.get("high_open") and value == high)
+            bad = bad or value > high or bool(meta.get("high_open") and value == high)
         if bad:
             raise InvalidRequest(f"{name} must be {range_text(meta)}, got {value:g}")
     return value

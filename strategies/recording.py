@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
 from strategies.stages import truncates
 
@@ -39,14 +40,14 @@ def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: in
     if final_probs is not raw_probs:  # a chain that changed nothing passes the same tensor
         ids |= set(torch.topk(final_probs, n).indices.tolist())
     ids.add(int(chosen))
-    ids = list(ids)
-    idx = torch.tensor(ids, device=raw_probs.device)
+    listed = list(ids)
+    idx = torch.tensor(listed, device=raw_probs.device)
     fp, rp = final_probs[idx].tolist(), raw_probs[idx].tolist()
-    order = sorted(range(len(ids)), key=lambda i: (-fp[i], -rp[i], ids[i]))
-    return [ids[i] for i in order]
+    order = sorted(range(len(listed)), key=lambda i: (-fp[i], -rp[i], listed[i]))
+    return [listed[i] for i in order]
 
 
-def make_step(lm: Any, position: int, stages: list[torch.Tensor], stage_names: list[str], chosen: int,
+def make_step(lm: LanguageModel, position: int, stages: list[torch.Tensor], stage_names: list[str], chosen: int,
               top_n: int, noise: torch.Tensor | None = None,
               decisions: list[dict[str, Any]] | None = None) -> tuple[Step, Token]:
     """``stages`` are [vocab] logits: the raw ones, then after each transform (``stage_names``);

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
-
 from playground.ui import share
 from playground.charts.theme import THEMES
 from tests.browser import wait_done
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 FAMILIES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),
             ("speculative", {"draft": "toy-small"}), ("contrastive", {"amateur": "toy-small"})]
@@ -42,7 +42,7 @@ CASES = [(family, params, where) for (family, params), other in zip(FAMILIES, ["
 
 
 @pytest.mark.parametrize("strategy,params,where", CASES, ids=[f"{f}-{w}" for f, _, w in CASES])
-def test_every_figure_reads_in_the_page_theme(browser, url, where, strategy, params):  # noqa: F811
+def test_every_figure_reads_in_the_page_theme(browser, url, where, strategy, params):
     width, height, theme = VIEWPORTS[where]
     pg = browser.new_page(viewport={"width": width, "height": height}, color_scheme=theme)
     try:
@@ -81,7 +81,7 @@ def _rgb(hex_colour: str) -> str:
     return "rgb(" + ", ".join(str(int(h[i:i + 2], 16)) for i in (0, 2, 4)) + ")"
 
 
-def test_phone_has_generate_on_the_first_screen_and_the_toy_switch_runs(browser, url):  # noqa: F811
+def test_phone_has_generate_on_the_first_screen_and_the_toy_switch_runs(browser, url):
     pg = browser.new_page(viewport={"width": 390, "height": 844})
     try:
         pg.goto(url)
@@ -104,7 +104,7 @@ def test_phone_has_generate_on_the_first_screen_and_the_toy_switch_runs(browser,
         pg.close()
 
 
-def test_refusals_name_the_field_and_typed_values_out_of_range_are_said(browser, url):  # noqa: F811
+def test_refusals_name_the_field_and_typed_values_out_of_range_are_said(browser, url):
     pg = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
         pg.goto(url)

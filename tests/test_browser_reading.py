@@ -24,7 +24,7 @@ CHART_JS = """() => {
   let page = 'rgb(255, 255, 255)';
   for (let el = gd; el; el = el.parentElement) {
     const bg = getComputedStyle(el).backgroundColor;
-    if (bg && bg !== 'transparent' && !/rgba\(.*, 0\)$/.test(bg)) { page = bg; break; }
+    if (bg && bg !== 'transparent' && !/rgba\\(.*, 0\\)$/.test(bg)) { page = bg; break; }
   }
   const buttons = [...gd.querySelectorAll('.updatemenu-button')].map((b) => {
     const rect = b.querySelector('rect.updatemenu-item-rect');
@@ -65,7 +65,7 @@ def contrast(a: str, b: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def charts_at(browser, url):  # noqa: F811
+def charts_at(browser, url):
     """The distribution chart's computed styles in each viewport, after one seeded toy run."""
     out = {}
     for where, (width, height, theme) in VIEWPORTS.items():

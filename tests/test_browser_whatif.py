@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
-              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
-
 from playground.ui.components import share_query
 from playground.engine import Request, run
 from tests.browser import tokens, wait_done
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 THE = 9  # toy's " the": the 30% token after "1 2"
 
@@ -37,7 +37,7 @@ def _tree(pg) -> list[str]:
     return pg.evaluate(TREE_JS)
 
 
-def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa: F811
+def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):
     parent = run(store, Request("toy", "greedy", "1 2", max_new_tokens=6)).to_dict()
     child = run(store, Request("toy", "greedy", "1 2", max_new_tokens=6, forced={0: THE})).to_dict()
     parent_text, child_text = ("".join(t["text"] for t in r["tokens"]) for r in (parent, child))
@@ -69,8 +69,8 @@ def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa
     assert f"force=0%3A{THE}" in link.input_value()
     # back to the parent without a new run, then forward, then undo the branch
     page.locator("#pg-branch-tree label").nth(0).click()
-    page.wait_for_function(f"(t) => [...document.querySelectorAll('#pg-text .pg-tok')].map((e) => e.innerText)"
-                           f".join('') === t", arg=parent_text, timeout=20_000)
+    page.wait_for_function("(t) => [...document.querySelectorAll('#pg-text .pg-tok')].map((e) => e.innerText)"
+                           ".join('') === t", arg=parent_text, timeout=20_000)
     page.locator("#pg-branch-tree label").nth(1).click()
     page.wait_for_function("() => document.querySelectorAll('#pg-text .pg-forced').length === 1", timeout=20_000)
     page.locator("#pg-branch-undo").click()
@@ -78,7 +78,7 @@ def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):  # noqa
     assert "".join(tokens(page)) == parent_text
 
 
-def test_sample_many_shows_frequencies_beside_the_exact_bars(page, url):  # noqa: F811
+def test_sample_many_shows_frequencies_beside_the_exact_bars(page, url):
     page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 0, 6, {}, "greedy", {}))
     # the link's restore selects the Explore tab: wait for it to land before choosing another tab
     page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value === '1 2'")

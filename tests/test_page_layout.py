@@ -171,8 +171,9 @@ def test_beam_and_speculative_runs_say_they_do_not_branch():
         note, hint, button = ui_branches.strategy_updates(name)
         assert note == "" and hint == ui_branches.HINT and button["interactive"] is True
     # the panel's note on the run itself invites a bar click only where one branches
-    run_of = lambda strategy: {"model": "toy", "strategy": strategy, "params": {}, "seed": 0, "prompt": "1 2",
-                               "prompt_ids": [1, 2], "text": " a", "tokens": [{"id": 3, "text": " a"}], "steps": [{}]}
+    def run_of(strategy):
+        return {"model": "toy", "strategy": strategy, "params": {}, "seed": 0, "prompt": "1 2",
+                "prompt_ids": [1, 2], "text": " a", "tokens": [{"id": 3, "text": " a"}], "steps": [{}]}
     assert ui_branches.tree_updates(branches.record(None, run_of("beam")))[1] == ui_branches.RUN_NOTE
     assert ui_branches.tree_updates(branches.record(None, run_of("greedy")))[1] == ui_branches.ROOT_NOTE
 

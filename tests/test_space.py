@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("spaces", reason="the `spaces` package (tests/requirements.txt) is not installed")
-from gradio_client import Client  # noqa: E402
-from gradio_client.exceptions import AppError  # noqa: E402
+from gradio_client import Client
+from gradio_client.exceptions import AppError
 
-from playground.models import DEFAULT_MODEL, OFFLINE  # noqa: E402
-from playground.serving import zerogpu  # noqa: E402
-from playground.serving.budget import Budget  # noqa: E402
-from playground.ui import handlers  # noqa: E402
-from playground.engine import Request  # noqa: E402
+from playground.models import DEFAULT_MODEL, OFFLINE
+from playground.serving import zerogpu
+from playground.serving.budget import Budget
+from playground.ui import handlers
+from playground.engine import Request
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -191,7 +191,7 @@ class FakeSpaces(types.SimpleNamespace):
     def __init__(self) -> None:
         super().__init__(config=types.SimpleNamespace(Config=types.SimpleNamespace(zero_gpu=True)), durations=[])
 
-    def GPU(self, task=None, *, duration=None, size=None):  # noqa: N802 (the name `spaces` gives it)
+    def GPU(self, task=None, *, duration=None, size=None):  # the name `spaces` gives it
         def decorate(fn):
             def run(*args, **kwargs):
                 self.durations.append(duration(*args, **kwargs))

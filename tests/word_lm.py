@@ -13,7 +13,7 @@ class WordLM:
     def piece(self, token_id: int) -> str:
         return self.form.format(token_id)
 
-    class tokenizer:  # noqa: N801  (stands in for a tokenizer object)
+    class tokenizer:  # stands in for a tokenizer object
         unk_token_id = None
 
         def __new__(cls, text: str, add_special_tokens: bool = False):

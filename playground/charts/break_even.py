@@ -97,7 +97,7 @@ def _verified(rounds: list[dict[str, Any]]) -> float | None:
     and the last committed token), an EAGLE round's tree (its ``drafted`` nodes and the root)."""
     sizes = [r["target_tokens"] if "target_tokens" in r else r["drafted"] + 1 if "drafted" in r else None
              for r in rounds]
-    return None if not sizes or None in sizes else sum(sizes) / len(sizes)
+    return None if not sizes or None in sizes else sum(s for s in sizes if s is not None) / len(sizes)
 
 
 def costs(trace: dict[str, Any]) -> Costs | str:

@@ -51,7 +51,7 @@ def _z(decision: dict[str, Any]) -> float:
 
 def meaning(series: list[tuple[int, dict[str, Any]]]) -> tuple[str, str]:
     """What the recorded Z_t is the mass of, from the records' ``mask`` (all of them must say it)."""
-    masks = {d.get("mask") for _, d in series}
+    masks: set[Any] = {d.get("mask") for _, d in series}
     return MASK_MEANINGS.get(masks.pop(), UNSTATED) if len(masks) == 1 else UNSTATED
 
 

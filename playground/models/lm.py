@@ -9,13 +9,15 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
-from playground.models.lineup import MAX_PROMPT_TOKENS, ModelSpec, Progress, gguf_path, loads_from_gguf
-from playground.models.fast import int4 as gguf_int4
-from playground.models.fast import check as weights_check
+from playground.models.architectures import ARCHITECTURES
 from playground.models.dtypes import cast_model, dtype_name
+from playground.models.fast import check as weights_check
+from playground.models.fast import int4 as gguf_int4
+from playground.models.fast.layers import LeanCache, LeanForward
+from playground.models.lineup import MAX_PROMPT_TOKENS, ModelSpec, Progress, gguf_path, loads_from_gguf
 from playground.models.machine_record import kept_or_measured, record_path
-from playground.models.fast.gemma import LeanGemma
-from playground.models.fast.llama import LeanCache, LeanLlama
+
+
 class WeightsRefused(InvalidRequest):
     """A copy of a model's weights that failed its check against float32 on this CPU."""
 
@@ -24,10 +26,10 @@ class WeightsRefused(InvalidRequest):
         self.check = check
 
 
-LEAN_FORWARDS = (LeanLlama, LeanGemma)
+LEAN_FORWARDS = tuple(arch.lean for arch in ARCHITECTURES)
 
 
-def lean_forward(model: Any) -> Any:
+def lean_forward(model: Any) -> LeanForward | None:
     """The lean forward over a transformers model's own weights (llama, Gemma 3), or None."""
     for lean in LEAN_FORWARDS:
         if lean.supports(model):
@@ -45,14 +47,14 @@ class LM:
     device: torch.device
     load_seconds: float = 0.0
     _piece_cache: dict[int, str] = field(default_factory=dict, repr=False)
-    fast: Any = None  # a lean forward over the same weights (playground.models.fast.llama), or None
+    fast: LeanForward | None = None  # a lean forward over the same weights (playground.models.fast), or None
     int4: bool = False  # the lean forward multiplies by the GGUF file's 4-bit blocks (playground.models.fast.int4)
     _variants: dict[str, "LM"] = field(default_factory=dict, repr=False)
     _checks: dict[str, "weights_check.WeightsCheck | None"] = field(default_factory=dict, repr=False)
     check: "weights_check.WeightsCheck | None" = None  # how this copy compared with float32 (None: the reference)
     _variants_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     # what a strategy keeps with this copy of the model, under a key of its own (the EAGLE head: "eagle_head")
-    attached: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    attached: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -270,7 +272,7 @@ class LM:
             logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden, attention_mask, position_ids)
             return Forward(logits.float(), cache, states)
         extra = {}
-        if attention_mask is not None:
+        if attention_mask is not None and position_ids is not None:
             extra = dict(attention_mask=attention_mask.to(self.device, self.model.dtype),
                          position_ids=position_ids.to(self.device))
         out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,

@@ -138,7 +138,7 @@ def _load_sound(target: Path, load: Callable[[Path], T], progress: Progress, nam
         progress(0.5, f"loading {name} from the converted-weights cache")
         try:
             result = load(target)
-        except Exception as err:  # noqa: BLE001 - safetensors, json and transformers raise many kinds
+        except Exception as err:  # safetensors, json and transformers raise many kinds
             problem = f"it failed to load ({type(err).__name__}: {err})"
         else:
             if not is_sealed(target):
@@ -168,6 +168,6 @@ def load_or_build(target: Path, load: Callable[[Path], T], convert: Callable[[Pa
             return build(target, convert)
         except InvalidRequest:
             raise
-        except Exception as err:  # noqa: BLE001 - report any failure of the one rebuild as a message
+        except Exception as err:  # report any failure of the one rebuild as a message
             before = f" after a damaged cache ({problem})" if problem else ""
             raise CacheError(f"converting {name} failed{before}: {type(err).__name__}: {err}") from None

@@ -71,7 +71,7 @@ class SizeCap:
         """The model's weight bytes; ModelTooLarge above the cap, InvalidRequest when the size is unknown."""
         try:
             files = self.metadata(hub_id)
-        except Exception as err:  # noqa: BLE001 - the hub client raises many kinds (HTTP, missing repo, gated)
+        except Exception as err:  # the hub client raises many kinds (HTTP, missing repo, gated)
             raise InvalidRequest(f"model {hub_id!r}: its size could not be read from the hub "
                                  f"({type(err).__name__}: {err})") from None
         size = weights_bytes(files)

@@ -116,7 +116,7 @@ def greedy_answers(lm: Any, prompts: list[list[int]], length: int, batch: int, l
 
 
 def doc_pieces(lm: Any, texts: list[str], max_tokens: int) -> list[list[int]]:
-    pieces = []
+    pieces: list[Any] = []
     for text in texts:
         ids = lm.tokenizer(text)["input_ids"]
         pieces.extend(ids[j:j + max_tokens] for j in range(0, len(ids), max_tokens) if len(ids[j:j + max_tokens]) > 8)

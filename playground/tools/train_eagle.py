@@ -90,7 +90,7 @@ def features(lm: Any, seqs: list[list[int]], batch_tokens: int = 4096) -> list[t
                 hidden = lm.model.get_decoder()(input_ids=batch).last_hidden_state.float()
             for row, i in enumerate(group):  # cloned outside inference mode: trainable input
                 out[i] = (torch.tensor(seqs[i]), hidden[row].clone())
-    return out  # type: ignore[return-value]
+    return out
 
 
 def frequency_order(seqs: list[list[int]], vocab_size: int) -> tuple[list[int], torch.Tensor]:

@@ -215,7 +215,7 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
                                           decoder=decode), theme)
 
     def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
-               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:  # noqa: B008
+               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:
         token = event_data(evt).get("token")
         if token is None or not trace or not branchable(trace.get("strategy")):
             return  # a click that names no token (the hook itself), or on a run that cannot branch, changes nothing

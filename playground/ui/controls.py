@@ -171,7 +171,7 @@ def _numeric_control(d: dict[str, Any], common: dict[str, Any], integer: bool) -
 
 
 def make_component(c: Control, elem_id: str) -> gr.Component:
-    common = dict(label=c.label, info=c.info, elem_id=elem_id)
+    common: dict[str, Any] = dict(label=c.label, info=c.info, elem_id=elem_id)
     if c.kind == "slider":
         return gr.Slider(minimum=c.minimum, maximum=c.maximum, value=c.default, step=c.step,
                          precision=0 if c.integer else None, **common)

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from playground.models import Progress
 
 MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
-QUIET = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
-MODEL_EVENT = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
+QUIET: dict[str, Any] = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
+MODEL_EVENT: dict[str, Any] = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
 PLOT_CONFIG = {"displaylogo": False, "responsive": True,
                "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
 

@@ -3,6 +3,7 @@ path as a share link."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from playground.errors import InvalidRequest
 from playground.models import spec_for
@@ -21,10 +22,10 @@ class Example:
 def examples() -> list[Example]:
     """Each shows one phenomenon; the configuration goes through the same path as a share link."""
     cfg = share.Config
-    toy = dict(model="toy", prompt="1 2", max_new_tokens=12, seed=4)
-    gemma = dict(model="gemma3-270m", prompt="The best way to learn a new language is", max_new_tokens=40)
-    hot = dict(model="smollm2-135m", prompt="Write one sentence about the ocean.", seed=7, max_new_tokens=40)
-    smol = dict(model="smollm2-135m", seed=0, max_new_tokens=40)
+    toy: dict[str, Any] = dict(model="toy", prompt="1 2", max_new_tokens=12, seed=4)
+    gemma: dict[str, Any] = dict(model="gemma3-270m", prompt="The best way to learn a new language is", max_new_tokens=40)
+    hot: dict[str, Any] = dict(model="smollm2-135m", prompt="Write one sentence about the ocean.", seed=7, max_new_tokens=40)
+    smol: dict[str, Any] = dict(model="smollm2-135m", seed=0, max_new_tokens=40)
     return [
         Example("Toy 70/30 · greedy", cfg(strategy="greedy", run="generate", **toy),
                 "greedy always takes ' a' (p 0.7): the 30% branch is never seen."),

@@ -172,7 +172,9 @@ def undo(tree: Tree | None) -> Tree:
 def pick(tree: Tree | None, index: Any) -> Tree:
     """The tree with node ``index`` current."""
     n = len(tree["nodes"]) if tree and tree.get("nodes") else 0
-    return {"nodes": tree["nodes"], "current": _index(index, n, "branch")}
+    current = _index(index, n, "branch")  # InvalidRequest for a tree with no nodes (or none)
+    assert tree is not None
+    return {"nodes": tree["nodes"], "current": current}
 
 
 def _index(value: Any, n: int, what: str) -> int:

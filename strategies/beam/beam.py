@@ -48,6 +48,7 @@ import torch
 from playground.trace import Trace
 from strategies.beam.beam_trace import (StepRecord, beam_section_extra, best_path_steps, end_reason, finished_records,
                                         publish, record_step)
+from playground.seam import LanguageModel
 from strategies.beam.prune import PruneRules, prune
 from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
@@ -192,7 +193,7 @@ class Counters:
 class BeamSearch:
     """Runs beam searches that share a model, parameters, a tree and counters."""
 
-    def __init__(self, lm: Any, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20,
+    def __init__(self, lm: LanguageModel, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20,
                  grammar: Any = None):
         self.lm, self.params, self.tree = lm, params, tree
         self.grammar = grammar  # a CompiledGrammar every hypothesis follows, or None

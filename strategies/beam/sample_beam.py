@@ -98,7 +98,8 @@ def sample_prefixes(ctx: DecodeContext, chain: list[TransformBase], length: int,
     out = lm.forward(torch.tensor([ctx.prompt_ids], device=lm.device))
     search.counters.forward_passes += 1
     logits, cache = out.logits[:, -1], out.cache  # [b, vocab]
-    running, done = [Prefix()], []
+    running: list[Prefix] = [Prefix()]
+    done: list[Prefix] = []
     for i in range(length):
         context = torch.tensor([list(ctx.prompt_ids) + p.ids for p in running], device=lm.device)
         record = record_chain(chain, logits, context)
@@ -111,7 +112,7 @@ def sample_prefixes(ctx: DecodeContext, chain: list[TransformBase], length: int,
         children = largest_children(g, count)
         held, chosen = gumbel_top_k([p.g for p in done], children, count)
         done = [p for j, p in enumerate(done) if j in held]
-        grown = []
+        grown: list[Prefix] = []
         for j in sorted(chosen):
             g_child, row, tok = children[j]
             stages, decisions = record.row(row)

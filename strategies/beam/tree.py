@@ -49,7 +49,7 @@ class BeamTree:
         raw_logprob: under the model's own distribution. Both default to ``logprob``.
         """
         assert status in STATUSES, status
-        node = {"id": len(self.nodes), "parent": parent, "step": int(step), "token_id": int(token_id),
+        node: dict[str, Any] = {"id": len(self.nodes), "parent": parent, "step": int(step), "token_id": int(token_id),
                 "text": self.piece(int(token_id)), "logprob": rnd(logprob), "score": rnd(score),
                 "status": status, "reason": reason, "threshold": _round_or_none(threshold),
                 "rank": int(rank), "tree": int(tree)}

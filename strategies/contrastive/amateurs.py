@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.pairing import check_shared_tokenizer
 
 
@@ -49,7 +50,7 @@ class ModelAmateur:
 
     needs_hidden = False
 
-    def __init__(self, lm: Any, vocab: int):
+    def __init__(self, lm: LanguageModel, vocab: int):
         self.lm, self.vocab = lm, vocab
         self.name = lm.key
         self.cache, self.seen = None, 0
@@ -71,7 +72,7 @@ class EarlyExitAmateur:
     forward_passes = 0
     tokens_processed = 0
 
-    def __init__(self, expert: Any, layer: int):
+    def __init__(self, expert: LanguageModel, layer: int):
         self.expert, self.layer = expert, layer
         self.name = f"early_exit@{layer}"
 
@@ -86,7 +87,7 @@ class WindowAmateur:
 
     needs_hidden = False
 
-    def __init__(self, expert: Any, window: int):
+    def __init__(self, expert: LanguageModel, window: int):
         self.expert, self.window = expert, window
         self.name = f"window@{window}"
         self.forward_passes = self.tokens_processed = 0
@@ -114,7 +115,7 @@ def auto_layer(num_layers: int) -> int:
     return min(num_layers - 1, round(num_layers * 5 / 6))
 
 
-def make_amateur(expert: Any, kind: str, layer: int, window: int, load_model: Any,
+def make_amateur(expert: LanguageModel, kind: str, layer: int, window: int, load_model: Any,
                  max_new_tokens: int, n_prompt: int) -> Amateur:
     """Build the amateur named by ``kind``: "early_exit", "window" or another model's key."""
     if kind == "early_exit":

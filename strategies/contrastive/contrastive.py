@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Step, Trace, rnd
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_stage
 from strategies.sampling.chain import ChainParams, GumbelMax, Multinomial, build_chain, record_chain
@@ -77,7 +78,7 @@ def _selector(params: ContrastiveParams, ctx: DecodeContext) -> Any:
     return None  # greedy: pick_greedy, with the expert tie-break
 
 
-def _annotate(step: Step, cs: ContrastiveScores, expert_choice: int, lm: Any) -> None:
+def _annotate(step: Step, cs: ContrastiveScores, expert_choice: int, lm: LanguageModel) -> None:
     """Add the contrastive fields to a recorded step (its candidates' ``extra`` and its own)."""
     ids = [c.id for c in step.candidates]
     idx = torch.tensor(ids, device=cs.scores.device)

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.grammar_refusals import refusal_text
 from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase
@@ -230,7 +231,7 @@ def _token_bytes(raw: str) -> bytes:
     return raw.replace("▁", " ").encode()
 
 
-def llg_tokenizer(lm: Any) -> Any:
+def llg_tokenizer(lm: LanguageModel) -> Any:
     """llguidance's view of ``lm``'s vocabulary (built once per tokenizer, about a second for
     49,152 tokens)."""
     import llguidance
@@ -263,7 +264,7 @@ class CompiledGrammar:
         return llguidance.LLMatcher(self.tokenizer, self.source, log_level=0)
 
 
-def compile_grammar(spec: GrammarSpec, lm: Any) -> CompiledGrammar:
+def compile_grammar(spec: GrammarSpec, lm: LanguageModel) -> CompiledGrammar:
     """Check ``spec`` against ``lm``'s vocabulary; a grammar that fails to parse or exceeds
     llguidance's limits is refused with its problem in the person's terms (grammar_refusals)."""
     import llguidance

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.params import param
 from strategies.sampling import adaptive, truncations  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
@@ -135,7 +136,7 @@ def extra_stages_on(p: SamplerParams) -> list[str]:
 
 
 def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None,
-                        lm: Any = None) -> list[TransformBase]:
+                        lm: LanguageModel | None = None) -> list[TransformBase]:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
     ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
     return [STAGES[name].build(p, generator, lm) for name in stages_on(p, p.order.split(","))]

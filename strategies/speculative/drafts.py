@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from playground.seam import LanguageModel
 from strategies.sampling.chain import apply_chain
 from playground.errors import InvalidRequest
 from strategies.pairing import check_shared_tokenizer
@@ -58,7 +59,7 @@ class Proposal:
 # --- caches that can be rolled back exactly ---------------------------------------------------
 
 
-def rollback_cache(lm: Any) -> Any:
+def rollback_cache(lm: LanguageModel) -> Any:
     """A fresh KV cache of ``lm`` whose ``crop`` restores an earlier state exactly.
 
     Sliding-window layers (Gemma 3) keep only their last window - 1 keys, so by default
@@ -99,7 +100,7 @@ class ModelDraft:
     token, or two after a fully accepted round) and then its own drafts one by one.
     """
 
-    def __init__(self, lm: Any, kind: str):
+    def __init__(self, lm: LanguageModel, kind: str):
         self.lm = lm
         self.kind = kind  # "model" or "early_exit"
         self.name = lm.key
@@ -208,8 +209,8 @@ def auto_layer(num_layers: int) -> int:
     return max(1, num_layers // 4)
 
 
-def make_draft(target: Any, draft: str, draft_layer: int, lookup_ngram: int,
-               load_model: Callable[[str], Any] | None) -> Draft:
+def make_draft(target: LanguageModel, draft: str, draft_layer: int, lookup_ngram: int,
+               load_model: Callable[[str], LanguageModel] | None) -> Draft:
     """The draft named by ``draft``: "early_exit", "prompt_lookup", or a model key."""
     if draft == "prompt_lookup":
         return PromptLookupDraft(target.vocab_size, target.device, lookup_ngram)

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.sampling.chain import ChainParams, ChainRecord, build_chain, record_chain
 from strategies.context import DecodeContext
@@ -131,7 +132,7 @@ class SpeculativeDecoder:
     ``clock`` reads the decoder's own time (``DecodeContext.clock.now``).
     """
 
-    target: Any  # playground.models.LM
+    target: LanguageModel  # playground.models.LM
     draft: Draft
     chain: list
     verify: Verifier

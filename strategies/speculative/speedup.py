@@ -6,6 +6,8 @@ draws that record, and the benchmark prints the same numbers.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 def expected_tokens(alpha: float, gamma: float) -> float:
     """Tokens one round yields on average when each draft passes i.i.d. with probability alpha:
@@ -35,7 +37,7 @@ def break_even_alpha(gamma: int, c: float, verify_cost: float) -> float:
     return hi
 
 
-def expected_curve(alpha: float, c: float, verify_cost: dict[int, float], gammas: range) -> dict[str, list[float]]:
+def expected_curve(alpha: float, c: float, verify_cost: dict[int, float], gammas: range) -> dict[str, list[Any]]:
     """The expected speedup at each gamma of ``gammas``: with the paper's one-step verification, and
     with the measured cost of verifying gamma + 1 tokens (``verify_cost`` maps tokens verified to
     target steps) where one was measured."""

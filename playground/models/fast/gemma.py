@@ -39,8 +39,8 @@ class GemmaLayer:
 
 
 class LeanGemma:
-    """The decoder stack of a transformers ``Gemma3ForCausalLM`` as plain tensors; the same methods
-    as ``LeanLlama``."""
+    """The decoder stack of a transformers ``Gemma3ForCausalLM`` as plain tensors; a ``LeanForward``
+    (``playground.models.fast.layers``), as ``LeanLlama`` is."""
 
     def __init__(self, model: Any, layers: list[GemmaLayer] | None = None, head: Weight | None = None):
         cfg = model.config

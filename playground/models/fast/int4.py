@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from playground.models.architectures import ARCHITECTURES, architecture_of
 from playground.models.fast.gguf_tensors import tensor_table
 
 GROUP = 32  # the kernel's group: one scale and zero per 32 weights along a row
 # bytes per block of each type the kernel takes (Q4_K: a super-block of 256 weights, 8 groups of 32)
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q4_K": 144, "Q5_0": 22, "Q8_0": 34}
-# transformers' module names (llama and Gemma 3 alike) -> the GGUF tensor names of one layer
-LAYER_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
-               "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+# the GGUF tensor names of one layer, of every architecture (playground.models.architectures)
+LAYER_NAMES = frozenset(name for arch in ARCHITECTURES for name in arch.int4_layer_names.values())
 
 
 def kernel_available() -> bool:
@@ -206,7 +206,7 @@ def has_blocks(path: Path) -> bool:
         tensors = tensor_table(str(path))
     except (OSError, ValueError, struct.error):  # a file that cannot be read has no usable blocks
         return False
-    names = {f".{n}.weight" for n in LAYER_NAMES.values()}
+    names = {f".{n}.weight" for n in LAYER_NAMES}
     return any(t.kind in BLOCK_BYTES and (name in ("output.weight", "token_embd.weight")
                                           or (name.startswith("blk.") and name[name.index(".", 4):] in names))
                for name, t in tensors.items())
@@ -217,6 +217,9 @@ def layer_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
     ``down`` whose every part the file stores in a block type the kernel takes, as Int4Linear over
     the file's blocks (Q/K/V and gate/up stacked as the lean forwards stack them). A matrix left out
     stays as it is (bfloat16)."""
+    arch = architecture_of(model)
+    if arch is None:
+        raise ValueError(f"no int4 layer names are known for {model.config.model_type} models")
     tensors = tensor_table(str(path))
     stacks = {"qkv": ("q_proj", "k_proj", "v_proj"), "out": ("o_proj",), "gate_up": ("gate_proj", "up_proj"),
               "down": ("down_proj",)}
@@ -225,7 +228,7 @@ def layer_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
         modules = {**dict(layer.self_attn.named_children()), **dict(layer.mlp.named_children())}
         matrices = {}
         for stack, parts in stacks.items():
-            names = [f"blk.{i}.{LAYER_NAMES[part]}.weight" for part in parts]
+            names = [f"blk.{i}.{arch.int4_layer_names[part]}.weight" for part in parts]
             if all(name in tensors and tensors[name].kind in BLOCK_BYTES for name in names):
                 matrices[stack] = Int4Linear([match_rows(read_blocks(tensors[name]), modules[part].weight, name)
                                               for name, part in zip(names, parts)])

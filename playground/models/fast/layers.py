@@ -1,8 +1,9 @@
-"""What the lean forwards (``llama``, ``gemma``) share: the preallocated KV cache, a layer's matrix
-(dense or 4-bit), RoPE's rotate-half and the rebinding of a module's weights to views of a stack."""
+"""What the lean forwards (``llama``, ``gemma``) share: their interface (``LeanForward``), the preallocated
+KV cache, a layer's matrix (dense or 4-bit), RoPE's rotate-half and the rebinding of a module's weights to
+views of a stack."""
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import torch
 import torch.nn.functional as F
@@ -91,6 +92,42 @@ def _blocks(n: int) -> int:
 # A layer's matrix: a dense weight [out, in] for F.linear, or a callable x -> x @ W.T over another
 # storage (playground.models.fast.int4.Int4Linear: the GGUF file's 4-bit blocks).
 Weight = Union[torch.Tensor, Any]
+
+
+class LeanForward(Protocol):
+    """A lean forward over a transformers model's weights (``LeanLlama``, ``LeanGemma``): what
+    ``playground.models.lm.LM`` calls."""
+
+    def new_cache(self) -> LeanCache: ...
+
+    def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """Float logits [batch, n, vocab] of ``ids`` [batch, n] after what ``cache`` holds (which it
+        extends), and with ``hidden`` the hidden states (embeddings + one per layer)."""
+        ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head on a last hidden state."""
+        ...
+
+    def truncated(self, model: Any, num_layers: int) -> LeanForward:
+        """The first ``num_layers`` layers over ``model`` (a truncated transformers model)."""
+        ...
+
+    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None,
+                      ) -> LeanForward:
+        """The same forward with some of each layer's stacked matrices (``qkv``, ``out``, ``gate_up``,
+        ``down``) and the head replaced (the GGUF file's 4-bit blocks: ``playground.models.fast.int4``)."""
+        ...
+
+
+class LeanForwardClass(Protocol):
+    """A lean forward's class: whether it takes a transformers model, and the forward over it."""
+
+    def __call__(self, model: Any) -> LeanForward: ...
+
+    def supports(self, model: Any) -> bool: ...
 
 
 # A dense matrix multiplies at most this many rows per call. oneDNN's bfloat16 product computes each

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.sampling.chain import ChainRecord, apply_chain, record_chain
 from strategies.speculative.eagle.tree import (ancestors_mask, attention_mask, depths, path_to, position_ids,
                                               select_best, subtree)
@@ -73,7 +74,7 @@ def keep_positions(cache: Any, keep: list[int]) -> None:
         layer.values = layer.values.index_select(-2, index)
 
 
-def check_eagle(lm: Any, greedy_mode: bool, tree: str) -> None:
+def check_eagle(lm: LanguageModel, greedy_mode: bool, tree: str) -> None:
     if not has_head(lm.key):
         raise InvalidRequest(f"draft 'eagle' needs a trained head for {lm.key}; heads ship for: "
                              f"{', '.join(sorted(available_heads())) or 'none'}")
@@ -97,7 +98,7 @@ class EagleDecoder:
     real inputs at positions ``< head_seen``.
     """
 
-    target: Any  # playground.models.LM
+    target: LanguageModel  # playground.models.LM
     chain: list
     greedy: bool
     tree_kind: str  # "static" or "dynamic"
@@ -131,6 +132,7 @@ class EagleDecoder:
         if len(self.ids) > 1:
             out = self.target.forward(self._tensor(self.ids[:-1]), self.cache, hidden=True)
             self.cache, self.target_passes = out.cache, self.target_passes + 1
+            assert out.hidden_states is not None  # asked for: hidden=True
             self.features = out.hidden_states[-1][0]
 
     def _draft_vocabulary(self) -> None:
@@ -279,6 +281,7 @@ class EagleDecoder:
                                            self.verify_generator)
         kept = [0] + verdict.path
         keep_positions(self.cache, list(range(past)) + [past + i for i in kept])
+        assert out.hidden_states is not None  # asked for: hidden=True
         self.features = torch.cat([self.features, out.hidden_states[-1][0, kept]])
         committed = [tree.tokens[i] for i in verdict.path] + [verdict.next_id]
         self.ids = self.ids + committed

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from playground import ASSETS
+from playground.seam import LanguageModel
 
 HEADS = ASSETS / "eagle"
 ATTACHED_KEY = "eagle_head"  # where load_head keeps a loaded head in ``LM.attached``
@@ -105,7 +106,7 @@ def save_head(head: EagleHead, key: str, record: dict[str, Any], root: Path = HE
     return folder
 
 
-def load_head(lm: Any, root: Path = HEADS) -> tuple[EagleHead, dict[str, Any]]:
+def load_head(lm: LanguageModel, root: Path = HEADS) -> tuple[EagleHead, dict[str, Any]]:
     """The head shipped for ``lm`` and its training record, loaded once per LM (kept in ``lm.attached``)."""
     cached = lm.attached.get(ATTACHED_KEY)
     if cached is not None:

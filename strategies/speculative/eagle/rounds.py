@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext
 from strategies.speculative.eagle.tree import depths
@@ -29,7 +30,7 @@ def _fate(v: Any, i: int) -> str:
     return "rejected" if v.evaluated[i] else "unreached"
 
 
-def tree_record(lm: Any, index: int, start: int, r: TreeRound, committed: int) -> dict[str, Any]:
+def tree_record(lm: LanguageModel, index: int, start: int, r: TreeRound, committed: int) -> dict[str, Any]:
     """The JSON-ready record of one tree round; ``committed`` is how many of its tokens entered the text."""
     t, v = r.tree, r.verdict
     dep = depths(t.parents)

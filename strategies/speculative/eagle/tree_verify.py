@@ -99,8 +99,10 @@ def greedy(parents: list[int], tokens: list[int], target_probs: torch.Tensor, dr
     _check(parents, tokens, target_probs, draft_probs)
     n = len(parents)
     kids = children(parents)
-    evaluated, accept_prob = [False] * n, [None] * n
-    path, node = [], 0
+    evaluated: list[bool] = [False] * n
+    accept_prob: list[float | None] = [None] * n
+    path: list[int] = []
+    node = 0
     while True:
         best = int(target_probs[node].argmax())
         nxt = None
@@ -125,8 +127,11 @@ def sampling(parents: list[int], tokens: list[int], target_probs: torch.Tensor, 
     _check(parents, tokens, target_probs, draft_probs)
     n = len(parents)
     kids = children(parents)
-    evaluated, accept_prob, us = [False] * n, [None] * n, [None] * n
-    path, node = [], 0
+    evaluated: list[bool] = [False] * n
+    accept_prob: list[float | None] = [None] * n
+    us: list[float | None] = [None] * n
+    path: list[int] = []
+    node = 0
     while True:
         p, q = target_probs[node].clone(), draft_probs[node].clone()
         residual = False
