@@ -19,8 +19,8 @@ from playground.ui import build_demo, launch_kwargs  # isort: skip
 import os
 import sys
 
-from playground.models import DEFAULT_MODEL, ModelStore
 from playground.errors import InvalidRequest
+from playground.models import DEFAULT_MODEL, ModelStore
 from playground.ui.handlers import zero_gpu
 
 

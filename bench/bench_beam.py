@@ -31,7 +31,6 @@ from playground.engine import Request, run
 from playground.models import ModelStore
 
 
-
 @dataclass(frozen=True)
 class Setup:
     model: str

@@ -10,17 +10,17 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Generator, Iterator, cast
 
+from playground.errors import InvalidRequest
+from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress, WeightsRefused
+from playground.models.dtypes import check_dtype, weights_order
+from playground.models.fast.check import weights_record
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget, Deadline
-from playground.models.dtypes import check_dtype, weights_order
-from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress, WeightsRefused
-from playground.models.fast.check import weights_record
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
-from strategies.sampling.grammar import GrammarSpec, compile_grammar
-from playground.errors import InvalidRequest
 from strategies.registry import get_strategy
+from strategies.sampling.grammar import GrammarSpec, compile_grammar
 
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**31 - 1

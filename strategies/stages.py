@@ -1,4 +1,5 @@
-"""The sampler stages' registry: each stage of a chain declared once, on its class, with ``@stage``.
+"""The sampler stages: their contract (``TransformBase``, read it first, as one reads transformers'
+``LogitsProcessor``) and their registry, each stage of a chain declared once, on its class, with ``@stage``.
 
     @stage("top_k", params={"k": "top_k"}, truncates=True)
     @dataclass(frozen=True)
@@ -18,6 +19,7 @@ From that one declaration:
   where charts and warnings read it.
 
 The registry holds no stage itself: the stage modules (strategies/sampling/) fill it when imported.
+It sits at the strategies' root, below the families, so that the recorder can read it.
 """
 from __future__ import annotations
 
@@ -25,13 +27,77 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-T = TypeVar("T", bound=type)
+import torch
+
+Decision = dict[str, Any]
+
+
+class TransformBase:
+    """One stage of a chain: a small object that makes one decision on the distribution it receives.
+
+    Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]`` long (every token
+    so far, prompt included). A stage never modifies its input, and keeps at least one token: the
+    most probable one, except for typical-p (the most typical one, as transformers keeps) and XTC
+    (the least probable of its top tokens); see strategies/sampling/truncations.py.
+
+    A subclass is registered with ``@stage`` (strategies/stages.py: its name, the request parameters
+    it reads, whether it truncates) and implements ``decide``. Its life cycle in a run, as llama.cpp's
+    sampler interface has it:
+
+    - built fresh for each run (``from_settings``: the class's fields from the request's parameters;
+      a stage that needs the request's generator or model overrides it), so state lives with one run;
+    - ``decide(logits, context) -> (new_logits, decision)`` at every step: the decision from the
+      logits and the state the stage holds, which it reads and does not change (XTC draws its coin
+      from the request's generator, the one state passed in);
+    - ``accept(outcome)`` once the token is chosen, ``outcome.forced`` saying whether it was forced
+      rather than drawn: a stateful stage (mirostat, adaptive-p, XTC's coin) advances its state there,
+      and returns what it learned, added to its record of the step. The base accepts and learns nothing.
+
+    ``apply`` is ``decide`` with the decision dropped: one computation, never two, so the recorded
+    decision is by construction the one that produced the logits. A decision is a dict of plain
+    numbers (the stage's settings), ``[batch]`` tensors (one value per row) and ``[batch, vocab]``
+    tensors (one value per token); the recorder turns it into JSON for the step's candidates
+    (``strategies.recording.decision_record``).
+    """
+
+    name: str  # set by @stage
+    truncates: bool  # set by @stage
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: Any = None) -> "TransformBase":
+        """The stage for one run: ``settings`` are its fields' values (read from the request's parameters)."""
+        return cls(**settings)
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        raise NotImplementedError
+
+    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        return self.decide(logits, context)[0]
+
+    def accept(self, outcome: "Outcome") -> Decision:
+        """The chosen token: advance the stage's state (a stateful stage) and return what it learned."""
+        return {}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a stage is told once the step's token is chosen."""
+
+    received: torch.Tensor  # [batch, vocab]: the logits the stage received
+    out: torch.Tensor  # [batch, vocab]: the logits it returned
+    decision: Decision  # what it decided
+    chosen: torch.Tensor  # [batch] ids
+    forced: bool  # the token was forced (strategies/forcing.py), not drawn by the selector
+
+
+T = TypeVar("T", bound=type[TransformBase])
 
 
 @dataclass(frozen=True)
 class StageSpec:
     name: str
-    cls: type
+    cls: type[TransformBase]
     params: dict[str, str]  # the class's field -> the request parameter it takes
     truncates: bool
 
@@ -49,7 +115,7 @@ class StageSpec:
         """Whether ``p`` turns the stage on: any of its parameters away from its no-op value."""
         return any(getattr(p, name) != noop for name, noop in self.switches(p).items())
 
-    def build(self, p: Any, generator: Any = None, lm: Any = None) -> Any:
+    def build(self, p: Any, generator: torch.Generator | None = None, lm: Any = None) -> TransformBase:
         """A fresh stage object for one run, from ``p`` (``generator``, ``lm``: for the stages that need them)."""
         return self.cls.from_settings(self.settings(p), generator, lm)
 

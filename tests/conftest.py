@@ -26,7 +26,6 @@ if str(ROOT) not in sys.path:
 
 from playground.models import OFFLINE, ModelStore  # noqa: E402
 
-
 TOY_MODELS = frozenset({"toy", "toy-small"})
 
 

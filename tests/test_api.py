@@ -8,9 +8,9 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from playground.engine import Request, run
 from playground.ui.controls import strategies_in_order
 from playground.ui.page import launch_kwargs
-from playground.engine import Request, run
 from strategies.registry import all_strategies
 
 # gradio's queue statistics use pandas options that pandas 3 deprecates; not ours to fix

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from beam_fakes import FakeLM, check_two_draws_without_replacement, final
+
 from playground.charts.beam import DENSE, tree_figure, views
 from playground.engine import Request, prepare
 from playground.errors import InvalidRequest

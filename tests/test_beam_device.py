@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from beam_fakes import FakeLM, final
 from torch.overrides import TorchFunctionMode
 
-from beam_fakes import FakeLM, final
 from playground.models import Forward
 from strategies.beam.sample_beam import SampleBeamParams, sample_beam
 from strategies.beam.stochastic_beam import StochasticBeamParams, stochastic_beam

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from beam_fakes import FakeLM, final, table_lm
+
 from playground.charts.beam import finished_table
 from strategies.beam.beam import BeamParams, beam
 

@@ -7,8 +7,8 @@ ln 0.6 = -0.510826, ln 0.8 = -0.223144, ln 0.15 = -1.897120, ln 0.1 = -2.302585.
 from __future__ import annotations
 
 import pytest
-
 from beam_fakes import final, table_lm
+
 from strategies.beam.beam import BeamParams, beam
 from strategies.beam.prune import ABSOLUTE, LOCAL, PER_NODE, RELATIVE, PruneRules, prune
 

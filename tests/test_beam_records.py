@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 from beam_fakes import final
+
 from playground.charts.beam import finished_table, tree_figure, views
 from playground.charts.views import strategy_views
 from strategies.beam.beam import BeamParams, beam

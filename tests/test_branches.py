@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from playground.whatif import branches
 from playground.errors import InvalidRequest
+from playground.whatif import branches
 from strategies.forcing import parse_path
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from playground.ui.components import share_query
 from playground.engine import Request, run
 from playground.models import MAX_NEW_TOKENS
+from playground.ui.components import share_query
 from tests.browser import bar_count, pick, status, tokens, wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from playground.ui import share
 from playground.charts.theme import THEMES
+from playground.ui import share
 from tests.browser import wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),

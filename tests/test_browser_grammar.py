@@ -14,8 +14,8 @@ import pytest
 
 from playground.charts.grammar import TITLE
 from playground.engine import Request, run
-from playground.ui.examples import examples
 from playground.ui.components import share_query
+from playground.ui.examples import examples
 from tests.browser import wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),

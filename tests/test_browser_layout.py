@@ -7,11 +7,10 @@ Where no browser can be had these tests skip with the reason; under CI=true they
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 import re
+from contextlib import contextmanager
 
 import pytest
-
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from playground.ui.components import share_query
 from playground.engine import Request, run
+from playground.ui.components import share_query
 from tests.browser import tokens, wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from playground.ui.handlers import default_decoder, generate, status_html
-from playground.serving.budget import Budget, Deadline
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
+from playground.serving.budget import Budget, Deadline
+from playground.ui.handlers import default_decoder, generate, status_html
 
 
 class AfterChecks(Deadline):

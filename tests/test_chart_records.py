@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from figure_reading import (
+    bar_points,
+    fig_dict,
+    is_horizontal,
+    is_vertical,
+    stage_points,
+    stage_shapes,
+    waterfall_panels,
+)
 
-from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
-                            waterfall_panels)
 from playground.charts.common import show_token
 from playground.charts.distribution import distribution_figure
 from playground.charts.palette import CUT, KEPT

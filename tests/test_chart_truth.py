@@ -31,22 +31,28 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-
-from figure_reading import (bar_points, fig_dict, is_horizontal, is_vertical, stage_points, stage_shapes,
-                            waterfall_panels)
+from figure_reading import (
+    bar_points,
+    fig_dict,
+    is_horizontal,
+    is_vertical,
+    stage_points,
+    stage_shapes,
+    waterfall_panels,
+)
 from word_lm import WordLM
+
 from playground.charts import entropy_map
 from playground.charts import grammar as grammar_chart
 from playground.charts.distribution import distribution_figure
 from playground.charts.palette import CUT, KEPT
 from playground.charts.waterfall import waterfall_figure
 from playground.trace import Trace
-from strategies.sampling.chain import Multinomial, record_chain
 from strategies.recording import make_step
+from strategies.sampling.chain import Multinomial, record_chain
 from strategies.sampling.grammar import masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
-from strategies.sampling.transforms import TransformBase
-from strategies.stages import STAGES
+from strategies.stages import STAGES, TransformBase
 
 TOL = 1e-5  # the trace keeps 6 significant digits
 

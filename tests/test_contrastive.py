@@ -12,11 +12,11 @@ import torch
 
 from playground.charts.contrastive import views
 from playground.engine import Request, run
+from playground.errors import InvalidRequest
 from playground.models import ModelStore
 from strategies.contrastive.contrastive import ContrastiveParams
-from strategies.pairing import check_shared_tokenizer
 from strategies.contrastive.scoring import contrastive_scores, pick_greedy, plausible_mask
-from playground.errors import InvalidRequest
+from strategies.pairing import check_shared_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERT_PROBS = [0.5, 0.3, 0.1, 0.06, 0.04]

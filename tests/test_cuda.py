@@ -123,9 +123,10 @@ def test_the_grammar_stage_holds_on_the_device(device_store, model, prompt, choi
 def test_the_zero_gpu_path_decodes_on_the_device(device_store, monkeypatch):
     """The page's GPU decoder under `spaces.GPU` (ZeroGPU's decorator, recording its declared duration)
     with the weights on the device, as on a ZeroGPU Space."""
+    from test_space import FakeSpaces
+
     from playground.serving.budget import Budget
     from playground.ui import handlers
-    from test_space import FakeSpaces
 
     fake = FakeSpaces()
     monkeypatch.setattr(handlers, "spaces", fake)

@@ -8,14 +8,14 @@ import json
 
 import pytest
 import torch
+from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from playground.tools.train_eagle import held_out_tau
 from strategies.sampling.chain import ChainParams, build_chain
 from strategies.speculative.eagle.decoder import EagleDecoder, available_heads
 from strategies.speculative.eagle.head import head_dir
-from playground.tools.train_eagle import held_out_tau
-from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
 
 N = 1000
 TREES = [dict(), dict(eagle_branching=1, eagle_depth=5), dict(eagle_branching=3, eagle_depth=2),

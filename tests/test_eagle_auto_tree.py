@@ -7,8 +7,7 @@ import pytest
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
-from strategies.speculative.eagle.auto_tree import (SIZES, PassCosts, acceptance_rates, choose,
-                                                    expected_accepted)
+from strategies.speculative.eagle.auto_tree import SIZES, PassCosts, acceptance_rates, choose, expected_accepted
 from strategies.speculative.eagle.head import ATTACHED_KEY, load_head
 
 # Depth d reached 100 times each: the top draft is right half the time, the second the other half.

@@ -2,13 +2,12 @@
 the accepted path's edges bold, and tau per round as recorded."""
 from __future__ import annotations
 
-
 import pytest
 
 from playground.charts.common import show_token
 from playground.charts.eagle import FATES, tau_figure, tree_figure, views
-from playground.engine import Request, run
 from playground.charts.views import strategy_views
+from playground.engine import Request, run
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strategies.speculative.eagle.tree import (ancestors_mask, attention_mask, children, depths, position_ids,
-                                   retrieval_indices, select_best, static_tree, subtree)
+from strategies.speculative.eagle.tree import (
+    ancestors_mask,
+    attention_mask,
+    children,
+    depths,
+    position_ids,
+    retrieval_indices,
+    select_best,
+    static_tree,
+    subtree,
+)
 
 THREE = [-1, 0, 0]  # the root and two alternative drafts
 #        0

@@ -9,12 +9,12 @@ import json
 
 import pytest
 import torch
+from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from strategies.sampling.chain import ChainParams
 from strategies.speculative.eagle.head import ATTACHED_KEY, head_dir, load_head, save_head
-from test_speculative_strategy_lossless import CHAIN, LENGTH, P_VALUE, PROMPT, chi_square, exact
 
 # Not 0..9: a head that drafted ids 0..N-1 instead of its map would draft 9 and never 15.
 MAP = [15, 3, 4, 5, 1, 2, 0, 6, 7, 8]

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from stepped import hf_stepped
 
-from playground.models.cpu import NATIVE_BF16_FLAGS
-from playground.models.dtypes import cpu_has_native_bf16, weights_order
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from playground.models.cpu import NATIVE_BF16_FLAGS
+from playground.models.dtypes import cpu_has_native_bf16, weights_order
 from playground.models.fast.llama import LeanCache
 from strategies.sampling.chain import ChainParams, Multinomial, apply_chain, build_chain
-from stepped import hf_stepped
 
 PROMPT = "Name three colours of the rainbow."
 

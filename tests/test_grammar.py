@@ -18,8 +18,14 @@ from playground.errors import InvalidRequest
 from playground.whatif.branches import branch_settings
 from playground.whatif.sample_many import sample_many
 from playground.whatif.score import score, summary
-from strategies.sampling.grammar import (DEAD_END_REASON, GRAMMAR_REASON, INCOMPLETE_REASON, GrammarSpec,
-                                        compile_grammar, lark_regex)
+from strategies.sampling.grammar import (
+    DEAD_END_REASON,
+    GRAMMAR_REASON,
+    INCOMPLETE_REASON,
+    GrammarSpec,
+    compile_grammar,
+    lark_regex,
+)
 
 SMOL = "smollm2-135m"
 TOY_RUNS = [  # (strategy, params, seed, grammar): a few toy runs whose every step is checked

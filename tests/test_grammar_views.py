@@ -7,17 +7,16 @@ stage given a random mask, placed anywhere in a random sampler chain)."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import random
 
 import pytest
 import torch
+from figure_reading import bar_points, fig_dict, stage_points, waterfall_panels
 from gradio_client import Client
 from gradio_client.exceptions import AppError
-
-from figure_reading import bar_points, fig_dict, stage_points, waterfall_panels
 from word_lm import WordLM
+
 from playground.charts import grammar as grammar_chart
 from playground.charts.distribution import distribution_figure
 from playground.charts.marks import BASES
@@ -30,19 +29,19 @@ from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE
 from playground.trace import Trace
 from playground.ui import share
-from strategies.registry import get_strategy
-from playground.whatif.branches import branch_settings
 from playground.ui.api import api_generate_stream
 from playground.ui.components import share_query
 from playground.ui.controls import NO_GRAMMAR, grammar_request
 from playground.ui.examples import examples
 from playground.ui.handlers import compare, generate, status_html
 from playground.ui.page import build_demo
+from playground.whatif.branches import branch_settings
 from strategies.recording import make_step
+from strategies.registry import get_strategy
 from strategies.sampling.chain import Multinomial, record_chain
 from strategies.sampling.grammar import GRAMMAR_REASON, masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
-from strategies.sampling.transforms import TransformBase
+from strategies.stages import TransformBase
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]

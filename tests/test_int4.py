@@ -28,12 +28,11 @@ import torch
 from gguf import GGMLQuantizationType, dequantize
 
 from playground import models
-
-from playground.models.fast import int4 as gguf_int4
-from playground.models.fast.gguf_tensors import tensor_table
-from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16, weights_order
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
+from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16, weights_order
+from playground.models.fast import int4 as gguf_int4
+from playground.models.fast.gguf_tensors import tensor_table
 from playground.models.fast.llama import LeanCache
 from strategies.speculative.eagle.tree import attention_mask, position_ids
 

@@ -15,15 +15,14 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, dequantize
+from stepped import hf_stepped
 
 from playground import models
-
-from playground.models.fast import int4 as gguf_int4
-from playground.models.fast.gguf_tensors import tensor_table
 from playground.engine import Request, run
+from playground.models.fast import int4 as gguf_int4
 from playground.models.fast.gemma import LeanGemma
+from playground.models.fast.gguf_tensors import tensor_table
 from playground.models.fast.llama import LeanCache
-from stepped import hf_stepped
 
 TEXT = "The quick brown fox jumps over the lazy dog because"
 

@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import pytest
 
+from playground.engine import Request
+from playground.errors import InvalidRequest
+from playground.models import OFFLINE, ModelStore, ModelUnavailable
 from playground.models import store as models
-
+from playground.serving.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
+from playground.serving.model_keys import KeyPolicy, check_key
 from playground.ui.controls import model_choices
 from playground.ui.events import is_chat_model
 from playground.ui.handlers import generate
-from playground.engine import Request
-from playground.errors import InvalidRequest
-from playground.serving.hub_size import GB, ModelTooLarge, SizeCap, cap_from_env, weights_bytes
-from playground.serving.model_keys import KeyPolicy, check_key
-from playground.models import OFFLINE, ModelStore, ModelUnavailable
 
 HOSTILE = {
     "/etc": "namespace/name",

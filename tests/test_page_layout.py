@@ -10,8 +10,15 @@ import pytest
 from playground.engine import Request, run
 from playground.models import ModelStore
 from playground.ui import branches as ui_branches
-from playground.ui.controls import (advanced_label, controls_for, ordered, pair_choices, pair_update, stages_on,
-                                    tokenizer_family)
+from playground.ui.controls import (
+    advanced_label,
+    controls_for,
+    ordered,
+    pair_choices,
+    pair_update,
+    stages_on,
+    tokenizer_family,
+)
 from playground.ui.examples import prompt_offer, prompt_on_model, toy_note
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
 from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, SLIDE_HIDDEN, build_demo, model_sees

@@ -15,9 +15,8 @@ from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget
-from playground.ui import share
+from playground.ui import events, share
 from playground.ui.components import share_query
-from playground.ui import events
 from playground.ui.events import handler
 from playground.ui.handlers import generate, restore, status_html, stopped
 

@@ -8,8 +8,8 @@ import pytest
 from gradio_client import Client
 from gradio_client.utils import Status
 
-from playground.ui.page import serve
 from playground.engine import stream
+from playground.ui.page import serve
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]

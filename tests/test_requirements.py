@@ -27,8 +27,13 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag
-from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, canonicalize_name, parse_sdist_filename
-from packaging.utils import parse_wheel_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
 from packaging.version import Version
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 import torch
-
 from beam_fakes import check_two_draws_without_replacement, final
+
 from playground.charts.beam import tree_figure
 from strategies.beam.sample_beam import SampleBeamParams, sample_beam
 

@@ -16,7 +16,8 @@ from playground.errors import InvalidRequest
 from playground.tools.toy import WORDS
 from strategies.params import field_kind
 from strategies.sampling.repeats import DRY, dry_exponent_cap
-from strategies.sampling.samplers import PRESETS as PRESET_NAMES, SamplerParams
+from strategies.sampling.samplers import PRESETS as PRESET_NAMES
+from strategies.sampling.samplers import SamplerParams
 from strategies.sampling.truncations import XTC, TypicalP
 
 A, THE = WORDS.index("a"), WORDS.index("the")

@@ -8,8 +8,13 @@ import pytest
 import torch
 from scipy.stats import chisquare
 from transformers.generation.logits_process import (
-    EpsilonLogitsWarper, EtaLogitsWarper, NoRepeatNGramLogitsProcessor, SequenceBiasLogitsProcessor,
-    TypicalLogitsWarper)
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    NoRepeatNGramLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    TypicalLogitsWarper,
+)
+from word_lm import WordLM
 
 from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import DynamicTemperature, Mirostat
@@ -17,7 +22,6 @@ from strategies.sampling.chain import Multinomial, accept_chosen, record_chain
 from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
-from word_lm import WordLM
 
 NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)
 

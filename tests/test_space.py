@@ -27,11 +27,11 @@ pytest.importorskip("spaces", reason="the `spaces` package (tests/requirements.t
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
+from playground.engine import Request
 from playground.models import DEFAULT_MODEL, OFFLINE
 from playground.serving import zerogpu
 from playground.serving.budget import Budget
 from playground.ui import handlers
-from playground.engine import Request
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]

@@ -12,8 +12,8 @@ import strategies.speculative.speculative as speculative_module
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelSpec, ModelStore
-from strategies.sampling.chain import apply_chain, build_chain
 from strategies.context import Stopwatch
+from strategies.sampling.chain import apply_chain, build_chain
 from strategies.speculative.drafts import ModelDraft, PromptLookupDraft, make_draft
 from strategies.speculative.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
 

@@ -13,9 +13,8 @@ from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, accept_chosen, build_chain, record_chain
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain
-from strategies.sampling.transforms import Outcome
 from strategies.sampling.truncations import XTC
-from strategies.stages import STAGES, stage
+from strategies.stages import STAGES, Outcome, stage
 from tests.word_lm import WordLM
 
 FROM_PARAMS = sorted(n for n, s in STAGES.items() if s.params)

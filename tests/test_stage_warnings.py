@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from playground.charts.stage_warnings import stage_warnings
-from playground.charts.waterfall import waterfall_figure
 from playground.charts.views import strategy_views
+from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
 from strategies.stages import truncates
 

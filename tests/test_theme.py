@@ -8,11 +8,10 @@ import pytest
 from playground.charts import palette
 from playground.charts.common import CAPTION, CAPTION_ROW
 from playground.charts.steps import step_figures
-
-from playground.ui.side import VIEW_PLOTS, ViewSlots
-from playground.engine import Request, run
 from playground.charts.theme import THEMES, themed
 from playground.charts.views import strategy_views
+from playground.engine import Request, run
+from playground.ui.side import VIEW_PLOTS, ViewSlots
 
 CASES = [("sampling", {"temperature": 1.5, "top_k": 5}), ("beam", {"num_beams": 3}),
          ("speculative", {"draft": "toy-small"}), ("contrastive", {"amateur": "toy-small"})]

@@ -12,10 +12,10 @@ from transformers.generation.logits_process import TopHLogitsWarper
 from playground.charts import samplers as charts_samplers
 from playground.engine import Request, run
 from strategies.sampling.adaptive import AdaptiveP
-from strategies.sampling.transforms import Outcome
-from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain
 from strategies.sampling.chain import accept_chosen, record_chain
+from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain
 from strategies.sampling.truncations import PLess, TopH
+from strategies.stages import Outcome
 
 CONTEXT = torch.zeros(1, 1, dtype=torch.long)
 

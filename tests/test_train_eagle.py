@@ -2,7 +2,6 @@
 the head computes when it drafts that deep, and a run of a few steps must train."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 

@@ -5,8 +5,12 @@ import math
 import pytest
 import torch
 from transformers.generation.logits_process import (
-    MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
-    TopPLogitsWarper)
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from strategies.sampling.chain import ChainParams, apply_chain, build_chain, run_chain
 from strategies.sampling.transforms import MinP, RepetitionPenalty, Temperature, TopK, TopP

@@ -9,10 +9,10 @@ import torch
 
 from playground.engine import Request, run
 from strategies.sampling.chain import ChainParams, build_chain
-from strategies.speculative.eagle.tree import attention_mask, path_to, position_ids
 from strategies.speculative.drafts import rollback_cache
 from strategies.speculative.eagle.decoder import DraftTree, EagleDecoder
 from strategies.speculative.eagle.head import EagleHead
+from strategies.speculative.eagle.tree import attention_mask, path_to, position_ids
 
 SEVEN = [-1, 0, 0, 1, 1, 3, 2]
 

@@ -18,9 +18,10 @@ from playground.charts.palette import CUT, KEPT
 from playground.charts.steps import step_figures
 from playground.charts.text import token_html
 from playground.charts.waterfall import waterfall_figure
-
+from playground.engine import Request, run
+from playground.errors import InvalidRequest
+from playground.models import ModelUnavailable
 from playground.ui import share
-
 from playground.ui.components import share_query
 from playground.ui.controls import Control, collect_params, controls_for, move_stage, strategies_in_order
 from playground.ui.examples import examples
@@ -28,9 +29,6 @@ from playground.ui.export import export_pngs, png_export_available, write_trace_
 from playground.ui.handlers import compare, generate, select_step, status_html
 from playground.ui.page import build_demo
 from playground.ui.side import VIEW_PLOTS, ViewSlots
-from playground.engine import Request, run
-from playground.models import ModelUnavailable
-from playground.errors import InvalidRequest
 from strategies.params import Params, describe, param
 from strategies.registry import REGISTRY, all_strategies, register
 from strategies.sampling.samplers import PRESETS

@@ -2,9 +2,9 @@
 import pytest
 
 from playground.errors import InvalidRequest
-from playground.whatif.branches import branch_forced, branch_settings
 from playground.ui.branches import branch_html
 from playground.ui.whatif import sample_many_view, score_view, select_score_step
+from playground.whatif.branches import branch_forced, branch_settings
 
 
 def test_sample_many_view_draws_both_sets_of_bars(store):

@@ -1,6 +1,6 @@
 """Strategy views plug in by what the trace carries, and per-step views follow the selected step."""
-from playground.engine import Request, run
 from playground.charts.views import strategy_views
+from playground.engine import Request, run
 
 
 def test_sampling_trace_has_no_family_views_but_the_entropy_map(store):

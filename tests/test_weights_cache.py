@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from playground.models import store as models
-
 from playground.models import weights_cache
 from playground.models.weights_cache import CHECKSUMS, CacheError, load_or_build, seal_problem
 

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from playground.models.fast import int4 as gguf_int4
-
-from playground.models.fast import check as weights_check
-from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, WeightsRefused
+from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16
+from playground.models.fast import check as weights_check
+from playground.models.fast import int4 as gguf_int4
 from playground.ui.handlers import status_html
 
 needs_kernel = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")

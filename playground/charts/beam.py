@@ -13,9 +13,23 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, show_token, token_text
-from playground.charts.palette import (BEAM_EDGE, BEAM_KEPT, BEST, BEST_ROW, CLEAR, FELL_OFF, FELL_OFF_EDGE, FINISHED,
-                                       FINISHED_OUTLINE, PROMPT, PRUNED, PRUNED_EDGE, SAMPLED_EDGE, SAMPLED_PREFIX,
-                                       SELECTED)
+from playground.charts.palette import (
+    BEAM_EDGE,
+    BEAM_KEPT,
+    BEST,
+    BEST_ROW,
+    CLEAR,
+    FELL_OFF,
+    FELL_OFF_EDGE,
+    FINISHED,
+    FINISHED_OUTLINE,
+    PROMPT,
+    PRUNED,
+    PRUNED_EDGE,
+    SAMPLED_EDGE,
+    SAMPLED_PREFIX,
+    SELECTED,
+)
 
 DENSE = 400  # above this many nodes, candidates that fell off start hidden (one legend click shows them)
 MAX_LABELS = 60  # token labels on the winning path beyond this would overlap

@@ -27,11 +27,33 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, num, prob_brief, show_token
-from playground.charts.marks import (STAGE_MARKS, Mark, bar_stage, described, disallowed_ids, display_name,
-                                     grammar_decision, grammar_forced, selector_label, stage_summary, stages_of)
+from playground.charts.marks import (
+    STAGE_MARKS,
+    Mark,
+    bar_stage,
+    described,
+    disallowed_ids,
+    display_name,
+    grammar_decision,
+    grammar_forced,
+    selector_label,
+    stage_summary,
+    stages_of,
+)
 from playground.charts.overview import most_uncertain_step
-from playground.charts.palette import (BUTTON_BACKGROUND, BUTTON_BORDER, CHOSEN, CUMULATIVE, CUT, FINAL, INK, KEPT,
-                                       NOTE_BACKGROUND, RAW, TEMPLATE)
+from playground.charts.palette import (
+    BUTTON_BACKGROUND,
+    BUTTON_BORDER,
+    CHOSEN,
+    CUMULATIVE,
+    CUT,
+    FINAL,
+    INK,
+    KEPT,
+    NOTE_BACKGROUND,
+    RAW,
+    TEMPLATE,
+)
 
 
 def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:

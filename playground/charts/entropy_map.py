@@ -15,8 +15,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View, add_caption
-from playground.charts.common import show_token
+from playground.charts.common import View, add_caption, show_token
 from playground.charts.palette import CHOSEN, TEMPLATE
 
 COLORSCALE = "Viridis"

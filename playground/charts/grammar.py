@@ -17,8 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import View, add_caption, escape
-from playground.charts.common import show_token
+from playground.charts.common import View, add_caption, escape, show_token
 from playground.charts.palette import CHOSEN, FEASIBLE, FIGHTING, FIGHTING_BAND, GRAMMAR_FORCED, TEMPLATE
 
 LOW_Z = 0.1  # below this feasible mass the grammar is fighting the model

@@ -18,8 +18,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from playground.charts.common import as_prob
-from playground.charts.palette import (BANNED, CUMULATIVE, DISALLOWED, ENTROPY, EPSILON, ETA, MIN_P, MIROSTAT, NSIGMA,
-                                       PENALISED, TOP_K, TYPICAL, XTC)
+from playground.charts.palette import (
+    BANNED,
+    CUMULATIVE,
+    DISALLOWED,
+    ENTROPY,
+    EPSILON,
+    ETA,
+    MIN_P,
+    MIROSTAT,
+    NSIGMA,
+    PENALISED,
+    TOP_K,
+    TYPICAL,
+    XTC,
+)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,33 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts import break_even
-from playground.charts.common import TOKEN_MARKS, add_caption, show_token, token_text, View, escape
-from playground.charts.palette import (ACCEPTED, ACCEPTED_BACKGROUND, ACCEPTED_INK, ADDED, ADDED_BACKGROUND, ADDED_INK,
-                                       BASELINE, DRAFT, FASTER, GUIDE, INK, LOSSY_INK, RAW, REJECTED,
-                                       REJECTED_BACKGROUND, REJECTED_INK, RESIDUAL, SLOW_INK, SLOWER, SUBDUED_INK,
-                                       TARGET, UNUSED, UNUSED_BACKGROUND, UNUSED_INK)
+from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, show_token, token_text
+from playground.charts.palette import (
+    ACCEPTED,
+    ACCEPTED_BACKGROUND,
+    ACCEPTED_INK,
+    ADDED,
+    ADDED_BACKGROUND,
+    ADDED_INK,
+    BASELINE,
+    DRAFT,
+    FASTER,
+    GUIDE,
+    INK,
+    LOSSY_INK,
+    RAW,
+    REJECTED,
+    REJECTED_BACKGROUND,
+    REJECTED_INK,
+    RESIDUAL,
+    SLOW_INK,
+    SLOWER,
+    SUBDUED_INK,
+    TARGET,
+    UNUSED,
+    UNUSED_BACKGROUND,
+    UNUSED_INK,
+)
 
 SOURCES = {  # what the target's own token of a round was drawn from
     "residual": "the residual norm(max(0, target - draft))",

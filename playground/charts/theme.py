@@ -16,8 +16,21 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from playground.charts.common import place_caption, wrap
-from playground.charts.palette import (CLEAR, DARK_GRID, DARK_INK, DARK_PAGE, INK, LIGHT_GRID, LIGHT_INK, LIGHT_PAGE,
-                                       NEUTRAL_GRID, NEUTRAL_INK, NEUTRAL_PAGE, PLOTLY_INKS, TEMPLATE)
+from playground.charts.palette import (
+    CLEAR,
+    DARK_GRID,
+    DARK_INK,
+    DARK_PAGE,
+    INK,
+    LIGHT_GRID,
+    LIGHT_INK,
+    LIGHT_PAGE,
+    NEUTRAL_GRID,
+    NEUTRAL_INK,
+    NEUTRAL_PAGE,
+    PLOTLY_INKS,
+    TEMPLATE,
+)
 from playground.charts.steps import legend_below_buttons
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from playground.charts import (beam, contrastive, eagle, entropy_map, grammar,
-                              samplers, speculative, stage_warnings)
+from playground.charts import beam, contrastive, eagle, entropy_map, grammar, samplers, speculative, stage_warnings
 from playground.charts.common import View
 
 # in the order the page shows their views

@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 from typing import Any, Mapping
 
-from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
 from playground.cli.grammar_flags import add_grammar_flags
+from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from strategies.params import field_kind, range_text
 from strategies.registry import get_strategy

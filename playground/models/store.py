@@ -21,16 +21,29 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from playground.models import weights_cache
 from playground import ASSETS
 from playground.errors import InvalidRequest
-from playground.models.lineup import (DEFAULT_MODEL, OFFLINE, ModelSpec, ModelUnavailable, Progress, cache_root,
-                                      gguf_path, loads_from_gguf, offline_models, pick_device, pick_dtype,
-                                      spec_for)
+from playground.models import weights_cache
+from playground.models.lineup import (
+    DEFAULT_MODEL,
+    OFFLINE,
+    ModelSpec,
+    ModelUnavailable,
+    Progress,
+    cache_root,
+    gguf_path,
+    loads_from_gguf,
+    offline_models,
+    pick_device,
+    pick_dtype,
+    spec_for,
+)
 from playground.models.lm import LM
 from playground.serving.hub_size import SizeCap, cap_from_env
 from playground.serving.model_keys import KeyPolicy
 from playground.serving.residency import MemoryBudget, Residency
+
+
 def _load_pretrained(path_or_id: str | Path, device: torch.device, **kw: Any) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(path_or_id, **kw)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable
 
-from playground.serving.budget import env_number
 from playground.errors import InvalidRequest
+from playground.serving.budget import env_number
 
 MEMORY_ENV = "PLAYGROUND_MEMORY_GB"
 COUNT_ENV = "PLAYGROUND_MAX_MODELS"

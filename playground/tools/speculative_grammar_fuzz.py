@@ -28,8 +28,7 @@ import torch
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore
-from strategies.sampling.grammar import (DEAD_END_REASON, GRAMMAR_REASON, GrammarSpec, allowed_mask,
-                                        compile_grammar)
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, GrammarSpec, allowed_mask, compile_grammar
 
 TOY_PROMPT = "once upon a time there lived"
 TOY_DRAFTS = ("toy-small", "early_exit", "prompt_lookup")

@@ -13,9 +13,9 @@ from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import LOG, MODEL_EVENT, handler
-from strategies.untrusted_json import loads_untrusted
 from strategies.params import describe
 from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
+from strategies.untrusted_json import loads_untrusted
 
 if TYPE_CHECKING:
     from playground.ui.components import Page

@@ -23,14 +23,23 @@ import gradio as gr
 
 from playground import ASSETS
 from playground.engine import MAX_SEED
+from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.ui import api, compare, explore, share, whatif
 from playground.ui.components import Page, share_query
-from playground.ui.controls import (GRAMMAR_CHOICES, GRAMMAR_HELP, GRAMMAR_NOTE, NO_GRAMMAR, build_panel,
-                                    default_strategy, grammar_placeholder, model_choices, strategies_in_order,
-                                    strategy_summary)
-from playground.errors import InvalidRequest
+from playground.ui.controls import (
+    GRAMMAR_CHOICES,
+    GRAMMAR_HELP,
+    GRAMMAR_NOTE,
+    NO_GRAMMAR,
+    build_panel,
+    default_strategy,
+    grammar_placeholder,
+    model_choices,
+    strategies_in_order,
+    strategy_summary,
+)
 from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
 from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from strategies.forcing import parse_path
 from playground.engine import MAX_PROMPT_CHARS
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
+from strategies.forcing import parse_path
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import GRAMMAR_KINDS, MAX_GRAMMAR_CHARS, GrammarSpec

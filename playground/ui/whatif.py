@@ -15,14 +15,23 @@ import plotly.graph_objects as go
 
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
+from playground.charts.whatif import sample_figure, sample_table_html, score_html
 from playground.engine import Request
 from playground.errors import InvalidRequest
+from playground.ui import events
+from playground.ui.events import (
+    MODEL_EVENT,
+    QUIET,
+    chat_flag,
+    event_data,
+    handler,
+    keyed,
+    plot_component,
+    plot_value,
+    text_js,
+)
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
-from playground.charts.whatif import sample_figure, sample_table_html, score_html
-from playground.ui import events
-from playground.ui.events import (MODEL_EVENT, QUIET, chat_flag, event_data, handler, keyed, plot_component,
-                                  plot_value, text_js)
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress

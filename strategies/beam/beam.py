@@ -45,17 +45,24 @@ from typing import Any, Iterator
 
 import torch
 
-from playground.trace import Trace
-from strategies.beam.beam_trace import (StepRecord, beam_section_extra, best_path_steps, end_reason, finished_records,
-                                        publish, record_step)
 from playground.seam import LanguageModel
+from playground.trace import Trace
+from strategies.beam.beam_trace import (
+    StepRecord,
+    beam_section_extra,
+    best_path_steps,
+    end_reason,
+    finished_records,
+    publish,
+    record_step,
+)
 from strategies.beam.prune import PruneRules, prune
 from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
 from strategies.params import Params, param
 from strategies.recording import finish
-from strategies.sampling.grammar import Grammar, constrain_rows, ends_whole
 from strategies.registry import register
+from strategies.sampling.grammar import Grammar, constrain_rows, ends_whole
 
 EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
 FINISHING = ("transformers", "keep_slot")

@@ -19,8 +19,8 @@ import torch
 from playground.trace import Candidate, Stage, Step, Trace
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.recording import decision_record, entropy
-from strategies.stages import truncates
 from strategies.sampling.grammar import DEAD_END_REASON, INCOMPLETE_REASON
+from strategies.stages import truncates
 
 if TYPE_CHECKING:
     from strategies.beam.beam import BeamParams

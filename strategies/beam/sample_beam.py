@@ -27,18 +27,24 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Step, Trace, rnd
-from strategies.sampling.grammar import grammar_of, grammar_stage, with_grammar
 from strategies.beam.beam import BeamParams, BeamSearch, BeamStart
-from strategies.beam.beam_trace import (StepRecord, beam_section_extra, best_path_steps, end_reason, finished_records,
-                                        publish)
+from strategies.beam.beam_trace import (
+    StepRecord,
+    beam_section_extra,
+    best_path_steps,
+    end_reason,
+    finished_records,
+    publish,
+)
+from strategies.beam.stochastic_beam import SELECTOR, cpu_generator, gumbel_top_k, largest_children, perturb_children
 from strategies.beam.tree import BeamTree
-from strategies.sampling.chain import ChainParams, build_chain, record_chain
-from strategies.sampling.transforms import TransformBase
 from strategies.context import DecodeContext
 from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
-from strategies.beam.stochastic_beam import SELECTOR, cpu_generator, gumbel_top_k, largest_children, perturb_children
+from strategies.sampling.chain import ChainParams, build_chain, record_chain
+from strategies.sampling.grammar import grammar_of, grammar_stage, with_grammar
+from strategies.stages import TransformBase
 
 
 @dataclass(frozen=True)

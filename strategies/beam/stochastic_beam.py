@@ -36,12 +36,12 @@ import torch
 from playground.trace import Trace
 from strategies.beam.beam import MAX_BEAMS
 from strategies.beam.beam_trace import StepRecord, best_path_steps, end_reason, publish, record_step
-from strategies.sampling.grammar import constrain_rows, ends_whole, grammar_stage
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
 from strategies.params import Params, param
 from strategies.recording import finish
 from strategies.registry import register
+from strategies.sampling.grammar import constrain_rows, ends_whole, grammar_stage
 
 SELECTOR = "gumbel-top-k"
 

@@ -33,7 +33,6 @@ from playground.seam import LanguageModel
 from strategies.pairing import check_shared_tokenizer
 
 
-
 class Amateur(Protocol):
     name: str  # shown in the trace, e.g. "toy-small", "early_exit@9", "window@8"
     needs_hidden: bool  # whether the expert's forward must return hidden states

@@ -23,18 +23,18 @@ from typing import Any, Iterator
 
 import torch
 
+from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from playground.trace import Step, Trace, rnd
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_stage
-from strategies.sampling.chain import ChainParams, GumbelMax, Multinomial, build_chain, record_chain
 from strategies.context import DecodeContext
 from strategies.contrastive.amateurs import Amateur, make_amateur
 from strategies.contrastive.scoring import ContrastiveScores, contrastive_scores, pick_greedy
 from strategies.forcing import annotate, choose
-from playground.errors import InvalidRequest
 from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
+from strategies.sampling.chain import ChainParams, GumbelMax, Multinomial, build_chain, record_chain
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_stage
 
 SELECTORS = ("greedy", "multinomial", "gumbel")
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase, divide_by_temperature
-from strategies.stages import stage
+from strategies.sampling.transforms import NEG_INF, divide_by_temperature
+from strategies.stages import Decision, Outcome, TransformBase, stage
 
 
 @stage("dynamic_temperature", params={"t_min": "dynatemp_min", "t_max": "dynatemp_max", "exponent": "dynatemp_exponent"},

@@ -19,8 +19,7 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.params import Params, param
-from strategies.sampling.transforms import Decision, Outcome, TransformBase
-from strategies.stages import STAGES
+from strategies.stages import STAGES, Decision, Outcome, TransformBase
 
 STAGE_NAMES = ("penalty", "temperature", "top_k", "top_p", "min_p")
 DEFAULT_ORDER = ",".join(STAGE_NAMES)

@@ -55,10 +55,10 @@ import torch
 
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
-from strategies.untrusted_json import loads_untrusted
 from strategies.sampling.grammar_refusals import refusal_text
-from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase
-from strategies.stages import stage
+from strategies.sampling.transforms import NEG_INF
+from strategies.stages import Decision, Outcome, TransformBase, stage
+from strategies.untrusted_json import loads_untrusted
 
 GRAMMAR_KINDS = ("json", "regex", "choices", "lark")
 MAX_GRAMMAR_CHARS = 20_000

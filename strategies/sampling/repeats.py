@@ -24,8 +24,8 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
-from strategies.sampling.transforms import NEG_INF, Decision, TransformBase
-from strategies.stages import stage
+from strategies.sampling.transforms import NEG_INF
+from strategies.stages import Decision, TransformBase, stage
 from strategies.untrusted_json import loads_untrusted
 
 DEFAULT_BREAKERS = '"\\n", ":", "\\"", "*"'

@@ -26,7 +26,6 @@ forcing a prefix is the run whose prompt holds it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -36,8 +35,7 @@ from strategies.params import param
 from strategies.sampling import adaptive, truncations  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
-from strategies.sampling.transforms import TransformBase
-from strategies.stages import STAGES, stages_on
+from strategies.stages import STAGES, TransformBase, stages_on
 
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",

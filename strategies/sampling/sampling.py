@@ -12,13 +12,13 @@ from typing import Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.params import Params
 from strategies.recording import finish, make_step
 from strategies.registry import register
+from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
 from strategies.sampling.samplers import SamplerParams, build_sampler_chain
 
 

@@ -1,5 +1,5 @@
-"""Logit transforms: ``TransformBase``, the contract every stage of a chain keeps (read it first,
-as one reads transformers' ``LogitsProcessor``), and the five classic stages.
+"""The five classic stages of a chain; the contract every stage keeps, ``TransformBase``, is in
+strategies/stages.py.
 
 The stages beyond these keep the same contract: truncations.py (typical-p, epsilon, eta, top-nσ,
 XTC, top-H, p-less), repeats.py (DRY, no-repeat n-gram, word bias) and adaptive.py (dynamic
@@ -25,75 +25,12 @@ Edge cases, each documented here once:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from strategies.stages import stage
+from strategies.stages import Decision, TransformBase, stage
 
 NEG_INF = float("-inf")
-
-Decision = dict[str, Any]
-
-
-class TransformBase:
-    """One stage of a chain: a small object that makes one decision on the distribution it receives.
-
-    Shapes: ``logits`` is ``[batch, vocab]`` float, ``context`` is ``[batch, seq]`` long (every token
-    so far, prompt included). A stage never modifies its input, and keeps at least one token: the
-    most probable one, except for typical-p (the most typical one, as transformers keeps) and XTC
-    (the least probable of its top tokens); see strategies/sampling/truncations.py.
-
-    A subclass is registered with ``@stage`` (strategies/stages.py: its name, the request parameters
-    it reads, whether it truncates) and implements ``decide``. Its life cycle in a run, as llama.cpp's
-    sampler interface has it:
-
-    - built fresh for each run (``from_settings``: the class's fields from the request's parameters;
-      a stage that needs the request's generator or model overrides it), so state lives with one run;
-    - ``decide(logits, context) -> (new_logits, decision)`` at every step: the decision from the
-      logits and the state the stage holds, which it reads and does not change (XTC draws its coin
-      from the request's generator, the one state passed in);
-    - ``accept(outcome)`` once the token is chosen, ``outcome.forced`` saying whether it was forced
-      rather than drawn: a stateful stage (mirostat, adaptive-p, XTC's coin) advances its state there,
-      and returns what it learned, added to its record of the step. The base accepts and learns nothing.
-
-    ``apply`` is ``decide`` with the decision dropped: one computation, never two, so the recorded
-    decision is by construction the one that produced the logits. A decision is a dict of plain
-    numbers (the stage's settings), ``[batch]`` tensors (one value per row) and ``[batch, vocab]``
-    tensors (one value per token); the recorder turns it into JSON for the step's candidates
-    (``strategies.recording.decision_record``).
-    """
-
-    name: str  # set by @stage
-    truncates: bool  # set by @stage
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "TransformBase":
-        """The stage for one run: ``settings`` are its fields' values (read from the request's parameters)."""
-        return cls(**settings)
-
-    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
-        raise NotImplementedError
-
-    def apply(self, logits: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        return self.decide(logits, context)[0]
-
-    def accept(self, outcome: "Outcome") -> Decision:
-        """The chosen token: advance the stage's state (a stateful stage) and return what it learned."""
-        return {}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a stage is told once the step's token is chosen."""
-
-    received: torch.Tensor  # [batch, vocab]: the logits the stage received
-    out: torch.Tensor  # [batch, vocab]: the logits it returned
-    decision: Decision  # what it decided
-    chosen: torch.Tensor  # [batch] ids
-    forced: bool  # the token was forced (strategies/forcing.py), not drawn by the selector
-
 
 def divide_by_temperature(logits: torch.Tensor, t: float | torch.Tensor) -> torch.Tensor:
     """logits / t; where that overflows a live logit (t near 0), (logits - max) / t, the same softmax."""

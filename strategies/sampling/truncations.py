@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from playground.errors import InvalidRequest
-from strategies.sampling.transforms import NEG_INF, Decision, Outcome, TransformBase
-from strategies.stages import stage
+from strategies.sampling.transforms import NEG_INF
+from strategies.stages import Decision, Outcome, TransformBase, stage
 
 
 def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

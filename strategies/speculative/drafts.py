@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import torch
 
-from playground.seam import LanguageModel
-from strategies.sampling.chain import apply_chain
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.pairing import check_shared_tokenizer
+from strategies.sampling.chain import apply_chain
 from strategies.speculative.verify import sample
 
 KINDS = ("early_exit", "prompt_lookup", "eagle")  # eagle runs tree rounds (strategies.speculative.eagle.decoder)  # any other value of ``draft`` is a model key

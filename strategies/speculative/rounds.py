@@ -72,7 +72,7 @@ def _drafts(lm: Any, r: Round, committed: int) -> list[dict[str, Any]]:
         fields = dict(p_target=float(v.p_target[0, i]), q_draft=float(v.q_draft[0, i]),
                       accept_prob=float(v.accept_prob[0, i]) if evaluated else None,
                       u=float(v.u[0, i]) if evaluated and lossless else None)
-        if v.raw_p_target is not None:  # topk: the test ran on the target model's own distribution
+        if v.raw_p_target is not None and v.raw_kth is not None:  # topk: the test ran on the target's own distribution
             fields.update(raw_p_target=float(v.raw_p_target[0, i]), raw_kth=float(v.raw_kth[0, i]))
         accepted = bool(v.accepted[0, i])
         out.append({**_tok(lm, token, **fields), "accepted": accepted, "evaluated": evaluated,
@@ -145,7 +145,7 @@ def commit_round(ctx: DecodeContext, trace: Trace, r: Round, names: list[str]) -
         step, tok = make_step(lm, len(ctx.prompt_ids) + len(trace.tokens), stages, names, token, ctx.top_n,
                               decisions=decisions)
         source, drawn = _source(r, i)
-        step.extra["speculative"] = {"round": len(trace.rounds), "source": source, "drawn_prob": rnd(drawn),
+        step.extra["speculative"] = {"round": len(trace.rounds or []), "source": source, "drawn_prob": rnd(drawn),
                                      "p_target": rnd(float(r.target_probs[i, token]))}
         tok.logprob = math.log(drawn)
         trace.steps.append(step)

@@ -36,19 +36,26 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
-from strategies.sampling.chain import ChainParams, ChainRecord, build_chain, record_chain
 from strategies.context import DecodeContext
-from playground.errors import InvalidRequest
-from strategies.speculative.baseline import plain_decode
-from strategies.speculative.eagle.auto_tree import parse_tree
-from strategies.speculative.eagle.rounds import eagle_rounds
-from strategies.speculative.drafts import KINDS, Draft, crop, make_draft, rollback_cache
 from strategies.params import param
 from strategies.recording import finish
 from strategies.registry import register
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, Grammar, grammar_of, grammar_stage, with_grammar
+from strategies.sampling.chain import ChainParams, ChainRecord, build_chain, record_chain
+from strategies.sampling.grammar import (
+    DEAD_END_REASON,
+    GRAMMAR_REASON,
+    Grammar,
+    grammar_of,
+    grammar_stage,
+    with_grammar,
+)
+from strategies.speculative.baseline import plain_decode
+from strategies.speculative.drafts import KINDS, Draft, crop, make_draft, rollback_cache
+from strategies.speculative.eagle.auto_tree import parse_tree
+from strategies.speculative.eagle.rounds import eagle_rounds
 from strategies.speculative.rounds import Round, Tally, commit_round, round_record
 from strategies.speculative.speedup import expected_curve
 from strategies.speculative.verify import Verdict, rejection, topk

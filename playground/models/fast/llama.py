@@ -25,8 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.layers import (LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention,
-                                          tree_rows)
+from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention, tree_rows
 
 
 @dataclass

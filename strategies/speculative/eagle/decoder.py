@@ -30,11 +30,18 @@ import torch
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from strategies.sampling.chain import ChainRecord, apply_chain, record_chain
-from strategies.speculative.eagle.tree import (ancestors_mask, attention_mask, depths, path_to, position_ids,
-                                              select_best, subtree)
 from strategies.speculative.drafts import crop, rollback_cache
-from strategies.speculative.eagle.head import HEADS, has_head, load_head
 from strategies.speculative.eagle import tree_verify
+from strategies.speculative.eagle.head import HEADS, has_head, load_head
+from strategies.speculative.eagle.tree import (
+    ancestors_mask,
+    attention_mask,
+    depths,
+    path_to,
+    position_ids,
+    select_best,
+    subtree,
+)
 from strategies.speculative.eagle.tree_verify import TreeVerdict, draw_children
 
 

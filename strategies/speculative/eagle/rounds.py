@@ -17,11 +17,11 @@ import torch
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext
-from strategies.speculative.eagle.tree import depths
+from strategies.recording import finish, make_step
 from strategies.speculative.eagle.auto_tree import auto_tree, tree_text
 from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
 from strategies.speculative.eagle.head import load_head
-from strategies.recording import finish, make_step
+from strategies.speculative.eagle.tree import depths
 
 
 def _fate(v: Any, i: int) -> str:
