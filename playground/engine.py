@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Generator, Iterator, cast
+from typing import Any, Generator, Iterator, Mapping, cast
 
 from playground.errors import InvalidRequest
 from playground.models import LM, MAX_NEW_TOKENS, ModelStore, Progress, WeightsRefused
@@ -39,7 +39,7 @@ class Request:
     system: str = ""
     chat: bool | None = None  # None: the model's chat template when it has one
     top_n: int = 20
-    forced: dict[Any, int | str] = field(default_factory=dict)  # step -> token id or text (a branch)
+    forced: Mapping[Any, int | str] = field(default_factory=dict)  # step -> token id or text (a branch)
     # "float32" keeps a programmatic request on the reference numbers; the CLI, the page and the API
     # default to "auto" (see playground.models.dtypes).
     dtype: str = "float32"

@@ -26,7 +26,7 @@ choice to replace. Their answer to "what if" is a prompt that already holds the 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -121,7 +121,7 @@ def parse_path(text: Any) -> dict[int, int | str]:
             for step, token in parse_step_tokens(items, PATH_REFUSAL, digit_steps=True)}
 
 
-def resolve_forced(lm: LanguageModel, forced: dict[Any, int | str], max_new_tokens: int, family: str,
+def resolve_forced(lm: LanguageModel, forced: Mapping[Any, int | str], max_new_tokens: int, family: str,
                    strategy: str) -> dict[int, int]:
     """Check a request's forced tokens (step -> id or text) and return step -> id."""
     if not forced:

@@ -120,6 +120,8 @@ class LM:
             if refusal:
                 raise InvalidRequest(refusal)
             base = self._variant("bfloat16")
+            # int4_refusal is None only for a model a lean forward supports, so its bfloat16 copy has one
+            assert base.fast is not None
             try:
                 matrices = gguf_int4.layer_linears(self.model, gguf_path(self.key))
                 head = gguf_int4.head_linear(self.model, gguf_path(self.key))

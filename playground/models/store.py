@@ -123,7 +123,7 @@ class ModelStore:
         self.policy = policy or KeyPolicy.from_env(OFFLINE)
         self.size_cap = size_cap or SizeCap(cap_from_env(self.device.type == "cuda"))
         self.keep = default_models() if keep is None else frozenset(keep)
-        self.residency = Residency(budget or MemoryBudget.from_env(_device_memory(self.device)))
+        self.residency: Residency[str] = Residency(budget or MemoryBudget.from_env(_device_memory(self.device)))
         self._models: dict[str, LM] = {}
         self._lock = threading.Lock()  # guards the two tables; held briefly
         self._load_lock = threading.Lock()  # one load at a time
@@ -203,18 +203,20 @@ class ModelStore:
             return _load_pretrained(ASSETS / spec.key, self.device)
         if loads_from_gguf(spec):
             return _load_gguf(spec.key, self.device, progress)
+        hub_id = spec.hub_id
+        assert hub_id is not None, f"{spec.key}: every spec not loaded from assets names its hub repo"
         try:  # already in the local hub cache: no network needed
-            return _load_pretrained(spec.hub_id, self.device, local_files_only=True)
+            return _load_pretrained(hub_id, self.device, local_files_only=True)
         except (OSError, ValueError):
             pass
         if not hub_reachable():
             raise _hub_env_offline_hint(spec.key, self.policy)
-        size = self.size_cap.check(spec.hub_id)
-        progress(0.1, f"downloading {spec.hub_id} ({size / 1e9:.2f} GB)")
+        size = self.size_cap.check(hub_id)
+        progress(0.1, f"downloading {hub_id} ({size / 1e9:.2f} GB)")
         try:
-            return _load_pretrained(spec.hub_id, self.device)
+            return _load_pretrained(hub_id, self.device)
         except (OSError, ValueError) as err:
-            raise ModelUnavailable(f"model {spec.hub_id!r} could not be loaded from the hub: {err}") from None
+            raise ModelUnavailable(f"model {hub_id!r} could not be loaded from the hub: {err}") from None
 
 
 def hub_reachable(host: str = "huggingface.co", timeout: float = 3.0) -> bool:

@@ -14,7 +14,7 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Hashable
+from typing import Generic, Hashable, TypeVar
 
 from playground.errors import InvalidRequest
 from playground.serving.budget import env_number
@@ -22,6 +22,8 @@ from playground.serving.budget import env_number
 MEMORY_ENV = "PLAYGROUND_MEMORY_GB"
 COUNT_ENV = "PLAYGROUND_MAX_MODELS"
 GB = 1e9
+
+K = TypeVar("K", bound=Hashable)  # a model's key (the store's: its name)
 
 
 class OverBudget(InvalidRequest):
@@ -79,32 +81,32 @@ class Entry:
 
 
 @dataclass
-class Residency:
+class Residency(Generic[K]):
     """Loaded keys in least-recently-used order, with their bytes and users. Not thread-safe by itself:
     the model store calls it under its lock."""
 
     budget: MemoryBudget
-    entries: OrderedDict[Hashable, Entry] = field(default_factory=OrderedDict)
+    entries: OrderedDict[K, Entry] = field(default_factory=OrderedDict)
 
     def total(self) -> int:
         return sum(e.nbytes for e in self.entries.values())
 
-    def add(self, key: Hashable, nbytes: int, pinned: bool) -> None:
+    def add(self, key: K, nbytes: int, pinned: bool) -> None:
         self.entries[key] = Entry(nbytes, 0, pinned)
 
-    def use(self, key: Hashable) -> None:
+    def use(self, key: K) -> None:
         self.entries[key].users += 1
         self.touch(key)
 
-    def release(self, key: Hashable) -> None:
+    def release(self, key: K) -> None:
         entry = self.entries.get(key)
         if entry is not None and entry.users > 0:
             entry.users -= 1
 
-    def touch(self, key: Hashable) -> None:
+    def touch(self, key: K) -> None:
         self.entries.move_to_end(key)
 
-    def victims(self, incoming: int = 0, incoming_count: int = 0) -> list[Hashable]:
+    def victims(self, incoming: int = 0, incoming_count: int = 0) -> list[K]:
         """Least recently used keys to unload (unused, unpinned) so that ``incoming`` more bytes and
         ``incoming_count`` more models fit; raises OverBudget when unloading all of them is not enough."""
         b = self.budget

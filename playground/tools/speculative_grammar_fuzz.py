@@ -86,7 +86,9 @@ def expected_reason(compiled: Any, token_ids: list[int], eos_ids: frozenset[int]
 def run_cell(store: ModelStore, model: str, prompt: str, strategy: str, params: dict[str, Any],
              grammar: dict[str, str], seeds: range, max_new_tokens: int) -> Cell:
     lm = store.get(model)
-    compiled = compile_grammar(GrammarSpec.from_dict(grammar), lm)
+    spec = GrammarSpec.from_dict(grammar)
+    assert spec is not None, f"a fuzz cell runs under a grammar, got {grammar!r}"
+    compiled = compile_grammar(spec, lm)
     cell = Cell()
     for seed in seeds:
         cell.runs += 1

@@ -51,7 +51,7 @@ CHAT_HELD_OUT = ["Why do leaves change colour in autumn?", "How does a refrigera
 def sampled_answers(lm: Any, prompts: list[list[int]], per_prompt: int, length: int, seed: int) -> list[list[int]]:
     """The target's own answers: prompt + ``length`` tokens sampled at temperature 1."""
     torch.manual_seed(seed)
-    out = []
+    out: list[list[int]] = []
     for ids in prompts:
         batch = torch.tensor([ids] * per_prompt, device=lm.device)
         with torch.inference_mode():
@@ -77,7 +77,7 @@ def features(lm: Any, seqs: list[list[int]], batch_tokens: int = 4096) -> list[t
 
     Sequences of equal length share a pass. ``lm`` may be the target in bfloat16 (what a CPU with
     native bfloat16 runs fastest; the features then are those the head reads at run time there)."""
-    out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(seqs)
+    out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # sequence index -> its pair
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(seqs):
         by_length.setdefault(len(ids), []).append(i)
@@ -90,7 +90,7 @@ def features(lm: Any, seqs: list[list[int]], batch_tokens: int = 4096) -> list[t
                 hidden = lm.model.get_decoder()(input_ids=batch).last_hidden_state.float()
             for row, i in enumerate(group):  # cloned outside inference mode: trainable input
                 out[i] = (torch.tensor(seqs[i]), hidden[row].clone())
-    return out
+    return [out[i] for i in range(len(seqs))]
 
 
 def frequency_order(seqs: list[list[int]], vocab_size: int) -> tuple[list[int], torch.Tensor]:
@@ -186,7 +186,9 @@ def loss_terms(head: EagleHead, lm: Any, data: list[tuple[torch.Tensor, torch.Te
         got = pred[here]
         regs.append(nn.functional.smooth_l1_loss(got, goal))
         ces.append(-(target_p * (got @ weight.float().T).log_softmax(-1)).sum(-1).mean())
-    return sum(regs) / len(regs), sum(ces) / len(ces)
+    reg, ce = sum(regs) / len(regs), sum(ces) / len(ces)
+    assert isinstance(reg, torch.Tensor) and isinstance(ce, torch.Tensor)  # sums of at least one step's losses
+    return reg, ce
 
 
 def train(lm: Any, data: list[tuple[torch.Tensor, torch.Tensor]], epochs: int, lr: float, cap_seconds: float,

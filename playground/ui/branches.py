@@ -127,8 +127,8 @@ def take_pending(trace: dict[str, Any] | None, pending: dict[str, str] | None) -
     when the run finished with its parent's forced path, and is dropped otherwise."""
     if not pending:
         return [gr.skip(), gr.skip()]
-    finished = bool(trace) and trace.get("finish_reason") not in ("", "running", "stopped")
-    if finished and _same_path(branches.forced_path(trace), pending.get("parent", "")):
+    if (trace and trace.get("finish_reason") not in ("", "running", "stopped")
+            and _same_path(branches.forced_path(trace), pending.get("parent", ""))):
         return [dict(pending, at=time.monotonic_ns()), None]
     return [gr.skip(), None]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import gradio as gr
 
@@ -170,12 +170,18 @@ def _numeric_control(d: dict[str, Any], common: dict[str, Any], integer: bool) -
     return Control(kind="slider", minimum=low, maximum=high, step=step, integer=integer, **common)
 
 
-def make_component(c: Control, elem_id: str) -> gr.Component:
+# The components make_component builds (each has its own event listeners, .change among them).
+Field = Union[gr.Slider, gr.Number, gr.Dropdown, gr.Checkbox, gr.Textbox]
+
+
+def make_component(c: Control, elem_id: str) -> Field:
     common: dict[str, Any] = dict(label=c.label, info=c.info, elem_id=elem_id)
     if c.kind == "slider":
+        assert c.minimum is not None and c.maximum is not None  # a slider spans a range (_numeric_control)
         return gr.Slider(minimum=c.minimum, maximum=c.maximum, value=c.default, step=c.step,
                          precision=0 if c.integer else None, **common)
     if c.kind == "number":
+        assert c.step is not None  # a numeric control always has its step (_numeric_control)
         return gr.Number(value=c.default, minimum=c.minimum, maximum=c.maximum, step=c.step,
                          precision=0 if c.integer else None, **common)
     if c.kind == "dropdown" and c.custom:
@@ -269,7 +275,8 @@ def build_panel(prefix: str, selected: str) -> Panel:
     """Every strategy's controls in a column of its own (the selected one visible): its own settings and the
     primary chain ones first, the rest of the chain in a closed "Advanced sampler stages" accordion whose
     label counts the stages that are on (kept up to date as values change)."""
-    controls, components, groups, advanced = [], [], {}, {}
+    controls, groups, advanced = [], {}, {}
+    components: list[gr.Component] = []
     for spec in strategies_in_order():
         with gr.Column(visible=spec.name == selected, elem_id=f"pg-{prefix}-{spec.name}",
                        elem_classes=["pg-params"]) as col:
@@ -290,8 +297,9 @@ def build_panel(prefix: str, selected: str) -> Panel:
                     mine = []
                     for c in rest:
                         controls.append(c)
-                        components.append(make_component(c, f"pg-{prefix}-{spec.name}-{c.name}"))
-                        mine.append(components[-1])
+                        field = make_component(c, f"pg-{prefix}-{spec.name}-{c.name}")
+                        components.append(field)
+                        mine.append(field)
                         if c.name == "order" and issubclass(spec.params, SamplerParams):
                             _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
                 advanced[spec.name] = box

@@ -146,6 +146,7 @@ def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = Fa
             if frames is not None and hasattr(frames, "close"):
                 frames.close()  # a cancelled or dropped run ends its decoder now, between two steps
             if run is not None:
+                assert session  # a run begins only for a session
                 RUNS.end(session, run)
 
     names = list(names) or [f"value{i}" for i in range(n_inputs)]  # the API's parameter names

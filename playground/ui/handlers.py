@@ -11,7 +11,7 @@ from __future__ import annotations
 # ZeroGPU on Hugging Face Spaces: `spaces` must be imported before torch initialises CUDA, so this
 # block comes before every other import, and page.py imports this module before anything imports torch.
 try:
-    import spaces  # type: ignore[import-not-found]
+    import spaces
 except ImportError:
     spaces = None
 

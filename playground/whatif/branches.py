@@ -15,7 +15,7 @@ tree with the run as its root.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from playground.errors import InvalidRequest
 
@@ -54,7 +54,7 @@ def branch_settings(trace: dict[str, Any], step: Any, token: int | str) -> dict[
     return run_settings(trace, branch_forced(trace, step, token))
 
 
-def run_settings(trace: dict[str, Any], forced: dict[int, int | str]) -> dict[str, Any]:
+def run_settings(trace: dict[str, Any], forced: Mapping[int, int | str]) -> dict[str, Any]:
     """``trace``'s run settings (model, strategy, prompt, parameters, seed, dtype, grammar) with the
     forced path ``forced``."""
     settings = dict(model=trace["model"], strategy=trace["strategy"], prompt=trace["prompt"],

@@ -419,6 +419,7 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     # the batched path draws through the five stages of the plain chain; other stages run one by one
     use_batch = batched and spec.name in BATCHED and (spec.name == "greedy" or chain is not None)
     if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
+        assert chain is not None  # greedy always has one ([Temperature(0.0)]), the others batch only with one
         samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress,
                                grammar, order)
     else:

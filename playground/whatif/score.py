@@ -101,6 +101,7 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
                             "perplexity": rnd(math.exp(-total / len(scored))),
                             "unscored": [{"id": i, "text": lm.piece(i)} for i in unscored]}
     if walk is not None:
+        assert spec is not None  # walked only under a grammar
         trace.extra["grammar"] = spec.to_dict()
         trace.extra["score"]["grammar"] = walk
     return trace

@@ -64,7 +64,7 @@ from strategies.recording import finish
 from strategies.registry import register
 from strategies.sampling.grammar import Grammar, constrain_rows, ends_whole
 
-EARLY_STOPPING = {"false": False, "true": True, "never": "never"}
+EARLY_STOPPING: dict[str, bool | str] = {"false": False, "true": True, "never": "never"}
 FINISHING = ("transformers", "keep_slot")
 MAX_BEAMS = 16
 
@@ -317,10 +317,10 @@ class BeamRun:
         pool = self._pool(step, logprobs, scores)
         slots = self._keep_slot_fill(pool, step) if p.keep_slot else self._transformers_fill(pool)
         active = [j for j, slot in enumerate(slots) if slot == "active"]
-        decisions = dict(zip(active, prune([pool.score_list[j] for j in active],
-                                           [pool.logprobs[j] for j in active],
-                                           [pool.rows[j] for j in active], p.rules)))
-        kept = self._add_nodes(step, pool, slots, decisions, parents)
+        pruned = dict(zip(active, prune([pool.score_list[j] for j in active],
+                                        [pool.logprobs[j] for j in active],
+                                        [pool.rows[j] for j in active], p.rules)))
+        kept = self._add_nodes(step, pool, slots, pruned, parents)
         return kept, len(active)
 
     def _transformers_fill(self, pool: Pool) -> list[str]:
@@ -376,6 +376,7 @@ class BeamRun:
                     self.in_beam.append((sc, node))
                     record.enter(row, tok, lp, lp)
                 else:
+                    assert penalised is not None  # computed unless keep_slot
                     offers.append((penalised[j], sc, node))
                     offered[node] = (row, tok, lp)
             elif slot == "invalid":

@@ -168,9 +168,10 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     records: dict[int, tuple[int, list[StepRecord]]] = {}
     for i, pre in enumerate(prefixes):
         if pre.ended or length == ctx.max_new_tokens:
-            if pre.ended or ctx.grammar is None or grammar_stage(ctx, 1, pre.ids).accepting():
+            if pre.ended or _whole_text(ctx, pre.ids):
                 finished.append(_prefix_as_hypothesis(tree, pre, params))
             else:
+                assert pre.node is not None  # placed in the tree
                 tree.set_status(pre.node, "fell_off", "not a whole text of the grammar at the length limit")
             continue
         run = search.run(BeamStart(list(ctx.prompt_ids) + pre.ids, pre.score, pre.node, length, i))
@@ -180,7 +181,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
             yield trace
         records[i] = (length, run.records)
         finished.extend(run.results())
-    finished.sort(key=lambda h: -(h[1] if params.keep_slot else h[0]))  # stable: earlier trees first on ties
+    finished.sort(key=lambda h: -_rank_score(h, params.keep_slot))  # stable: earlier trees first on ties
     best = finished[0][2] if finished else None
     extra["trees"] = [_tree_summary(tree, i, pre, finished) for i, pre in enumerate(prefixes)]
     publish(trace, lm, tree, best, finished_records(lm, tree, finished), search.counters.to_dict(tree), **extra)
@@ -189,6 +190,19 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     reason = end_reason(trace, lm, best, ctx.grammar)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace
+
+
+def _whole_text(ctx: DecodeContext, ids: list[int]) -> bool:
+    """Whether the request's grammar accepts ``ids`` as a whole text (True without a grammar)."""
+    stage = grammar_stage(ctx, 1, ids)
+    return stage is None or stage.accepting()
+
+
+def _rank_score(hypothesis: tuple[float | None, float, int], keep_slot: bool) -> float:
+    """What finished hypotheses are ranked by: the raw score under keep_slot, else the penalised one."""
+    score = hypothesis[1] if keep_slot else hypothesis[0]
+    assert score is not None  # penalised unless keep_slot
+    return score
 
 
 def _prefix_as_hypothesis(tree: BeamTree, pre: Prefix, params: SampleBeamParams) -> tuple[float | None, float, int]:

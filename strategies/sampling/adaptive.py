@@ -90,10 +90,10 @@ class Mirostat(TransformBase):
         drawn token, kept by a forced one."""
         surprise = -outcome.out.float().log_softmax(dim=-1).gather(-1, outcome.chosen.view(-1, 1))[..., 0] \
             / math.log(2.0)
-        mu = outcome.decision["mu"]
+        mu_after = outcome.decision["mu"]
         if not outcome.forced:
-            self.mu = mu - self.eta * (surprise - self.tau)
-        return {"surprise": surprise, "mu_after": (mu if outcome.forced else self.mu).clone()}
+            mu_after = self.mu = mu_after - self.eta * (surprise - self.tau)
+        return {"surprise": surprise, "mu_after": mu_after.clone()}
 
 
 ADAPTIVE_P_WIDTH, ADAPTIVE_P_PEAK, ADAPTIVE_P_SHARPNESS = 0.3, 5.0, 10.0  # llama.cpp's fixed shape

@@ -200,22 +200,24 @@ class SpeculativeDecoder:
         crop(self.cache, len(proposal.ids) - n)
         self.draft.rollback(len(self.ids) + n)
         self.ids = self.ids + committed
-        ends = self._feed_grammar(records, committed) if self.grammar is not None else None
+        ends = self._feed_grammar(self.grammar, records, committed) if self.grammar is not None else None
         t2 = self.clock()
         return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1, ends)
 
-    def _feed_grammar(self, records: list[ChainRecord], committed: list[int]) -> tuple[int, str] | None:
+    def _feed_grammar(self, grammar: Grammar, records: list[ChainRecord], committed: list[int],
+                      ) -> tuple[int, str] | None:
         """Advance the grammar along ``committed`` to where it ends the text, as the sampling loop does:
         before a token whose position it left dead, or with the end of text, or with a token after which
-        it allows nothing more. (How many tokens the text keeps, the finish reason), or None."""
-        at = self.chain.index(self.grammar)
+        it allows nothing more (``grammar``: this decoder's, in its chain). (How many tokens the text
+        keeps, the finish reason), or None."""
+        at = self.chain.index(grammar)
         for i, token in enumerate(committed):
-            if self.grammar.dead(records[i].decisions[at]):
+            if grammar.dead(records[i].decisions[at]):
                 return i, DEAD_END_REASON
             if token in self.target.eos_ids:
                 return i + 1, "eos"
-            self.grammar.advance([0], [token])
-            if self.grammar.stopped():
+            grammar.advance([0], [token])
+            if grammar.stopped():
                 return i + 1, GRAMMAR_REASON
         return None
 
@@ -253,13 +255,17 @@ def speed(summary: dict[str, Any], costs: dict[str, Any], seconds: float, produc
     out: dict[str, Any] = {"seconds": rnd(seconds), **costs, "baseline": baseline, "measured_speedup": None,
                            "c": None, "verify_cost": None, "expected_speedup": None}
     step = baseline.get("step_seconds") if baseline else None
-    if not step:
+    if not baseline or not step:
         return out
     per_token = costs["draft_seconds_per_token"]
     verify = {int(k): rnd(v / step) for k, v in costs["verify_seconds"].items()}
     c = rnd(per_token / step) if per_token is not None else None
-    out.update(measured_speedup=rnd(baseline["seconds"] / seconds) if seconds and produced else None, c=c,
-               verify_cost={str(k): v for k, v in verify.items()})
+    measured = None
+    if seconds and produced:
+        base_seconds = baseline["seconds"]
+        assert base_seconds is not None  # a baseline with a step time has its seconds
+        measured = rnd(base_seconds / seconds)
+    out.update(measured_speedup=measured, c=c, verify_cost={str(k): v for k, v in verify.items()})
     if summary["alpha"] is not None and c is not None:
         curve = expected_curve(summary["alpha"], c, verify, range(1, MAX_GAMMA + 1))
         out["expected_speedup"] = {k: [rnd(x) if isinstance(x, float) else x for x in v] for k, v in curve.items()}
@@ -336,7 +342,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
 
 
 def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally,
-            baseline: dict[str, float] | None, seconds: float) -> None:
+            baseline: dict[str, float | None] | None, seconds: float) -> None:
     """The run's counts in trace.extra["speculative"], its wall-clock figures in trace.timing."""
     summary = tally.summary()
     trace.timing.extra["draft_forward_passes"] = draft.forward_passes

@@ -20,7 +20,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention, tree_rows
+from playground.models.fast.layers import (
+    LayerMatrices,
+    LeanCache,
+    Weight,
+    linear,
+    rebind,
+    rotate_half,
+    stepwise_attention,
+    tree_rows,
+)
 
 
 @dataclass
@@ -76,7 +85,7 @@ class LeanGemma:
     def truncated(self, model: Any, num_layers: int) -> "LeanGemma":
         return LeanGemma(model, self.layers[:num_layers], self.head)
 
-    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None) -> "LeanGemma":
+    def with_matrices(self, model: Any, matrices: list[LayerMatrices], head: Weight | None = None) -> "LeanGemma":
         return LeanGemma(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)], head)
 
     def new_cache(self) -> LeanCache:
@@ -108,6 +117,7 @@ class LeanGemma:
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
+        keys, values = cache.tensors()  # allocated by begin
         ropes = {sliding: self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
                  for sliding in (False, True)}
         # One new token: one call (a local layer masks keys beyond its window). Several rows (a prompt, a
@@ -130,15 +140,15 @@ class LeanGemma:
             q, k = qk[:, : self.heads], qk[:, self.heads:]
             cos, sin = ropes[layer.sliding]
             q = q * cos + rotate_half(q) * sin
-            cache.keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
-            cache.values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
+            keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
+            values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
             step_mask = local.get if layer.sliding else None
             if lengths is None:
-                attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
+                attn = F.scaled_dot_product_attention(q, keys[i, :, :, :end], values[i, :, :, :end],
                                                       attn_mask=local[end] if layer.sliding else None,
                                                       scale=self.scaling, enable_gqa=True)
             else:
-                attn = stepwise_attention(q, cache.keys[i], cache.values[i], lengths, gather, step_mask,
+                attn = stepwise_attention(q, keys[i], values[i], lengths, gather, step_mask,
                                           scale=self.scaling, enable_gqa=True)
             attn = linear(attn.transpose(1, 2).reshape(batch, n, self.heads * self.head_dim), layer.out)
             x = x + self.rms_norm(attn, layer.post_attn_norm)

@@ -37,7 +37,8 @@ class _Cursor:
         self.buffer, self.at = buffer, 0
 
     def take(self, fmt: str) -> tuple:
-        values = struct.unpack_from("<" + fmt, self.buffer, self.at)
+        # numpy's stubs declare ndarray's buffer protocol (__buffer__) only for Python >= 3.12
+        values = struct.unpack_from("<" + fmt, self.buffer, self.at)  # type: ignore[arg-type]
         self.at += struct.calcsize("<" + fmt)
         return values
 

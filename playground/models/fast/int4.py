@@ -32,6 +32,7 @@ import torch
 
 from playground.models.architectures import ARCHITECTURES, architecture_of
 from playground.models.fast.gguf_tensors import tensor_table
+from playground.models.fast.layers import LayerMatrices, MatrixName
 
 GROUP = 32  # the kernel's group: one scale and zero per 32 weights along a row
 # bytes per block of each type the kernel takes (Q4_K: a super-block of 256 weights, 8 groups of 32)
@@ -164,6 +165,7 @@ class Int4Linear:
         for packed, scales_zeros in zip(self.packed, self.scales_zeros):
             part = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, GROUP, scales_zeros)
             y = part if y is None else y.float() + part
+        assert y is not None, "an Int4Linear has at least one plane"
         y = y.float() if self.float_out else y.to(torch.bfloat16)
         return y.view(*shape[:-1], self.out_features)
 
@@ -212,7 +214,7 @@ def has_blocks(path: Path) -> bool:
                for name, t in tensors.items())
 
 
-def layer_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
+def layer_linears(model: Any, path: Path) -> list[LayerMatrices]:
     """Per layer of a transformers llama or Gemma 3 model: those of ``qkv``, ``out``, ``gate_up`` and
     ``down`` whose every part the file stores in a block type the kernel takes, as Int4Linear over
     the file's blocks (Q/K/V and gate/up stacked as the lean forwards stack them). A matrix left out
@@ -221,12 +223,12 @@ def layer_linears(model: Any, path: Path) -> list[dict[str, Int4Linear]]:
     if arch is None:
         raise ValueError(f"no int4 layer names are known for {model.config.model_type} models")
     tensors = tensor_table(str(path))
-    stacks = {"qkv": ("q_proj", "k_proj", "v_proj"), "out": ("o_proj",), "gate_up": ("gate_proj", "up_proj"),
-              "down": ("down_proj",)}
+    stacks: dict[MatrixName, tuple[str, ...]] = {"qkv": ("q_proj", "k_proj", "v_proj"), "out": ("o_proj",),
+                                                  "gate_up": ("gate_proj", "up_proj"), "down": ("down_proj",)}
     layers = []
     for i, layer in enumerate(model.model.layers):
         modules = {**dict(layer.self_attn.named_children()), **dict(layer.mlp.named_children())}
-        matrices = {}
+        matrices: LayerMatrices = {}
         for stack, parts in stacks.items():
             names = [f"blk.{i}.{arch.int4_layer_names[part]}.weight" for part in parts]
             if all(name in tensors and tensors[name].kind in BLOCK_BYTES for name in names):

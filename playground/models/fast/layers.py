@@ -3,7 +3,7 @@ KV cache, a layer's matrix (dense or 4-bit), RoPE's rotate-half and the rebindin
 views of a stack."""
 from __future__ import annotations
 
-from typing import Any, Protocol, Union
+from typing import Any, Literal, Protocol, TypedDict, Union
 
 import torch
 import torch.nn.functional as F
@@ -38,21 +38,29 @@ class LeanCache:
     def reorder_cache(self, rows: torch.Tensor) -> None:
         if self.keys is None:
             return
+        old_keys, old_values = self.tensors()
         n = self.length
-        keys, values = self._empty(len(rows), self.keys.shape[3])
-        keys[:, :, :, :n] = self.keys[:, rows.to(self.keys.device), :, :n]
-        values[:, :, :, :n] = self.values[:, rows.to(self.values.device), :, :n]
+        keys, values = self._empty(len(rows), old_keys.shape[3])
+        keys[:, :, :, :n] = old_keys[:, rows.to(old_keys.device), :, :n]
+        values[:, :, :, :n] = old_values[:, rows.to(old_values.device), :, :n]
         self.keys, self.values = keys, values
 
     @torch.inference_mode()
     def keep(self, positions: list[int]) -> None:
         """Keep only the cached positions ``positions`` (ascending), moved to the front: after a
         draft tree's pass, the accepted path's entries."""
+        keys, values = self.tensors()
         index = torch.tensor(positions, device=self.device)
         n = len(positions)
-        self.keys[:, :, :, :n] = self.keys.index_select(3, index)
-        self.values[:, :, :, :n] = self.values.index_select(3, index)
+        keys[:, :, :, :n] = keys.index_select(3, index)
+        values[:, :, :, :n] = values.index_select(3, index)
         self.length = n
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values [layers, batch, kv_heads, capacity, head_dim]: allocated together by
+        ``reserve`` (so by ``begin``), before any pass writes or reads them."""
+        assert self.keys is not None and self.values is not None, "the cache is allocated by reserve()"
+        return self.keys, self.values
 
     def begin(self, ids: torch.Tensor, position_ids: torch.Tensor | None) -> tuple[int, int, torch.Tensor]:
         """Room for a pass over ``ids`` [batch, n]: (its first and end position, its position ids,
@@ -73,9 +81,10 @@ class LeanCache:
             raise ValueError(f"the cache holds {self.keys.shape[1]} rows, got a batch of {batch}")
         capacity = self.keys.shape[3]
         if self.length + new > capacity:
+            old_keys, old_values = self.tensors()
             keys, values = self._empty(batch, _blocks(max(2 * capacity, self.length + new)))
-            keys[:, :, :, : self.length] = self.keys[:, :, :, : self.length]
-            values[:, :, :, : self.length] = self.values[:, :, :, : self.length]
+            keys[:, :, :, : self.length] = old_keys[:, :, :, : self.length]
+            values[:, :, :, : self.length] = old_values[:, :, :, : self.length]
             self.keys, self.values = keys, values
 
     def _empty(self, batch: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,6 +101,18 @@ def _blocks(n: int) -> int:
 # A layer's matrix: a dense weight [out, in] for F.linear, or a callable x -> x @ W.T over another
 # storage (playground.models.fast.int4.Int4Linear: the GGUF file's 4-bit blocks).
 Weight = Union[torch.Tensor, Any]
+
+# The names of a layer's stacked matrices that ``with_matrices`` may replace.
+MatrixName = Literal["qkv", "out", "gate_up", "down"]
+
+
+class LayerMatrices(TypedDict, total=False):
+    """Those of one layer's stacked matrices that replace the lean forward's own (``with_matrices``)."""
+
+    qkv: Weight
+    out: Weight
+    gate_up: Weight
+    down: Weight
 
 
 class LeanForward(Protocol):
@@ -115,7 +136,7 @@ class LeanForward(Protocol):
         """The first ``num_layers`` layers over ``model`` (a truncated transformers model)."""
         ...
 
-    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None,
+    def with_matrices(self, model: Any, matrices: list[LayerMatrices], head: Weight | None = None,
                       ) -> LeanForward:
         """The same forward with some of each layer's stacked matrices (``qkv``, ``out``, ``gate_up``,
         ``down``) and the head replaced (the GGUF file's 4-bit blocks: ``playground.models.fast.int4``)."""

@@ -25,7 +25,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from playground.models.fast.layers import LeanCache, Weight, linear, rebind, rotate_half, stepwise_attention, tree_rows
+from playground.models.fast.layers import (
+    LayerMatrices,
+    LeanCache,
+    Weight,
+    linear,
+    rebind,
+    rotate_half,
+    stepwise_attention,
+    tree_rows,
+)
 
 
 @dataclass
@@ -72,7 +81,7 @@ class LeanLlama:
         """The first ``num_layers`` layers (shared tensors) with ``model``'s norm and head."""
         return LeanLlama(model, self.layers[:num_layers], self.head)
 
-    def with_matrices(self, model: Any, matrices: list[dict[str, Weight]], head: Weight | None = None) -> "LeanLlama":
+    def with_matrices(self, model: Any, matrices: list[LayerMatrices], head: Weight | None = None) -> "LeanLlama":
         """The same norms and embedding with each layer's matrices replaced (``qkv``, ``out``,
         ``gate_up``, ``down``: e.g. the GGUF file's 4-bit blocks), and the head if given."""
         return LeanLlama(model, [replace(layer, **m) for layer, m in zip(self.layers, matrices, strict=True)],
@@ -104,6 +113,7 @@ class LeanLlama:
         runs a draft tree in one pass, as transformers does with a 4D mask (``strategies.speculative.eagle.tree``)."""
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
+        keys, values = cache.tensors()  # allocated by begin
         cos, sin = self._rope(position_ids)
         # One new token sees every cached key, so it needs no mask. Several rows (a prompt, a draft to
         # verify, a tree) attend row by row, each as its one-token step would (``stepwise_attention``),
@@ -122,13 +132,13 @@ class LeanLlama:
             qk = qkv[:, :, : self.heads + self.kv_heads]
             qk = qk * cos + rotate_half(qk) * sin
             q = qk[:, :, : self.heads].transpose(1, 2)
-            cache.keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
-            cache.values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
+            keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
+            values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
             if lengths is None:
-                attn = F.scaled_dot_product_attention(q, cache.keys[i, :, :, :end], cache.values[i, :, :, :end],
+                attn = F.scaled_dot_product_attention(q, keys[i, :, :, :end], values[i, :, :, :end],
                                                       enable_gqa=True)
             else:
-                attn = stepwise_attention(q, cache.keys[i], cache.values[i], lengths, gather, enable_gqa=True)
+                attn = stepwise_attention(q, keys[i], values[i], lengths, gather, enable_gqa=True)
             x = x + linear(attn.transpose(1, 2).reshape(batch, n, q_width), layer.out)
             h = self.rms_norm(x, layer.post_norm)
             gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)

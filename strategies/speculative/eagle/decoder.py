@@ -175,6 +175,7 @@ class EagleDecoder:
         lm_head = self.target.model.get_output_embeddings()
         if self.draft_map is None:
             return lm_head(features).float()
+        assert self.draft_weight is not None  # set with draft_map (_draft_vocabulary)
         small = torch.nn.functional.linear(features, self.draft_weight, self._draft_bias).float()
         logits = torch.full((features.shape[0], lm_head.weight.shape[0]), float("-inf"), device=small.device)
         logits[:, self.draft_map] = small
@@ -218,6 +219,7 @@ class EagleDecoder:
         parents, tokens, rows, scores = [-1], [self.ids[-1]], [root_row], [1.0]
         if n < 2:  # nothing for the head to read yet: an empty tree, the target adds one token
             return DraftTree(parents, tokens, root_row.unsqueeze(0), scores)
+        assert self.features is not None  # set by prefill
         pending = list(range(self.head_seen, n - 1))
         pred = self._head([self.ids[t + 1] for t in pending], self.features[pending])
         self.head_seen = n - 1
@@ -289,6 +291,7 @@ class EagleDecoder:
         kept = [0] + verdict.path
         keep_positions(self.cache, list(range(past)) + [past + i for i in kept])
         assert out.hidden_states is not None  # asked for: hidden=True
+        assert self.features is not None  # set by prefill
         self.features = torch.cat([self.features, out.hidden_states[-1][0, kept]])
         committed = [tree.tokens[i] for i in verdict.path] + [verdict.next_id]
         self.ids = self.ids + committed

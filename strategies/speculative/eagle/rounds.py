@@ -37,8 +37,7 @@ def tree_record(lm: LanguageModel, index: int, start: int, r: TreeRound, committ
     nodes = [{"node": i, "parent": t.parents[i], "depth": dep[i], "id": t.tokens[i], "text": lm.piece(t.tokens[i]),
               "q_draft": rnd(v.q_draft[i]) if i else None, "p_target": rnd(v.p_target[i]) if i else None,
               "score": rnd(t.scores[i]), "evaluated": v.evaluated[i],
-              "accept_prob": None if v.accept_prob[i] is None else rnd(v.accept_prob[i]),
-              "u": None if v.u[i] is None else rnd(v.u[i]), "fate": "root" if i == 0 else _fate(v, i)}
+              "accept_prob": _rnd_or_none(v.accept_prob[i]), "u": _rnd_or_none(v.u[i]), "fate": "root" if i == 0 else _fate(v, i)}
              for i in range(len(t.parents))]
     last = v.path[-1] if v.path else 0
     nxt = v.next_id
@@ -51,6 +50,10 @@ def tree_record(lm: LanguageModel, index: int, start: int, r: TreeRound, committ
                      "kind": "bonus" if not any(c for c in _children_of(t.parents, last)) else "resampled"}}
 
 
+def _rnd_or_none(x: float | None) -> float | None:
+    return None if x is None else rnd(x)
+
+
 def _children_of(parents: list[int], node: int) -> list[int]:
     return [i for i, p in enumerate(parents) if p == node and i]
 
@@ -58,6 +61,7 @@ def _children_of(parents: list[int], node: int) -> list[int]:
 def _commit(ctx: DecodeContext, trace: Trace, r: TreeRound, names: list[str]) -> tuple[int, bool]:
     """Append the round's tokens (up to the budget and the first EOS); (how many, hit EOS)."""
     lm, v = ctx.lm, r.verdict
+    assert trace.rounds is not None  # set up by the strategy
     nodes = [0] + v.path  # committed token i is decided at node nodes[i]
     room = ctx.max_new_tokens - len(trace.tokens)
     for i, token in enumerate(r.committed[:room]):
@@ -105,12 +109,14 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
         trace.params["eagle_auto_tree"] = tree_text(decoder.depth, decoder.branching)
     reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
     taus: list[int] = []
+    records = trace.rounds
+    assert records is not None  # set up by the strategy
     while len(trace.tokens) < ctx.max_new_tokens:
         with torch.inference_mode():
             r = decoder.step()
         start = len(trace.tokens)
         committed, eos = _commit(ctx, trace, r, names)
-        trace.rounds.append(tree_record(ctx.lm, len(trace.rounds), start, r, committed))
+        records.append(tree_record(ctx.lm, len(records), start, r, committed))
         trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
         rounds, produced, accepted = rounds + 1, produced + committed, accepted + min(len(r.verdict.path), committed)
         draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
