@@ -93,8 +93,7 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         # the beam tree instead: it alone, as wide
         page.locator("#pg-slides-chart input").click()
         page.get_by_role("option", name="strategy view", exact=True).click()
-        page.wait_for_function("() => document.getElementById('pg-dist').classList.contains('pg-slide-hidden')",
-                               timeout=10_000)
+        page.wait_for_selector("#pg-dist", state="hidden", timeout=10_000)
         page.wait_for_timeout(700)
         assert box(page, "#pg-view-0")["width"] >= 0.7 * width and page.locator("#pg-view-1").is_hidden()
         page.locator("#pg-slides input").uncheck()
@@ -104,11 +103,13 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
 
 def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser, url):
     """A speculative run on the toy fills every figure slot the page has (VIEW_PLOTS) and the HTML slot;
-    in the slides view none of them shows beside the chosen chart, whichever it is."""
+    in the slides view none of them shows beside the chosen chart, whichever it is: neither when the
+    view is switched on after the run, nor when the run fills the slots after the view was switched on
+    (Gradio first renders a slot when it is first shown)."""
     from playground.ui.side import VIEW_PLOTS
     slots = [f"#pg-view-{i}" for i in range(VIEW_PLOTS)]
-    query = "?model=toy&strategy=speculative&prompt=1+2&p.draft=toy-small&seed=2&max_new_tokens=6&run=generate"
-    with opened(browser, url + query, "light") as page:
+    query = "?model=toy&strategy=speculative&prompt=1+2&p.draft=toy-small&seed=2&max_new_tokens=6"
+    with opened(browser, url + query + "&run=generate", "light") as page:
         wait_done(page)
         for slot in slots:  # the run fills them all: a slot the slides view misses would show
             page.wait_for_selector(f"{slot} .js-plotly-plot", timeout=30_000)
@@ -121,12 +122,23 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         assert page.locator("#pg-dist").is_visible()
         page.locator("#pg-slides-chart input").click()
         page.get_by_role("option", name="strategy view", exact=True).click()
-        page.wait_for_function("() => document.getElementById('pg-dist').classList.contains('pg-slide-hidden')",
-                               timeout=10_000)
+        page.wait_for_selector("#pg-dist", state="hidden", timeout=10_000)
         page.wait_for_timeout(700)
-        assert page.locator(slots[0]).is_visible()
+        assert page.locator(slots[0]).is_visible() and page.locator("#pg-dist").is_hidden()
         shown = [s for s in [*slots[1:], "#pg-view-html"] if page.locator(s).is_visible()]
         assert shown == [], f"shown beside the strategy view in the slides view: {shown}"
+    with opened(browser, url + query, "light") as page:  # the view on first, then the run
+        page.wait_for_selector("#pg-slides input")
+        page.locator("#pg-slides input").check()
+        page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
+        page.locator("#pg-generate").click()
+        wait_done(page)
+        for slot in slots:
+            page.wait_for_selector(f"{slot} .js-plotly-plot", state="attached", timeout=30_000)
+        page.wait_for_timeout(700)
+        shown = [s for s in [*slots, "#pg-view-html"] if page.locator(s).is_visible()]
+        assert shown == [], f"shown beside the distribution when the run came after the slides view: {shown}"
+        assert page.locator("#pg-dist").is_visible()
 
 
 def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_under_it(browser, url, store):

@@ -16,7 +16,6 @@ from __future__ import annotations
 from playground.ui.handlers import DEFAULT_PROMPT, default_decoder, restore  # isort: skip
 
 import importlib.util
-import json
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -98,26 +97,24 @@ SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": 
                 "strategy view": VIEW_IDS[0]}
 # hidden in the slides view whichever chart is chosen: the strategy's further views, as many as the page has
 SLIDE_HIDDEN = [*VIEW_IDS[1:], VIEW_HTML_ID]
+# The JS only marks the body (the view on, the chart chosen); CSS rules keyed to the element ids hide
+# the rest, so a slot that appears after the view was switched on (Gradio renders a component once it
+# is first shown) is hidden as well.
 SLIDES_JS = """(on, chart) => {
-  const ids = %s, always = %s;
   document.body.classList.toggle('pg-slides', !!on);
-  for (const [name, id] of Object.entries(ids)) {
-    const el = document.getElementById(id);
-    if (el) el.classList.toggle('pg-slide-hidden', !!on && name !== chart);
-  }
-  for (const id of always) {
-    const el = document.getElementById(id);
-    if (el) el.classList.toggle('pg-slide-hidden', !!on);
-  }
+  document.body.dataset.pgSlide = chart || '';
   setTimeout(() => window.dispatchEvent(new Event('resize')), 80);
   setTimeout(() => window.dispatchEvent(new Event('resize')), 400);
   return [];
-}""" % (json.dumps(SLIDE_CHARTS), json.dumps(SLIDE_HIDDEN))
-SLIDES_CSS = """
+}"""
+SLIDES_HIDING = ",\n".join(
+    [f'body.pg-slides:not([data-pg-slide="{name}"]) #{element}' for name, element in SLIDE_CHARTS.items()]
+    + [f"body.pg-slides #{element}" for element in SLIDE_HIDDEN]) + " { display: none !important; }\n"
+SLIDES_CSS = SLIDES_HIDING + """
 body.pg-slides .pg-header, body.pg-slides #pg-sidebar, body.pg-slides #pg-pickers, body.pg-slides #pg-examples,
 body.pg-slides #pg-queue-note, body.pg-slides #pg-example-note, body.pg-slides #pg-sees,
 body.pg-slides #pg-prompt-note, body.pg-slides #pg-branches, body.pg-slides #pg-export,
-body.pg-slides #pg-glossary, body.pg-slides .pg-slide-hidden { display: none !important; }
+body.pg-slides #pg-glossary { display: none !important; }
 body.pg-slides #pg-main { flex: 1 1 100% !important; width: 100% !important; max-width: 100% !important; }
 body.pg-slides #pg-main .modebar-container, body.pg-slides #pg-dist-note { display: none !important; }
 @media (min-width: 700px) {  /* projector sizes; a phone keeps its own */
