@@ -153,13 +153,21 @@ def test_what_the_model_sees_loads_no_model():
     assert fresh.loaded() == []
 
 
+def panel_and_trace():
+    """The branches panel's components and one more component (the page's trace, a note), built in a Blocks."""
+    with ui_branches.gr.Blocks():
+        return ui_branches.layout(), ui_branches.gr.State(None)
+
+
 def test_after_stop_the_panel_follows_the_stopped_run_and_a_branch_of_it_has_it_as_parent(store, toy):
     before = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=3, max_new_tokens=6)).to_dict()
     tree = branches.record(None, before)
     full = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=4, max_new_tokens=10)).to_dict()
     partial = dict(full, tokens=full["tokens"][:3], steps=full["steps"][:3], finish_reason="running",
                    text="".join(t["text"] for t in full["tokens"][:3]))
-    radio, view, tree, forced, trace = ui_branches.on_stop(partial, tree)
+    panel, out = panel_and_trace()
+    updates = panel.after_stop(partial, tree, out)
+    radio, view, tree, forced, trace = (updates[c] for c in (panel.tree, panel.view, panel.state, panel.forced, out))
     assert trace["finish_reason"] == "stopped" and trace["seed"] == 4
     assert len(tree["nodes"]) == 1 and tree["nodes"][0]["trace"]["seed"] == 4  # the panel names the stopped run
     assert radio["choices"][0][0].startswith("run: ") and forced == ""
@@ -167,22 +175,27 @@ def test_after_stop_the_panel_follows_the_stopped_run_and_a_branch_of_it_has_it_
     child = run(store, Request(max_new_tokens=10, **settings)).to_dict()
     tree = branches.record(tree, child)
     assert [n["parent"] for n in tree["nodes"]] == [None, 0]
-    assert ui_branches.on_stop(None, tree) == [ui_branches.gr.skip()] * 5
+    assert panel.after_stop(None, tree, out) == {}
 
 
 def test_beam_and_speculative_runs_say_they_do_not_branch():
+    panel, note_box = panel_and_trace()
+
+    def updates(name):
+        u = panel.strategy_updates(name, note_box)
+        return u[note_box], u[panel.hint], u[panel.run]
     for name in ("beam", "sample_beam", "stochastic_beam", "speculative"):
-        note, hint, button = ui_branches.strategy_updates(name)
+        note, hint, button = updates(name)
         assert "one-token-per-step" in note and "one-token-per-step" in hint and button["interactive"] is False
     for name in ("greedy", "sampling", "gumbel", "contrastive"):
-        note, hint, button = ui_branches.strategy_updates(name)
+        note, hint, button = updates(name)
         assert note == "" and hint == ui_branches.HINT and button["interactive"] is True
     # the panel's note on the run itself invites a bar click only where one branches
     def run_of(strategy):
         return {"model": "toy", "strategy": strategy, "params": {}, "seed": 0, "prompt": "1 2",
                 "prompt_ids": [1, 2], "text": " a", "tokens": [{"id": 3, "text": " a"}], "steps": [{}]}
-    assert ui_branches.tree_updates(branches.record(None, run_of("beam")))[1] == ui_branches.RUN_NOTE
-    assert ui_branches.tree_updates(branches.record(None, run_of("greedy")))[1] == ui_branches.ROOT_NOTE
+    assert panel.tree_updates(branches.record(None, run_of("beam")))[panel.view] == ui_branches.RUN_NOTE
+    assert panel.tree_updates(branches.record(None, run_of("greedy")))[panel.view] == ui_branches.ROOT_NOTE
 
 
 def test_slides_view_and_glossary_are_on_the_page(demo):

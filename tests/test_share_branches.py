@@ -63,6 +63,8 @@ class Session:
         ok = True
         try:
             for frame in out if inspect.isgenerator(out) else [out]:
+                if frame == gr.skip() and len(fn.outputs) > 1:  # one skip for every output, as Gradio reads it
+                    frame = [gr.skip()] * len(fn.outputs)
                 if isinstance(frame, dict) and frame.get("__type__") != "update":
                     frame = [frame.get(c, gr.skip()) for c in fn.outputs]
                 elif len(fn.outputs) == 1:

@@ -32,7 +32,7 @@ from playground.charts.text import token_html
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui import events
-from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, refusal
+from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, event_data, handler, keyed, refusal
 from playground.ui.handlers import generate, stopped
 from playground.whatif import branches
 from strategies.forcing import FORCEABLE_FAMILIES, parse_path, resolve_token
@@ -70,6 +70,46 @@ class BranchPanel:
     pending: gr.State  # a restored link's branch, until its parent run finishes: {"parent", "branch"} paths
     go: gr.State  # the link's branch to run now (its change starts the run)
 
+    def tree_updates(self, tree: branches.Tree) -> dict[Any, Any]:
+        """The tree radio, the beside-the-parent view, the tree state and the forced-tokens box for ``tree``."""
+        pair = branches.parent_of(tree)
+        current = tree["nodes"][tree["current"]]["trace"]
+        view = branch_html(*pair) if pair else ROOT_NOTE if branchable(current.get("strategy")) else RUN_NOTE
+        return {self.tree: gr.update(choices=branches.labels(tree), value=tree["current"]), self.view: view,
+                self.state: tree, self.forced: branches.path_text(branches.forced_path(current))}
+
+    def on_run(self, trace: dict[str, Any] | None, tree: branches.Tree | None) -> Any:
+        """After a finished run (Generate or a branch): it joins the tree of branches."""
+        if not trace or trace.get("finish_reason") in ("", "running", "stopped"):
+            return keyed({})
+        return keyed(self.tree_updates(branches.record(tree, trace)))
+
+    def after_stop(self, trace: dict[str, Any] | None, tree: branches.Tree | None,
+                   trace_out: gr.State) -> dict[Any, Any]:
+        """After Stop: the stopped run (as far as it got) joins the tree of branches like a finished one, so
+        the panel names it and a branch of it has it as parent; the run's trace, marked stopped, goes to
+        ``trace_out``. Nothing when no step was made."""
+        if not trace or not trace.get("steps"):
+            return {}
+        final = stopped(trace)
+        return {**self.tree_updates(branches.record(tree, final)), trace_out: final}
+
+    def take_pending(self, trace: dict[str, Any] | None, pending: dict[str, str] | None) -> Any:
+        """After a Generate run: the branch to run now and the pending branch. A link's pending branch goes
+        when the run finished with its parent's forced path, and is dropped otherwise."""
+        if not pending:
+            return keyed({})
+        if (trace and trace.get("finish_reason") not in ("", "running", "stopped")
+                and _same_path(branches.forced_path(trace), pending.get("parent", ""))):
+            return keyed({self.go: dict(pending, at=time.monotonic_ns()), self.pending: None})
+        return keyed({self.pending: None})
+
+    def strategy_updates(self, strategy: Any, note: Any) -> dict[Any, Any]:
+        """The ``note`` under the chart, the panel's hint and the continue button, for a run of ``strategy``."""
+        ok = branchable(strategy) or not strategy
+        hint = HINT if ok else NOT_BRANCHABLE.format(family=family_of(strategy))
+        return {note: branch_note(strategy), self.hint: hint, self.run: gr.update(interactive=ok)}
+
 
 def layout() -> BranchPanel:
     """The panel's components; call inside the Explore tab, under the distribution chart."""
@@ -106,31 +146,10 @@ def branch_note(strategy: Any) -> str:
     return f'<p class="pg-summary pg-branch-note">{NOT_BRANCHABLE.format(family=family_of(strategy))}</p>'
 
 
-def strategy_updates(strategy: Any) -> list[Any]:
-    """[note under the chart, the panel's hint, the continue button] for a run of ``strategy``."""
-    ok = branchable(strategy) or not strategy
-    hint = HINT if ok else NOT_BRANCHABLE.format(family=family_of(strategy))
-    return [branch_note(strategy), hint, gr.update(interactive=ok)]
 
 
-def on_stop(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any]:
-    """After Stop: the stopped run (as far as it got) joins the tree of branches like a finished one, so the
-    panel names it and a branch of it has it as parent. [*tree outputs, the run's trace]."""
-    if not trace or not trace.get("steps"):
-        return [gr.skip()] * 5
-    final = stopped(trace)
-    return [*tree_updates(branches.record(tree, final)), final]
 
 
-def take_pending(trace: dict[str, Any] | None, pending: dict[str, str] | None) -> list[Any]:
-    """After a Generate run: [the branch to run now, the pending branch]. A link's pending branch goes
-    when the run finished with its parent's forced path, and is dropped otherwise."""
-    if not pending:
-        return [gr.skip(), gr.skip()]
-    if (trace and trace.get("finish_reason") not in ("", "running", "stopped")
-            and _same_path(branches.forced_path(trace), pending.get("parent", ""))):
-        return [dict(pending, at=time.monotonic_ns()), None]
-    return [gr.skip(), None]
 
 
 def _same_path(path: dict[int, int], text: str) -> bool:
@@ -164,20 +183,8 @@ def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str
             f"<p><b>branch</b></p>{token_html(child, step)}")
 
 
-def tree_updates(tree: branches.Tree) -> list[Any]:
-    """[tree radio, beside-the-parent view, tree state, forced-tokens box] for ``tree``."""
-    pair = branches.parent_of(tree)
-    current = tree["nodes"][tree["current"]]["trace"]
-    view = branch_html(*pair) if pair else ROOT_NOTE if branchable(current.get("strategy")) else RUN_NOTE
-    return [gr.update(choices=branches.labels(tree), value=tree["current"]), view, tree,
-            branches.path_text(branches.forced_path(current))]
 
 
-def on_run(trace: dict[str, Any] | None, tree: branches.Tree | None) -> list[Any]:
-    """After a finished run (Generate or a branch): it joins the tree of branches."""
-    if not trace or trace.get("finish_reason") in ("", "running", "stopped"):
-        return [gr.skip()] * 4
-    return tree_updates(branches.record(tree, trace))
 
 
 def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
@@ -186,7 +193,6 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
     """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into updates of
     ``outputs`` (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` is the updates of
     ``show_outputs`` that redraw a stored trace. Returns the events Stop cancels."""
-    tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
 
     def run_branch(trace: dict[str, Any] | None, step: Any, token: Any, max_new: Any, system: str, chat: Any,
                    theme: str, progress: Any = None) -> Iterator[list[Any]]:
@@ -235,8 +241,7 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
             node = tree["nodes"][tree["current"]]
             pair = branches.parent_of(tree)
             step = pair[2] if pair else most_uncertain_step(node["trace"])
-            return {**show_trace(node["trace"], step, model, chat, theme),
-                    **dict(zip(tree_outputs, tree_updates(tree)))}
+            return {**show_trace(node["trace"], step, model, chat, theme), **panel.tree_updates(tree)}
         return on_change
 
     inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
@@ -249,8 +254,9 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
     linked = panel.go.change(handler(run_linked, len(inputs), True, status=page.main.status),
                              [page.trace, panel.go, *inputs[2:]], outputs, api_visibility="private",
                              show_progress="full", show_progress_on=[page.main.text], **MODEL_EVENT)
+    tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
     for event in (bar, typed, linked):
-        event.success(on_run, [page.trace, panel.state], tree_outputs, **QUIET)
+        event.success(panel.on_run, [page.trace, panel.state], tree_outputs, **QUIET)
     view_inputs = [page.model, page.chat, page.theme]
     panel.tree.input(showing(branches.pick), [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs],
                      **QUIET)

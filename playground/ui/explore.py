@@ -109,9 +109,9 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     panel = page.branches
     # a restored link's branch runs once its parent has joined the tree
-    event.success(branches.on_run, [page.trace, panel.state],
+    event.success(panel.on_run, [page.trace, panel.state],
                   [panel.tree, panel.view, panel.state, panel.forced], **QUIET).then(
-        branches.take_pending, [page.trace, panel.pending], [panel.go, panel.pending], **QUIET)
+        panel.take_pending, [page.trace, panel.pending], [panel.go, panel.pending], **QUIET)
     show_outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file]
     branch_events = branches.wire(page, panel, store, decode, stream_frames, outputs, show_trace, show_outputs)
     step_outputs = [*main.views, *slots.components]
@@ -131,8 +131,10 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
                     api_visibility="private").then(
         on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
         [main.status, *main.views, page.trace_file, *side_views], **QUIET).then(
-        branches.on_stop, [page.trace, panel.state], [panel.tree, panel.view, panel.state, panel.forced, page.trace],
-        **QUIET).then(lambda: None, None, panel.pending, **QUIET)  # a stopped link's run takes no branch after it
+        lambda trace, tree: keyed(panel.after_stop(trace, tree, page.trace)), [page.trace, panel.state],
+        [panel.tree, panel.view, panel.state, panel.forced, page.trace], **QUIET).then(lambda: None, None, panel.pending, **QUIET)  # a stopped link's run takes no branch after it
     # whether a bar click branches: said under the chart and in the panel, for the strategy picked
     assert main.dist_note is not None
-    page.strategy.change(branches.strategy_updates, page.strategy, [main.dist_note, panel.hint, panel.run], **QUIET)
+    note = main.dist_note
+    page.strategy.change(lambda strategy: panel.strategy_updates(strategy, note), page.strategy,
+                         [note, panel.hint, panel.run], **QUIET)
