@@ -115,13 +115,15 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
         dtype, check = lm.weights, ctx.extra["weights_check"]
         if announce:
             yield reading(req, ctx)
-        for trace in timed(spec.run(ctx, params), ctx, budget.deadline()):
+        for trace in timed(spec.run(ctx, params), ctx, budget.deadline(ctx.clock.now)):
             trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
             trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
             if req.grammar is not None:
                 trace.extra["grammar"] = req.grammar.to_dict()
             if lm.check is not None:
                 trace.timing.extra["weights_check_seconds"] = round(lm.check.seconds, 3)
+            if trace.finish_reason == OUT_OF_TIME and budget.seconds is not None:
+                trace.extra["time_budget_seconds"] = budget.seconds  # the page names it
             yield trace
 
 

@@ -1,11 +1,13 @@
 """Each request's budget: decoding stops between two steps when its time is spent; beam rows x tokens capped."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
-from playground.serving.budget import Budget, Deadline
+from playground.serving.budget import DEFAULT_SECONDS, Budget, Deadline
 from playground.ui.handlers import default_decoder, generate, status_html
 
 
@@ -59,7 +61,8 @@ def test_a_real_clock_budget_ends_the_run_and_the_page_says_so(store):
     slow = Request("toy", "beam", "1 2", {"num_beams": 8}, max_new_tokens=40)
     trace = run(store, slow, budget=Budget(seconds=1e-6))
     assert trace.finish_reason == "time budget" and 1 <= len(trace.beam["nodes"])
-    assert "time budget per run is used up" in status_html(trace.to_dict(), final=True)
+    said = status_html(trace.to_dict(), final=True)
+    assert "time budget of 1e-06 s of decoding per run is used up ($PLAYGROUND_TIME_BUDGET; 0 lifts it)" in said
     frames = list(generate(store, Request("toy", "sampling", "1 2", max_new_tokens=40),
                            decoder=default_decoder(store, Budget(seconds=1e-6))))
     assert frames[-1].final and frames[-1].trace["finish_reason"] == "time budget"
@@ -81,11 +84,38 @@ def test_beam_rows_times_tokens_are_capped_with_the_numbers(store):
 def test_the_budget_reads_the_environment(monkeypatch):
     monkeypatch.delenv("PLAYGROUND_TIME_BUDGET", raising=False)
     monkeypatch.delenv("PLAYGROUND_MAX_ROW_TOKENS", raising=False)
-    default = Budget.from_env()
-    assert default.seconds and default.row_tokens and Budget() == Budget(None, None)  # the CLI: unlimited
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    local = Budget.from_env()  # make run: one person's server, no time budget unless asked
+    assert local.seconds is None and local.row_tokens and Budget() == Budget(None, None)  # the CLI: unlimited
+    monkeypatch.setenv("SPACE_ID", "someone/decoding-playground")
+    assert Budget.from_env().seconds == DEFAULT_SECONDS  # a Space is shared: a budget by default
     monkeypatch.setenv("PLAYGROUND_TIME_BUDGET", "0")
     monkeypatch.setenv("PLAYGROUND_MAX_ROW_TOKENS", "500")
     assert Budget.from_env() == Budget(None, 500)
     monkeypatch.setenv("PLAYGROUND_TIME_BUDGET", "soon")
     with pytest.raises(InvalidRequest, match=r"PLAYGROUND_TIME_BUDGET must be a number >= 0 .*got 'soon'"):
         Budget.from_env()
+
+
+class SlowPage:
+    """A consumer that holds every trace ``hold`` seconds, as a page drawing charts on a busy machine does."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+
+    def read(self, traces):
+        last = None
+        for last in traces:
+            time.sleep(self.hold)
+        return last
+
+
+def test_the_time_budget_counts_decoding_not_the_time_a_consumer_holds_each_token(store):
+    """12 toy tokens decode in far less than 0.5 s; a page that holds each for 0.1 s spends 1.2 s on them.
+    The budget is the decoder's clock, the one timing.seconds reports: the run makes all its tokens."""
+    req = Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=3, max_new_tokens=12)
+    run(store, req)  # warm
+    last = SlowPage(0.1).read(stream(store, req, budget=Budget(seconds=0.5)))
+    assert last.finish_reason in ("length", "eos") and last.timing.seconds < 0.5
+    held = SlowPage(0.0).read(stream(store, req, budget=Budget(seconds=1e-6)))
+    assert held.finish_reason == "time budget"  # a budget the decoding itself passes still stops it

@@ -1,14 +1,18 @@
-"""What one request may spend on a shared server: wall-clock seconds, and rows x tokens for beams.
+"""What one request may spend on a shared server: seconds of decoding, and rows x tokens for beams.
 
 One worker serves every model request in turn, so one long run makes every other
 visitor wait. The engine checks the time budget between two steps (where Stop
 lands too): when it is spent, the strategy is closed, the trace so far is kept
-and its ``finish_reason`` is ``"time budget"``. Beam-like strategies advance
-``num_beams`` (x ``num_prefixes``) rows per token, so their cost is refused up
-front when rows x ``max_new_tokens`` exceeds a cap; the message names the numbers.
+and its ``finish_reason`` is ``"time budget"``. The seconds counted are the
+decoder's own clock, the one the trace's ``timing.seconds`` reports: the page
+drawing and sending a token while the decoder waits never counts. Beam-like
+strategies advance ``num_beams`` (x ``num_prefixes``) rows per token, so their
+cost is refused up front when rows x ``max_new_tokens`` exceeds a cap; the
+message names the numbers.
 
-The page reads its budget from the environment (``Budget.from_env``); the command
-line is unlimited unless asked (``--time-budget``).
+A Space (``$SPACE_ID`` set) gets a time budget by default; a local server
+(``make run``) and the command line run unlimited unless asked
+(``$PLAYGROUND_TIME_BUDGET``, ``--time-budget``).
 """
 from __future__ import annotations
 
@@ -16,13 +20,14 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from playground.errors import InvalidRequest
 
 TIME_ENV = "PLAYGROUND_TIME_BUDGET"
 ROWS_ENV = "PLAYGROUND_MAX_ROW_TOKENS"
-DEFAULT_SECONDS = 60.0  # about 900 SmolLM2 tokens on a free CPU Space; a queue of a few visitors stays short
+DEFAULT_SECONDS = 60.0  # a Space's: about 900 SmolLM2 tokens on a free CPU Space; a queue of a few visitors stays short
+SPACE_ENV = "SPACE_ID"  # set on a Hugging Face Space
 DEFAULT_ROW_TOKENS = 8192  # e.g. 16 beams x 512 tokens, or 8 prefixes x 4 beams x 256 tokens
 ROW_PARAMS = ("num_prefixes", "num_beams")  # each multiplies the rows a step runs through the model
 FINISH_REASON = "time budget"
@@ -58,8 +63,9 @@ class Budget:
 
     @classmethod
     def from_env(cls) -> "Budget":
-        """``$PLAYGROUND_TIME_BUDGET`` seconds and ``$PLAYGROUND_MAX_ROW_TOKENS`` (0 = unlimited)."""
-        seconds = env_number(TIME_ENV, DEFAULT_SECONDS)
+        """``$PLAYGROUND_TIME_BUDGET`` seconds and ``$PLAYGROUND_MAX_ROW_TOKENS`` (0 = unlimited). Unset, the
+        time budget is DEFAULT_SECONDS on a Space (a shared server) and unlimited elsewhere."""
+        seconds = env_number(TIME_ENV, DEFAULT_SECONDS if os.environ.get(SPACE_ENV) else 0.0)
         rows = env_number(ROWS_ENV, DEFAULT_ROW_TOKENS)
         return cls(seconds or None, int(rows) or None)
 
@@ -75,13 +81,23 @@ class Budget:
                                  f"row-tokens; this server runs at most {self.row_tokens} "
                                  f"(${ROWS_ENV}): lower one of them")
 
-    def deadline(self) -> "Deadline":
-        return Deadline(None if self.seconds is None else time.monotonic() + self.seconds)
+    def deadline(self, clock: Callable[[], float] = time.monotonic) -> "Deadline":
+        """The deadline ``seconds`` from now on ``clock`` (the engine passes the decoder's own)."""
+        return Deadline(None if self.seconds is None else clock() + self.seconds, clock, self.seconds)
 
 
 @dataclass(frozen=True)
 class Deadline:
-    at: float | None  # time.monotonic() value, None = never
+    at: float | None  # a reading of ``clock``, None = never
+    clock: Callable[[], float] = time.monotonic
+    seconds: float | None = None  # the budget it was set from, for the message
 
     def passed(self) -> bool:
-        return self.at is not None and time.monotonic() >= self.at
+        return self.at is not None and self.clock() >= self.at
+
+
+def stopped_text(seconds: float | None) -> str:
+    """What a run the time budget stopped says: which clock, how much, and how to lift it."""
+    amount = f"{seconds:g} s" if seconds is not None else "its"
+    return (f"stopped: this server's time budget of {amount} of decoding per run is used up "
+            f"(${TIME_ENV}; 0 lifts it)")

@@ -34,6 +34,7 @@ from playground.models import DEFAULT_MODEL, on_space, spec_for
 from playground.models.fast.check import describe_record
 from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
+from playground.serving.budget import stopped_text
 from playground.serving.budget import Budget
 from playground.trace import Trace
 from playground.ui import share
@@ -96,7 +97,7 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              "stopped": f"stopped at step {steps - 1}" if steps else "stopped before the first step",
              GRAMMAR_REASON: "finished: the grammar is complete",
              DEAD_END_REASON: "stopped: the grammar allows no token here",
-             OUT_OF_TIME: "stopped: this server's time budget per run is used up"
+             OUT_OF_TIME: stopped_text(trace.get("time_budget_seconds"))
              }.get(trace.get("finish_reason", ""), "generating…")
     if final and state == "generating…" and trace.get("finish_reason") not in ("", "running", None):
         state = f"ended: {trace['finish_reason']}"  # a reason this line has no words for
