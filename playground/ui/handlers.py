@@ -34,8 +34,7 @@ from playground.models import DEFAULT_MODEL, on_space, spec_for
 from playground.models.fast.check import describe_record
 from playground.serving import memory, zerogpu
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
-from playground.serving.budget import stopped_text
-from playground.serving.budget import Budget
+from playground.serving.budget import Budget, stopped_text
 from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
