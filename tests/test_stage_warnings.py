@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.charts.stage_warnings import stage_warnings
+from playground.charts.stage_warnings import by_stage, stage_warnings, warnings_html
 from playground.charts.views import strategy_views
 from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
@@ -119,8 +119,10 @@ def test_a_no_op_warning_counts_the_steps_the_stage_ran_and_names_who_left_one_t
     )
     found = {(w.stage, w.steps): w.text for w in warned(trace, "no_op")}
     assert found == {
-        ("top_p", (0,)): "top_p kept everything at 1 of 4 steps: temperature had already left one token",
-        ("top_p", (3,)): "top_p kept everything at 1 of 4 steps: the model had already left one token",
+        ("top_p", (0,)): "top_p received a single token at 1 of 4 steps (temperature had already left only that "
+                         "one): its setting could not matter there",
+        ("top_p", (3,)): "top_p received a single token at 1 of 4 steps (the model had already left only that one): "
+                         "its setting could not matter there",
     }
 
 
@@ -129,8 +131,9 @@ def test_greedy_temperature_makes_the_later_truncations_no_ops_at_every_step(sto
     n = len(trace["steps"])
     found = {(w.stage, w.steps): w.text for w in warned(trace, "no_op")}
     for name in ("top_p", "min_p"):
-        assert found[(name, tuple(range(n)))] == (f"{name} kept everything at {n} of {n} steps: temperature had "
-                                                 f"already left one token")
+        assert found[(name, tuple(range(n)))] == (f"{name} received a single token at {n} of {n} steps (temperature "
+                                                 f"had already left only that one): its setting could not matter "
+                                                 f"there")
 
 
 # --- in toy runs: the defaults, the chain figure's note, the stages view ------------------------------------
@@ -149,13 +152,13 @@ def test_no_warnings_at_the_defaults(store):
 def test_a_stage_left_one_token_warns_the_later_stage(store):
     trace = toy_trace(store, {"temperature": 0.0, "top_p": 0.9, "min_p": 0.1})
     [w_top_p] = [w for w in stage_warnings(trace) if w.stage == "top_p"]
-    assert w_top_p.kind == "no_op" and "temperature had already left one token" in w_top_p.text
+    assert w_top_p.kind == "no_op" and "temperature had already left only that one" in w_top_p.text
     assert w_top_p.steps == tuple(range(len(trace["steps"])))
     assert ("no_op", "min_p") in kinds(trace)
     # the chain figure says so under its panels, at that step
     fig = waterfall_figure(trace, 0)
     notes = [a.text for a in fig.layout.annotations if a.name == "stage warnings"]
-    assert len(notes) == 1 and "top_p kept everything" in notes[0]
+    assert len(notes) == 1 and "top_p received a single token" in notes[0]
 
 
 def test_xtc_above_one_half_warns(store):
@@ -175,5 +178,33 @@ def test_min_p_or_top_p_before_top_nsigma_warns(store):
     llama = toy_trace(store, {"min_p": 0.05, "top_nsigma": 1.0, "temperature": 3.0, "order": "llama.cpp"})
     assert not any(k == "before_nsigma" for k, _ in kinds(llama))
     view = next(v for v in strategy_views(hf, 0) if v.title == "Stages that fight")
-    assert view.html.count('class="pg-stage-warning"') == len(stage_warnings(hf))
+    assert view.html.count('class="pg-stage-warning"') == len({w.stage for w in stage_warnings(hf)})
 
+
+
+# --- one line per stage; a stage that spreads the mass with nothing cut ------------------------------------
+
+def test_each_stage_gets_one_line_with_all_it_is_warned_of():
+    trace = steps_trace(*[[stage("raw", 16), stage("temperature", 1), stage("xtc", 1, threshold=0.6, acted=False)]] * 4)
+    assert {w.kind for w in stage_warnings(trace)} == {"xtc_threshold", "no_op"}
+    html = warnings_html(stage_warnings(trace), step=2)
+    assert html.count('class="pg-stage-warning"') == 1 and html.count("(this step)") == 1
+    [(name, text, here)] = by_stage(stage_warnings(trace), 2)
+    assert name == "xtc" and here and "above 0.5" in text and "received a single token at 4 of 4" in text
+
+
+def test_adaptive_p_or_a_hot_temperature_with_nothing_cut_warns_that_it_spreads_the_mass():
+    spread = steps_trace(
+        [stage("raw", 50), stage("adaptive_p", 50, target=0.3)],
+        [stage("raw", 50), stage("top_k", 10), stage("adaptive_p", 10, target=0.3)],  # cut before it: fine
+        [stage("raw", 50), stage("temperature", 50, t=2.0)],
+        [stage("raw", 50), stage("temperature", 50, t=1.2)],  # mild: no warning
+    )
+    found = {w.stage: (w.steps, w.text) for w in warned(spread, "spreads")}
+    assert found["adaptive_p"][0] == (0,) and found["temperature"][0] == (2,)
+    assert found["adaptive_p"][1].startswith("adaptive_p spread the mass over all 50 tokens at 1 of 2 steps")
+
+
+def test_adaptive_p_alone_on_a_toy_run_warns_and_the_defaults_do_not(store):
+    assert ("spreads", "adaptive_p") in kinds(toy_trace(store, {"adaptive_p_target": 0.3}))
+    assert not any(k == "spreads" for k, _ in kinds(toy_trace(store, {"adaptive_p_target": 0.3, "min_p": 0.1})))

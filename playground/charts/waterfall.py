@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, escape, show_token
 from playground.charts.marks import disallowed_ids, display_name, stage_summary, stages_of
 from playground.charts.palette import CHOSEN, CLEAR, CUT, KEPT, SLOW_INK, TEMPLATE
-from playground.charts.stage_warnings import stage_warnings
+from playground.charts.stage_warnings import by_stage, stage_warnings
 
 
 def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.Figure:
@@ -86,7 +86,7 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
 
 def _add_stage_warnings(fig: go.Figure, trace: dict[str, Any], step: int) -> None:
     """Under the chain, the warnings of stages that fight at this step (charts.stage_warnings)."""
-    notes = [w.text for w in stage_warnings(trace) if step in w.steps]
+    notes = [text for _, text, _ in by_stage([w for w in stage_warnings(trace) if step in w.steps])]
     if not notes:
         return
     fig.add_annotation(text="<br>".join("⚠ " + escape(n, quote=False) for n in notes), xref="paper", yref="paper",
