@@ -74,7 +74,8 @@ def examples() -> list[Example]:
                                              grammar_kind="json", grammar_text=GRAMMAR["json"], run="generate",
                                              **smol),
                 "every token must continue a JSON object with a string name and an integer age: the Z chart "
-                "shows where the schema took probability away from the model, hatched bars where it chose."),
+                "shows where the schema took probability away from the model (red below 0.1), diamonds where it "
+                "allowed one token only."),
         Example("Choice · yes / no / maybe", cfg(strategy="greedy", prompt="Is the sea salty? Answer yes, no or maybe.",
                                                  grammar_kind="choices", grammar_text=GRAMMAR["choices"],
                                                  run="generate", **{**smol, "max_new_tokens": 8}),
