@@ -208,3 +208,16 @@ def test_bad_branch_data_is_named_with_its_range_and_the_parent_still_restores(d
     tree = page.get(page.tree)
     assert len(tree["nodes"]) == 1 and ids(tree["nodes"][0]["trace"]) == ids(shared.parent)
     assert ids(page.get(page.trace)) == ids(shared.parent) and page.get(page.pending) is None
+
+
+def test_a_new_run_takes_the_last_runs_link_off_the_page(demo):
+    """The link box shows the link copied for the run on screen; Generate, Compare or a branch starts
+    another run, and the old link goes (it would share a run no longer shown)."""
+    page = Session(demo)
+    link = page.share()
+    assert link and page.updates[page.by_id["pg-link"]._id].get("visible") is True
+    hide = page.fn("hide_link")
+    triggers = {(demo.blocks[i].elem_id, event) for i, event in hide.targets}
+    assert {("pg-generate", "click"), ("pg-compare-run", "click"), ("pg-branch-run", "click")} <= triggers
+    page.fire(hide)
+    assert page.get("pg-link") == "" and page.updates[page.by_id["pg-link"]._id]["visible"] is False

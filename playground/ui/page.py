@@ -318,6 +318,13 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
     page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode], page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
+
+    def hide_link() -> Any:
+        """A new run starts: the link copied for the last one is no longer this page's, so it goes."""
+        return gr.update(value="", visible=False)
+
+    gr.on([page.generate.click, page.prompt.submit, page.compare_run.click, page.branches.run.click,
+           page.branches.hook.click], hide_link, None, page.link_box, queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
                                                                  api_visibility="private")
