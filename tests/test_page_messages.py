@@ -203,3 +203,10 @@ def test_stop_is_read_after_every_token_even_one_not_sent(store):
     frames = list(handler(run, 0)(gr.Request(session_hash="stop-unsent")))
     assert [n for _, n, _ in frames] == [0, 1, 6, 6]  # reading, the first token alone, then the stopped end
     assert "stopped at step 5" in frames[-1][0] and frames[-1][2]
+
+
+def test_counts_are_written_in_the_singular_for_one():
+    one = {"model": "toy", "strategy": "greedy", "tokens": [{"id": 3, "text": " a"}], "steps": [{}],
+           "finish_reason": "length", "timing": {}}
+    assert "· 1 token ·" in status_html(one, final=True)
+    assert "· 2 tokens ·" in status_html(dict(one, tokens=one["tokens"] * 2), final=True)

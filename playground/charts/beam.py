@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, show_token, token_text
+from playground.charts.common import TOKEN_MARKS, View, add_caption, counted, escape, show_token, token_text
 from playground.charts.palette import (
     BEAM_EDGE,
     BEAM_KEPT,
@@ -327,8 +327,8 @@ def width_figure(beam: dict[str, Any]) -> go.Figure:
     fig.update_layout(barmode="stack", title="tree nodes per step by fate", xaxis_title="step",
                       yaxis_title="nodes", height=360, legend=dict(orientation="h", y=-50 / (360 - 86 - 110)),
                       margin=dict(b=110))
-    add_caption(fig, f"each step's {sum(counts.values()):,} tree nodes by fate: kept in the beam, finished, pruned by a "
-                     f"rule, fell off the beam")
+    add_caption(fig, f"the run's {counted(sum(counts.values()), 'tree node')}, per step by fate: kept in the beam, "
+                     f"finished, pruned by a rule, fell off the beam")
     return fig
 
 

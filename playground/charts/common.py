@@ -45,6 +45,11 @@ def show_token(text: str) -> str:
     return escape(token_text(text), quote=False)
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless n is 1: "1 token", "1,024 tokens"."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def num(x: float | None, digits: int = 2) -> str:
     """A float for reading in a title or caption: ``digits`` decimals (1.84615 -> "1.85")."""
     return "?" if x is None else f"{float(x):.{digits}f}"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import plotly.graph_objects as go
 
-from playground.charts.common import escape
+from playground.charts.common import counted, escape
 from playground.charts.overview import most_uncertain_step, overview_figure
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
@@ -104,7 +104,7 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
         state = "generating…"
     if trace.get("finish_reason") == READING_REASON:  # before the first token: the prompt's prefill
         n = (trace.get("extra") or {}).get("prompt_tokens", trace.get("prompt_tokens", 0))
-        state = f"reading the prompt ({n} tokens)…"
+        state = f"reading the prompt ({counted(int(n), 'token')})…"
     model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
     if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
         model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'
@@ -113,7 +113,7 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
         note = (f"can part from plain decoding at a near tie (one pass vs one token at a time: {gap:.2g} in a logit)"
                 + (f" · {note}" if note else ""))
     parts = [model, escape(trace.get("strategy", "")),
-             f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", f"{len(trace.get('tokens') or [])} tokens",
+             f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", counted(len(trace.get("tokens") or []), "token"),
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {escape(note)}" if note else "")]
     return '<div class="pg-status">' + " · ".join(parts) + "</div>"
 

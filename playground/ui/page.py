@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from playground import ASSETS
+from playground.charts.common import counted
 from playground.engine import MAX_SEED
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
@@ -236,7 +237,7 @@ def model_sees(store: ModelStore, model: str, prompt: str, system: str, chat: An
         text = lm.tokenizer.decode(ids, skip_special_tokens=False)
     except InvalidRequest as err:
         return gr.update(value=str(err), label="The prompt as the model reads it")
-    return gr.update(value=text, label=f"The prompt as the model reads it: {len(ids)} tokens")
+    return gr.update(value=text, label=f"The prompt as the model reads it: {counted(len(ids), 'token')}")
 
 
 def _wire_controls(page: Page, store: ModelStore) -> None:

@@ -284,7 +284,7 @@ def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
 
 @register("speculative", SpeculativeParams,
           "A draft proposes gamma tokens, the target verifies them in one pass: rejection sampling "
-          "(lossless) or top-K (lossy). Drafts: a smaller model, early exit, prompt lookup.",
+          "(lossless) or top-K (lossy). Drafts: a smaller model, early exit, prompt lookup, EAGLE.",
           family="speculative")
 def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
     lm = ctx.lm
