@@ -20,8 +20,10 @@ from strategies.sampling.grammar import EXAMPLES, GRAMMAR_KINDS
 
 FROM_FILE = ("json", "lark")
 HELP = {
-    "json": f"the text follows this JSON schema (a file or the schema itself), e.g. '{EXAMPLES['json']}'",
-    "regex": f"the whole text matches this regular expression (Rust regex syntax), e.g. '{EXAMPLES['regex']}'",
+    "json": f"the text follows this JSON schema (a file or the schema itself; whitespace: one space, or a line "
+            f"break and at most 16 spaces or tabs), e.g. '{EXAMPLES['json']}'",
+    "regex": f"the whole text matches this regular expression (Rust regex syntax; \\d is an ASCII digit 0-9), "
+             f"e.g. '{EXAMPLES['regex']}'",
     "choices": f"the text is one of these ('a | b' or a JSON list of strings), e.g. '{EXAMPLES['choices']}'",
     "lark": "the text follows this Lark grammar in llguidance's dialect (a file or the grammar itself)",
 }

@@ -377,8 +377,11 @@ GRAMMAR_HELP = """The text must follow a grammar. At every step the grammar stag
 every token that cannot continue a valid text and the model's distribution is renormalised over the rest;
 the Z chart shows how much of the model's probability the allowed tokens had.
 
-- **json**: a JSON schema, e.g. `{"type": "object", "properties": {"age": {"type": "integer"}}}`;
-- **regex**: a regular expression the whole text matches, e.g. `\\d{4}-\\d{2}-\\d{2}`;
+- **json**: a JSON schema, e.g. `{"type": "object", "properties": {"age": {"type": "integer"}}}`; where JSON
+  allows whitespace, one space or a line break and at most 16 spaces or tabs (a top-level
+  `"x-guidance": {"whitespace_flexible": true}` allows any);
+- **regex**: a regular expression the whole text matches, e.g. `\\d{4}-\\d{2}-\\d{2}` (Rust regex syntax, where
+  `\\d` is an ASCII digit 0-9, not any Unicode digit, and `/` may be written `\\/`);
 - **choices**: the text is one of them: `yes | no | maybe` (spaces around each are trimmed), or a JSON
   list that keeps them: `[" once", " a hill"]`;
 - **lark**: a Lark grammar in llguidance's dialect, starting at `start:`.

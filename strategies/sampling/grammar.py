@@ -2,7 +2,9 @@
 
 A grammar is given in one of four forms (``GRAMMAR_KINDS``):
 
-- ``json``: a JSON schema (``{"type": "object", "properties": {...}}``);
+- ``json``: a JSON schema (``{"type": "object", "properties": {...}}``), its whitespace bounded
+  (``JSON_WHITESPACE``: one space, or a line break and at most 16 spaces or tabs, where JSON allows
+  whitespace) unless the schema's own ``x-guidance`` sets it;
 - ``regex``: a regular expression the whole generated text must match (Rust ``regex`` syntax, with
   ``\\d`` meaning the ASCII digits 0-9, not every Unicode digit: ``lark_regex``);
 - ``choices``: a JSON list of strings, or the strings separated by ``|``; the text is one of them;
@@ -68,6 +70,9 @@ GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the 
 DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
 INCOMPLETE_REASON = "grammar: no whole text within max_new_tokens"  # a search found no valid text
 MASK_MEANING = "feasible"  # the mask is every token that continues a valid text (forcing off)
+# llguidance's default allows any run of whitespace wherever JSON does, and a model can spend its tokens
+# there (SmolLM2 spent up to 39% of a sample's tokens on it): one space, or a line break and an indent
+JSON_WHITESPACE = r"(?: |\n[ \t]{0,16})"
 
 EXAMPLES = {
     "json": '{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, '
@@ -121,7 +126,7 @@ class GrammarSpec:
         # the option goes last, so that llguidance's line numbers are the person's own
         tail = "" if forcing else f"\n{NO_FORCING}\n"
         if self.kind == "json":
-            return "start: %json " + json.dumps(schema_of(self.text)) + tail
+            return "start: %json " + json.dumps(bounded_whitespace(schema_of(self.text))) + tail
         if self.kind == "regex":
             return "start: /" + lark_regex(self.text) + "/" + tail
         if self.kind == "choices":
@@ -154,6 +159,20 @@ def lark_regex(text: str) -> str:
         out.append("\\/" if c == "/" else c)
         i += 1
     return "".join(out)
+
+
+def bounded_whitespace(schema: Any) -> Any:
+    """``schema`` with llguidance's ``x-guidance`` whitespace set to ``JSON_WHITESPACE`` (matched at most
+    once wherever JSON allows whitespace), unless the schema's own ``x-guidance`` sets
+    ``whitespace_flexible`` or ``whitespace_pattern`` (``{"whitespace_flexible": true}``: any whitespace)."""
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, dict):
+        return schema
+    own = schema.get("x-guidance", {})
+    if not isinstance(own, dict) or {"whitespace_flexible", "whitespace_pattern"} & set(own):
+        return schema  # the person's own setting (llguidance refuses one that is not an object)
+    return {**schema, "x-guidance": {**own, "whitespace_pattern": JSON_WHITESPACE}}
 
 
 def schema_of(text: str) -> Any:

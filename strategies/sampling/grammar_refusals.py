@@ -65,10 +65,35 @@ def _json_refusal(problem: str, rest: list[str]) -> str:
 def _regex_refusal(text: str, problem: str, rest: list[str]) -> str:
     if not problem.startswith("invalid regex "):
         return "\n".join([f"the regex {text!r:.200} is not valid: {problem}", *rest])
+    boundary = _word_boundary(text)
+    if "lookarounds not supported" in problem and boundary is not None:
+        # llguidance names its own node (WordStartUnicode ...) and points at the start of its wrapper
+        return "\n".join([f"the regex {text!r:.200} is not valid at column {boundary + 1}: "
+                           f"{text[boundary:boundary + 2]} is a word boundary, and word boundaries (\\b, \\B, "
+                           f"\\<, \\>) are not supported", f"    {text}", "    " + " " * boundary + "^^"])
     first = f"the regex {text!r:.200} is not valid: {_regex_error(rest)}"
     # the echo and its caret are llguidance's copy of the regex: shown where that copy is the person's own
     echo = rest[:2] if len(rest) >= 2 and rest[0].strip() == text.strip() and _CARET.match(rest[1]) else []
     return "\n".join([first, *echo])
+
+
+def _word_boundary(text: str) -> int | None:
+    """Where the first word boundary escape (``\\b``, ``\\B``, ``\\<``, ``\\>``) of ``text`` begins, outside a
+    character class (where ``\\b`` is a backspace), or None."""
+    i, in_class = 0, False
+    while i < len(text) - 1:
+        c = text[i]
+        if c == "\\":
+            if not in_class and text[i + 1] in "bB<>":
+                return i
+            i += 2
+            continue
+        if c == "[":
+            in_class = True
+        elif c == "]":
+            in_class = False
+        i += 1
+    return None
 
 
 def _regex_error(rest: list[str]) -> str:
