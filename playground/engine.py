@@ -20,7 +20,7 @@ from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import resolve_forced
 from strategies.registry import get_strategy
-from strategies.sampling.grammar import GrammarSpec, compile_grammar
+from strategies.sampling.grammar import LIMIT_REASON, GrammarLimit, GrammarSpec, compile_grammar
 
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**31 - 1
@@ -159,7 +159,9 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
     so drawing and sending between two tokens never counts as decoding time.
 
     When ``deadline`` passes, the strategy is closed between two steps exactly as Stop closes it, and
-    the trace so far is yielded once more with ``finish_reason`` "time budget". A run that already holds
+    the trace so far is yielded once more with ``finish_reason`` "time budget"; likewise when the
+    grammar's parser reaches one of its limits mid-run ("grammar: parser limit", the limit named in
+    ``grammar_limit``). A run that already holds
     all its ``max_new_tokens`` is let finish (its reason is its own, "length"): no step is left to cut."""
     trace = None
     try:
@@ -174,6 +176,12 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
                 trace = next(traces)
             except StopIteration:
                 break
+            except GrammarLimit as limit:
+                if trace is None:  # before the first token: nothing to keep, the request is refused
+                    raise
+                trace.finish_reason = LIMIT_REASON
+                trace.extra["grammar_limit"] = str(limit)
+                break
             finally:
                 ctx.clock.pause()
             yield trace
@@ -181,7 +189,7 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
         traces.close()  # a consumer that stops early (Stop) ends the strategy between two steps
     if trace is None:
         raise RuntimeError("the strategy produced no trace")
-    if trace.finish_reason == OUT_OF_TIME:
+    if trace.finish_reason in (OUT_OF_TIME, LIMIT_REASON):
         yield trace
 
 

@@ -17,6 +17,7 @@ from playground.cli.grammar_flags import add_grammar_flags, grammar_of_args
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.ui.controls import GRAMMAR_HELP
+from playground.ui.handlers import status_html
 from playground.whatif.branches import branch_settings
 from playground.whatif.sample_many import sample_many
 from playground.whatif.score import score, summary
@@ -24,6 +25,8 @@ from strategies.sampling.grammar import (
     DEAD_END_REASON,
     GRAMMAR_REASON,
     INCOMPLETE_REASON,
+    LIMIT_REASON,
+    CompiledGrammar,
     GrammarSpec,
     compile_grammar,
     lark_regex,
@@ -282,3 +285,35 @@ def test_the_grammar_help_says_what_a_regex_digit_and_json_whitespace_are():
     json_help = GRAMMAR_HELP.split("- **json**")[1].split("- **regex**")[0]
     assert "ASCII digit" in regex_help and "ASCII digit" in CLI_HELP["regex"]
     assert "16 spaces" in json_help and "16 spaces" in CLI_HELP["json"]
+
+
+class LimitedMatcher:
+    """A matcher that reaches llguidance's item limit at its ``at``-th token (its mask allowed it)."""
+
+    def __init__(self, inner, at: int) -> None:
+        self.inner, self.left = inner, at
+
+    def consume_token(self, token: int) -> bool:
+        self.left -= 1
+        return self.inner.consume_token(token) if self.left >= 0 else False
+
+    def get_error(self) -> str:
+        return "Too many items (limit 50000); try making the grammar more specific"
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_parser_limit_mid_run_ends_the_run_with_the_limit_named_and_the_text_kept(store, monkeypatch):
+    grammar = {"kind": "regex", "text": "( a| the| once| upon| time| hill| rose| there| high)+"}
+    free = _toy_run(store, "sampling", {"temperature": 1.0}, 2, grammar, tokens=8)
+    make = CompiledGrammar.matcher
+    monkeypatch.setattr(CompiledGrammar, "matcher", lambda self: LimitedMatcher(make(self), 3))
+    trace = _toy_run(store, "sampling", {"temperature": 1.0}, 2, grammar, tokens=8).to_dict()
+    assert trace["finish_reason"] == LIMIT_REASON and trace["tokens"] == free.to_dict()["tokens"][:3]
+    assert "Too many items (limit 50000)" in trace["grammar_limit"]
+    assert "Too many items (limit 50000)" in status_html(trace, final=True)
+    # a refusal that is no limit stays a refusal of the token
+    monkeypatch.setattr(LimitedMatcher, "get_error", lambda self: "token not allowed")
+    with pytest.raises(InvalidRequest, match="the grammar does not allow token"):
+        _toy_run(store, "sampling", {"temperature": 1.0}, 2, grammar, tokens=8)

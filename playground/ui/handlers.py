@@ -40,7 +40,7 @@ from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import stop_requested
 from strategies.registry import get_strategy
-from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON
+from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, LIMIT_REASON
 
 if TYPE_CHECKING:
     from playground.charts.common import View
@@ -96,7 +96,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              "stopped": f"stopped at step {steps - 1}" if steps else "stopped before the first step",
              GRAMMAR_REASON: "finished: the grammar is complete",
              DEAD_END_REASON: "stopped: the grammar allows no token here",
-             OUT_OF_TIME: stopped_text(trace.get("time_budget_seconds"))
+             OUT_OF_TIME: stopped_text(trace.get("time_budget_seconds")),
+             LIMIT_REASON: f"stopped: {trace.get('grammar_limit') or 'the grammar reached a limit'}; the text so far stands"
              }.get(trace.get("finish_reason", ""), "generating…")
     if final and state == "generating…" and trace.get("finish_reason") not in ("", "running", None):
         state = f"ended: {trace['finish_reason']}"  # a reason this line has no words for

@@ -69,6 +69,13 @@ MAX_CHOICES = 200
 GRAMMAR_REASON = "grammar complete"  # finish reason: the text is whole and the grammar allows no more
 DEAD_END_REASON = "grammar: no token allowed"  # finish reason: nothing in the vocabulary can continue
 INCOMPLETE_REASON = "grammar: no whole text within max_new_tokens"  # a search found no valid text
+LIMIT_REASON = "grammar: parser limit"  # finish reason: llguidance's parser hit one of its limits mid-run
+
+
+class GrammarLimit(InvalidRequest):
+    """The grammar's parser reached one of llguidance's limits (the items it keeps per step, say) on a
+    token its own mask allowed: the engine ends the run there, the text so far kept, with LIMIT_REASON
+    and this message."""
 MASK_MEANING = "feasible"  # the mask is every token that continues a valid text (forcing off)
 # llguidance's default allows any run of whitespace wherever JSON does, and a model can spend its tokens
 # there (SmolLM2 spent up to 39% of a sample's tokens on it): one space, or a line break and an indent
@@ -355,8 +362,10 @@ class Grammar(TransformBase):
         self.keep(parents)
         for m, token in zip(self.matchers, tokens):
             if not m.consume_token(int(token)):
-                raise InvalidRequest(f"the grammar does not allow token {int(token)} here: "
-                                     f"{first_line(m.get_error())}")
+                problem = first_line(m.get_error())
+                if "limit" in problem.lower():  # the parser's own limit, not a token the grammar refuses
+                    raise GrammarLimit(f"the grammar's parser reached a limit at token {int(token)}: {problem}")
+                raise InvalidRequest(f"the grammar does not allow token {int(token)} here: {problem}")
 
     def keep(self, rows: list[int]) -> None:
         """Row j goes on as row ``rows[j]`` (its text unchanged); a row kept twice is copied."""
