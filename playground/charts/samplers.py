@@ -7,6 +7,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import View, add_caption, num, show_token
+from playground.charts.marks import xtc_reason
 from playground.charts.palette import CHOSEN, INK, MIROSTAT, TEMPLATE, XTC
 
 
@@ -109,7 +110,8 @@ def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
         fig.add_trace(go.Scatter(x=[i for i, _ in coins], y=[d.get("coin") for _, d in coins], mode="markers",
                                  name="XTC coin (filled: acted)", marker=dict(
                                      color=XTC, size=9, symbol=["circle" if a else "circle-open" for a in acted]),
-                                 hovertemplate="coin %{y:.3f}<extra></extra>"))
+                                 customdata=[xtc_reason(d) for _, d in coins], meta={"role": "xtc coin"},
+                                 hovertemplate="XTC %{customdata}<extra></extra>"))
         fig.add_hline(y=coins[0][1].get("probability"), name="xtc probability",
                       line=dict(color=XTC, dash="dot", width=1.5))
     title = " and ".join(filter(None, ("dynamic temperature" if temps else "", "XTC's coin" if coins else "")))
@@ -120,6 +122,9 @@ def adaptive_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
     if coins:
         said.append(f"circles: XTC's coin, filled where it acted ({sum(acted)} of {len(coins)} steps); dotted: its "
                     "probability")
+        here = next((d for i, d in coins if i == selected), None)
+        if here is not None and xtc_reason(here):
+            said.append(f"XTC at step {selected}: {xtc_reason(here)}")
     return _frame(fig, title[0].upper() + title[1:] + " per step", "value", selected, "; ".join(said))
 
 
