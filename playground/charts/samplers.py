@@ -208,8 +208,9 @@ def gumbel_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figu
     fig.update_xaxes(title_text="noise", row=2, col=1)
     fig.update_yaxes(title_text="density", row=2, col=1)
     fig.update_layout(template=TEMPLATE, title=dict(text=_gumbel_title(s, k, drawn, chosen)), barmode="overlay",
-                      height=330 + 24 * len(drawn), bargap=0.05, margin=dict(t=90, b=70),
-                      legend=dict(orientation="h", y=-0.08, yanchor="top", x=0, xanchor="left"))
+                      height=330 + 24 * len(drawn), bargap=0.05, margin=dict(t=90, b=70), showlegend=False)
+    # no legend: the caption names the colours (a legend under a figure this tall sits far below it on a phone)
+    fig.update_traces(showlegend=False)
     add_caption(fig, _gumbel_caption(drawn, chosen, left_out))
     return fig
 
@@ -230,8 +231,8 @@ def _gumbel_title(s: dict[str, Any], k: int, drawn: list[dict[str, Any]], chosen
 
 
 def _gumbel_caption(drawn: list[dict[str, Any]], chosen: int | None, left_out: int) -> str:
-    said = ["bars: the final logit (after the chain), then the noise added to it, ending at the perturbed logit "
-            "(diamond)"]
+    said = ["cyan bars: the final logit (after the chain); purple: the Gumbel noise added to it, ending at the "
+            "perturbed logit (diamond)"]
     if chosen is not None:
         c = drawn[chosen]
         said.append(f"star: the chosen token, {num(c['logit'])} {'+' if c['gumbel'] >= 0 else '−'} "
@@ -239,7 +240,7 @@ def _gumbel_caption(drawn: list[dict[str, Any]], chosen: int | None, left_out: i
     if left_out:
         said.append(f"{left_out} candidate{'s' if left_out > 1 else ''} without a logit or noise (cut by the chain) "
                     "not drawn")
-    said.append("below: every recorded noise of the run; dotted: the Gumbel(0, 1) density")
+    said.append("below: every recorded noise of the run (purple); dotted: the Gumbel(0, 1) density")
     return "; ".join(said) + " · " + TOKEN_MARKS
 
 
