@@ -67,9 +67,14 @@ def make_step(lm: LanguageModel, position: int, stages: list[torch.Tensor], stag
     rp, fp = raw_probs[idx].tolist(), final_probs[idx].tolist()
     extras: list[dict[str, Any]] = [{} for _ in ids]
     if noise is not None:
-        for e, g, perturbed in zip(extras, noise[idx].tolist(), (final[idx] + noise[idx]).tolist()):
+        # the noise, the final logit it was added to and their sum, as the selector compared them; a
+        # logit the chain cut (-inf) is null, as the trace writes -inf everywhere
+        final_at = final[idx]
+        for e, g, logit, perturbed in zip(extras, noise[idx].tolist(), final_at.tolist(),
+                                          (final_at + noise[idx]).tolist()):
             e["gumbel"] = g
-            e["perturbed_logit"] = perturbed
+            e["logit"] = logit if math.isfinite(logit) else None
+            e["perturbed_logit"] = perturbed if math.isfinite(perturbed) else None
     candidates = [Candidate(i, lm.piece(i), r, f, k, e) for i, r, f, k, e in zip(ids, rp, fp, kept, extras)]
     recorded = []
     if len(stages) > 1:

@@ -63,3 +63,19 @@ def waterfall_panels(fd: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": t["name"], "ids": [int(row[2]) for row in t["customdata"]], "colors": t["marker"]["color"],
              "x": t["x"]}
             for t in fd["data"] if t["type"] == "bar" and t.get("customdata")]
+
+
+def role_points(fd: dict[str, Any], role: str) -> dict[int, dict[str, Any]]:
+    """id -> {x, y, base} of the trace whose ``meta`` names ``role`` (the Gumbel panel: "logit", "noise",
+    "perturbed", "chosen"); ids in ``customdata[i][0]``; empty when there is none."""
+    for t in fd["data"]:
+        if _meta(t).get("role") == role:
+            bases = t.get("base")
+            return {int(row[0]): {"x": x, "y": y, "base": bases[i] if isinstance(bases, list) else bases}
+                    for i, (x, y, row) in enumerate(zip(t["x"], t["y"], t["customdata"]))}
+    return {}
+
+
+def role_trace(fd: dict[str, Any], role: str) -> dict[str, Any] | None:
+    """The trace whose ``meta`` names ``role``, as the browser gets it; None when there is none."""
+    return next((t for t in fd["data"] if _meta(t).get("role") == role), None)

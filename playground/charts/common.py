@@ -106,9 +106,9 @@ def _foot(fig: go.Figure, per_row: int = 3) -> int:
         if menu.y is not None and menu.y < 0 and menu.visible is not False:
             lowest = max(lowest, int(-menu.y * plot) + 34)
     legend = fig.layout.legend
-    if legend.y is not None and legend.y < 0:
-        items = sum(1 for t in fig.data if t.showlegend is not False and t.name and t.visible is not False)
-        rows = max(1, -(-items // per_row))
+    items = sum(1 for t in fig.data if t.showlegend is not False and t.name and t.visible is not False)
+    if legend.y is not None and legend.y < 0 and items and fig.layout.showlegend is not False:
+        rows = -(-items // per_row)
         lowest = max(lowest, int(-legend.y * plot) + 21 * rows + 6)
     return lowest
 

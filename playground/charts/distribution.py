@@ -312,7 +312,7 @@ def _add_level(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> lis
     if value is None:
         return []
     fig.add_hline(y=value, name=f"{view.name} level", line=dict(color=mark.color, dash="dot", width=2),
-                  secondary_y=False, annotation=dict(text=described(mark.label, view.decision),
+                  secondary_y=False, annotation=dict(text=described(mark.label, view.decision, view.name),
                                                      font=dict(color=mark.color), xanchor="right"),
                   annotation_position="top right")
     return [float(value)]
@@ -327,7 +327,7 @@ def _add_rank(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
         return _add_level(fig, mark, view, bars)
     if n < len(flags):
         fig.add_vline(x=n - 0.5, name=f"{view.name} rank", line=dict(color=mark.color, dash="dash", width=2),
-                      annotation=dict(text=described(mark.label, view.decision), font=dict(color=mark.color)),
+                      annotation=dict(text=described(mark.label, view.decision, view.name), font=dict(color=mark.color)),
                       annotation_position="top left")
     return []
 
@@ -353,7 +353,7 @@ def _add_mass(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
                       secondary_y=True)
         # at the left end: the right end holds the cumulative axis's ticks and title
         fig.add_annotation(x=0, xref="paper", xanchor="left", y=value, yref="y2", yanchor="bottom",
-                           showarrow=False, text=described(mark.label, view.decision), font=dict(color=mark.color))
+                           showarrow=False, text=described(mark.label, view.decision, view.name), font=dict(color=mark.color))
     return []
 
 
@@ -364,7 +364,7 @@ def _add_ids(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[
     if pos:
         fig.add_trace(go.Scatter(
             x=pos, y=[bars.probs[bars.shown[j]] for j in pos], mode="markers",
-            name=described(mark.label, view.decision) or display_name(view.name),
+            name=described(mark.label, view.decision, view.name) or display_name(view.name),
             meta={"stage": view.name, "role": "ids"},
             marker=dict(symbol="triangle-down", size=11, color=mark.color),
             customdata=[[bars.cands[bars.shown[j]]["id"]] for j in pos],
@@ -379,7 +379,7 @@ def _add_mask(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if pos:
         fig.add_trace(go.Scatter(
             x=pos, y=[bars.probs[bars.shown[j]] for j in pos], mode="markers",
-            name=described(mark.label, view.decision) or f"not allowed by {display_name(view.name)}",
+            name=described(mark.label, view.decision, view.name) or f"not allowed by {display_name(view.name)}",
             meta={"stage": view.name, "role": "disallowed"},
             marker=dict(symbol="x-thin", size=13, line=dict(width=3, color=mark.color), color=mark.color),
             customdata=[[bars.cands[bars.shown[j]]["id"]] for j in pos], text=[bars.ticks[j] for j in pos],

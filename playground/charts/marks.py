@@ -15,7 +15,7 @@ A new stage gets its marks by recording its decision and adding one ``Mark`` her
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from playground.charts.common import as_prob
 from playground.charts.palette import (
@@ -73,9 +73,9 @@ STAGE_MARKS: dict[str, Mark] = {
                 ETA),
     "top_nsigma": Mark("level", "threshold_prob", "top-nσ: logit ≥ max − {n:g}σ (p ≥ {threshold_prob:.3g})",
                        "{n:g}σ = {sigma:.3g} · p ≥ {threshold_prob:.3g}", NSIGMA),
-    # XTC removes what lies at or above its line (but the least probable of those), when its coin says so
-    "xtc": Mark("level", "threshold", "XTC removes p ≥ {threshold:g} · coin {coin:.2f} · acted {acted}",
-                "coin {coin:.2f} · removed {removed}", XTC),
+    # XTC removes what lies at or above its line (but the least probable of those), when its coin says so;
+    # {reason} is why it did or did not act, read off its record (``xtc_reason``)
+    "xtc": Mark("level", "threshold", "XTC removes p ≥ {threshold:g} · {reason}", "{reason}", XTC),
     "mirostat": Mark("level", "threshold", "mirostat μ {mu:.2f} bits: p ≥ 2^−μ = {threshold:.3g}",
                      "μ {mu:.2f} → {mu_after:.2f}", MIROSTAT),
     "dry": Mark("ids", "ids", "DRY −{multiplier:g}×{base:g}^(n−{allowed_length})", "longest repeat {match_length}",
@@ -170,10 +170,51 @@ def display_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-def described(template: str, decision: dict[str, Any]) -> str:
-    """``template`` filled from a decision; empty when a field it names is missing or null."""
+def _beside(coin: float, probability: float) -> str:
+    """``coin`` with the fewest decimals (two at least) that keep it on its recorded side of ``probability``:
+    a coin of 0.4996 against 0.5 reads 0.4996, never 0.50 (nor 0.5001 as 0.50, which only 0.5 itself reads)."""
+    below = coin < probability
+    for digits in range(2, 7):
+        text = f"{coin:.{digits}f}"
+        if (float(text) < probability) == below and (float(text) != probability or coin == probability):
+            return text
+    return repr(coin)
+
+
+def xtc_reason(decision: dict[str, Any]) -> str:
+    """Why XTC did or did not act at a step, in words, from its record alone: it acted (``acted``), and
+    removed ``removed`` tokens; or its ``coin`` was not under its ``probability``; or the coin was under
+    it and it still did not act, which its rule allows only when fewer than two tokens reached its
+    ``threshold``. Empty when a field is missing."""
+    coin, probability = decision.get("coin"), decision.get("probability")
+    if coin is None or probability is None or decision.get("acted") is None:
+        return ""
+    compared = f"coin {_beside(coin, probability)} {'<' if coin < probability else '≥'} probability {probability:g}"
+    if decision["acted"]:
+        removed = decision.get("removed")
+        return f"{compared}: acted" + (f", removed {removed}" if removed is not None else "")
+    if coin >= probability:
+        return f"{compared}: did not act"
+    threshold = decision.get("threshold")
+    return (f"{compared}, but fewer than two tokens ≥ threshold "
+            f"{'?' if threshold is None else f'{threshold:g}'}: nothing to remove")
+
+
+# words read off a stage's record for its Mark's label and summary (``described``): never a new decision
+def _xtc_readings(decision: dict[str, Any]) -> dict[str, str]:
+    reason = xtc_reason(decision)
+    return {"reason": reason} if reason else {}  # none: the label that names it is left out
+
+
+READINGS: dict[str, Callable[[dict[str, Any]], dict[str, str]]] = {"xtc": _xtc_readings}
+
+
+def described(template: str, decision: dict[str, Any], stage: str = "") -> str:
+    """``template`` filled from a decision (and the readings of ``stage``'s record, ``READINGS``);
+    empty when a field it names is missing or null."""
+    fields = {**decision, **READINGS[stage](decision)} if stage in READINGS else decision
     try:
-        return template.format(**decision)
+        return template.format(**fields)
     except (KeyError, TypeError, ValueError):
         return ""
 
@@ -182,4 +223,4 @@ def stage_summary(stage: dict[str, Any]) -> str:
     """A stage's recorded decision in a few words, for its panel title."""
     mark = STAGE_MARKS.get(stage["name"])
     template = mark.summary if mark else STAGE_SUMMARIES.get(stage["name"], "")
-    return described(template, stage.get("decision") or {})
+    return described(template, stage.get("decision") or {}, stage["name"])

@@ -75,6 +75,7 @@ XTC = RED_600  # the XTC line in the distribution and its coin in the sampler vi
 MIROSTAT = ORANGE_600  # mirostat's line and mu; the dynamic temperature
 PENALISED = AMBER_700  # the tokens a penalty touched (and DRY's repeat, underlined in the text)
 BANNED = RED_900  # tokens a ban removed (n-gram, word)
+NOISE = PURPLE_600  # the Gumbel-max selector's noise, added to the final logit (samplers.py)
 
 # The text coloured by the model's probability of each token: a ramp through these three
 SURPRISING, UNSURE, CONFIDENT = RED_500, AMBER_500, GREEN_500  # p = 0, 0.5, 1
