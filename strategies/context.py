@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -35,6 +36,19 @@ class Stopwatch:
         if self._paused_at is not None:
             self._held += time.perf_counter() - self._paused_at
             self._paused_at = None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """A one-off span inside a run that is not decoding (measuring the machine's pass costs, as
+        loading is not): it counts neither in the run's timing nor against its time budget."""
+        if self._paused_at is not None:  # already held
+            yield
+            return
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
 
 
 @dataclass

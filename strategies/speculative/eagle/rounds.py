@@ -10,6 +10,7 @@ it committed). Wall-clock figures live under ``timing``.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Iterator
 
 import torch
@@ -99,12 +100,12 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     with torch.inference_mode():
         decoder.prefill()
     choice = figures = None
-    if auto:  # measuring the pass costs is a one-off per model and weights, like loading: not the run's time
-        before = ctx.clock.now()
-        choice, figures = auto_tree(decoder, load_head(ctx.lm)[1], params.eagle_auto_tree)
-        spent = ctx.clock.now() - before if figures["costs_measured_now"] else 0.0
-        figures["costs_seconds"] = rnd(spent)
-        started += spent
+    if auto:  # measuring the pass costs is a one-off per model and weights, like loading: neither the run's
+        # time nor its budget's
+        before = time.perf_counter()
+        with ctx.clock.held():
+            choice, figures = auto_tree(decoder, load_head(ctx.lm)[1], params.eagle_auto_tree)
+        figures["costs_seconds"] = rnd(time.perf_counter() - before if figures["costs_measured_now"] else 0.0)
         # the tree this run used, as a parameter: a request or link with the trace's params replays it
         trace.params["eagle_auto_tree"] = tree_text(decoder.depth, decoder.branching)
     reason, produced, rounds, accepted, draft_s, verify_s = "length", 0, 0, 0, 0.0, 0.0
