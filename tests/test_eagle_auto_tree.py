@@ -8,11 +8,10 @@ import time
 import pytest
 
 from playground.engine import Request, run
-from playground.errors import InvalidRequest
 from playground.serving.budget import Budget
 from strategies.speculative.eagle import auto_tree as auto
 from strategies.speculative.eagle.auto_tree import SIZES, PassCosts, acceptance_rates, choose, expected_accepted
-from strategies.speculative.eagle.head import ATTACHED_KEY, load_head
+from strategies.speculative.eagle.head import load_head
 
 # Depth d reached 100 times each: the top draft is right half the time, the second the other half.
 HALF_AND_HALF = {"reached": [100] * 5, "rank_hits": [[50, 50, 0]] * 5}
