@@ -8,10 +8,11 @@ import time
 import pytest
 
 from playground.engine import Request, run
+from playground.errors import InvalidRequest
 from playground.serving.budget import Budget
 from strategies.speculative.eagle import auto_tree as auto
 from strategies.speculative.eagle.auto_tree import SIZES, PassCosts, acceptance_rates, choose, expected_accepted
-from strategies.speculative.eagle.head import load_head
+from strategies.speculative.eagle.head import ATTACHED_KEY, load_head
 
 # Depth d reached 100 times each: the top draft is right half the time, the second the other half.
 HALF_AND_HALF = {"reached": [100] * 5, "rank_hits": [[50, 50, 0]] * 5}
@@ -121,3 +122,76 @@ def test_measuring_the_costs_is_not_counted_against_the_time_budget(store, monke
     figures = trace.timing.extra["speculative"]["auto_tree"]
     assert figures["costs_measured_now"] and figures["costs_seconds"] >= 3.0 and len(trace.rounds) > 1
     assert trace.finish_reason == "length" and len(trace.tokens) == 16 and trace.timing.seconds < 2.5
+
+
+def test_auto_sampling_is_a_static_tree(store):
+    trace = run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
+                                                             "temperature": 1.0, "measure_baseline": False},
+                               seed=3, max_new_tokens=12))
+    spec = trace.extra["speculative"]
+    assert spec["tree"] == "auto" and spec["verify"] == "tree_rejection"
+    assert all(len(r["tree"]) - 1 <= spec["auto_tree"]["nodes"] for r in trace.rounds)
+
+
+def test_auto_without_measured_acceptance_is_refused(store, monkeypatch):
+    lm = store.get("toy")
+    head, record = load_head(lm)
+    bare = {k: v for k, v in record.items() if k != "held_out"}
+    monkeypatch.setitem(lm.attached, ATTACHED_KEY, (head, bare))
+    with pytest.raises(InvalidRequest, match="measured acceptance"):
+        run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto"}, max_new_tokens=4))
+
+
+def test_a_small_pass_never_costs_more_than_a_larger_one():
+    from strategies.speculative.eagle.auto_tree import monotone
+    assert monotone([15.9, 129.8, 9.6, 6.2, 1.6, 1.7]) == (1.6, 1.6, 1.6, 1.6, 1.6, 1.7)
+    assert monotone([1.0, 2.0, 3.0]) == (1.0, 2.0, 3.0)
+
+
+def test_the_trace_of_an_auto_run_replays_it_without_measuring(store):
+    """The trace's params name the tree auto chose; a request with those params takes it without
+    measuring and gives the same trace less ``timing`` (what a share link of the run restores)."""
+    params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 1.0, "measure_baseline": False}
+    first = run(store, Request("toy", "speculative", "1 2", params, seed=5, max_new_tokens=12))
+    spec = first.extra["speculative"]
+    assert first.params["eagle_auto_tree"] == f"{spec['depth']}x{spec['branching']}"
+    again = run(store, Request("toy", "speculative", "1 2", dict(first.params), seed=5, max_new_tokens=12))
+    assert again.to_json(timing=False) == first.to_json(timing=False)
+    assert again.timing.extra["speculative"]["auto_tree"]["tree_from"] == "the request"
+    assert "costs" not in again.timing.extra["speculative"]["auto_tree"]
+
+
+def test_a_carried_tree_is_the_tree_the_run_uses(store):
+    """A tree other than auto's own choice, carried by the request, is the one drafted: every round's
+    tree has at most its nodes, and its longest path is its depth."""
+    params = {"draft": "eagle", "eagle_tree": "auto", "eagle_auto_tree": "2X3", "temperature": 1.0,
+              "measure_baseline": False}
+    trace = run(store, Request("toy", "speculative", "1 2", params, seed=2, max_new_tokens=10))
+    spec = trace.extra["speculative"]
+    assert (spec["depth"], spec["branching"], spec["auto_tree"]["nodes"]) == (2, 3, 12)
+    assert trace.params["eagle_auto_tree"] == "2x3"
+    assert all(len(r["tree"]) - 1 <= 12 and max(n["depth"] for n in r["tree"]) <= 2 for r in trace.rounds)
+
+
+@pytest.mark.parametrize("text", ["4", "0x2", "9x1", "4x9", "3x8", "ax2", "4x2x1", "-1x2"])
+def test_a_carried_tree_auto_could_not_choose_is_refused_with_the_allowed_range(store, text):
+    with pytest.raises(InvalidRequest, match=r"eagle_auto_tree must be empty or depth x branching .* got "):
+        run(store, Request("toy", "speculative", "1 2", {"draft": "eagle", "eagle_tree": "auto",
+                                                         "eagle_auto_tree": text}, max_new_tokens=4))
+
+
+def test_the_costs_are_measured_once_per_machine_and_read_back(store, monkeypatch, tmp_path):
+    """What one process measured is kept on disk: a model loaded afresh (another process) reads those
+    costs instead of measuring, and so chooses the same tree."""
+    lm = store.get("toy")
+    forget_measured_costs(lm, monkeypatch, tmp_path)
+    params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
+    first = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=6))
+    assert first.timing.extra["speculative"]["auto_tree"]["costs_measured_now"]
+    assert list((tmp_path / "measured").glob("toy-float32-eagle_pass_costs-*.json"))
+    forget_measured_costs(lm, monkeypatch, tmp_path)  # the process forgets; the machine's record stays
+    again = run(store, Request("toy", "speculative", "1 2", params, max_new_tokens=6))
+    figures = again.timing.extra["speculative"]["auto_tree"]
+    assert figures["costs_measured_now"] is False
+    assert figures["costs"] == first.timing.extra["speculative"]["auto_tree"]["costs"]
+    assert again.to_json(timing=False) == first.to_json(timing=False)
