@@ -60,8 +60,7 @@ class TransformBase:
     (``strategies.recording.decision_record``).
     """
 
-    name: str  # set by @stage
-    truncates: bool  # set by @stage
+    name: str  # set by @stage (whether it truncates is the registry's: STAGES[name].truncates)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
@@ -129,7 +128,6 @@ def stage(name: str, *, params: dict[str, str] | None = None, truncates: bool) -
         if name in STAGES:
             raise RuntimeError(f"stage {name!r} registered twice")
         cls.name = name
-        cls.truncates = truncates
         STAGES[name] = StageSpec(name, cls, dict(params or {}), truncates)
         return cls
     return wrap

@@ -83,14 +83,13 @@ class Budget:
 
     def deadline(self, clock: Callable[[], float] = time.monotonic) -> "Deadline":
         """The deadline ``seconds`` from now on ``clock`` (the engine passes the decoder's own)."""
-        return Deadline(None if self.seconds is None else clock() + self.seconds, clock, self.seconds)
+        return Deadline(None if self.seconds is None else clock() + self.seconds, clock)
 
 
 @dataclass(frozen=True)
 class Deadline:
     at: float | None  # a reading of ``clock``, None = never
     clock: Callable[[], float] = time.monotonic
-    seconds: float | None = None  # the budget it was set from, for the message
 
     def passed(self) -> bool:
         return self.at is not None and self.clock() >= self.at
