@@ -29,6 +29,8 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from playground.seam import LanguageModel
+
 Decision = dict[str, Any]
 
 
@@ -64,7 +66,7 @@ class TransformBase:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "TransformBase":
+                      lm: LanguageModel | None = None) -> "TransformBase":
         """The stage for one run: ``settings`` are its fields' values (read from the request's parameters)."""
         return cls(**settings)
 
@@ -114,7 +116,7 @@ class StageSpec:
         """Whether ``p`` turns the stage on: any of its parameters away from its no-op value."""
         return any(getattr(p, name) != noop for name, noop in self.switches(p).items())
 
-    def build(self, p: Any, generator: torch.Generator | None = None, lm: Any = None) -> TransformBase:
+    def build(self, p: Any, generator: torch.Generator | None = None, lm: LanguageModel | None = None) -> TransformBase:
         """A fresh stage object for one run, from ``p`` (``generator``, ``lm``: for the stages that need them)."""
         return self.cls.from_settings(self.settings(p), generator, lm)
 

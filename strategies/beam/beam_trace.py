@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Candidate, Stage, Step, Trace
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.recording import decision_record, entropy
@@ -74,7 +75,7 @@ def record_step(parents: list[int | None], scores: torch.Tensor, logprobs: torch
 # --- trace assembly -----------------------------------------------------------------------------
 
 
-def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[StepRecord]]],
+def best_path_steps(lm: LanguageModel, tree: BeamTree, records: dict[int, tuple[int, list[StepRecord]]],
                     best: int | None, prompt_len: int, selector: str) -> list[Step]:
     """trace.steps for the searched part of the best path: at each step, the candidates of the row the
     winning hypothesis grew from. ``records`` maps a tree index to (offset, its records);
@@ -123,13 +124,13 @@ def best_path_steps(lm: Any, tree: BeamTree, records: dict[int, tuple[int, list[
     return steps
 
 
-def finished_records(lm: Any, tree: BeamTree, items: list[tuple[float | None, float, int]]) -> list[dict[str, Any]]:
+def finished_records(lm: LanguageModel, tree: BeamTree, items: list[tuple[float | None, float, int]]) -> list[dict[str, Any]]:
     eos = lm.eos_ids
     return [hypothesis_record(tree, node, score, pen, lm.decode,
                               eos=tree.nodes[node]["token_id"] in eos) for pen, score, node in items]
 
 
-def end_reason(trace: Trace, lm: Any, best: int | None, grammar: Any, reached_limit: bool = True) -> str:
+def end_reason(trace: Trace, lm: LanguageModel, best: int | None, grammar: Any, reached_limit: bool = True) -> str:
     """Why a search's run ended: its best hypothesis's end, or, under a grammar, that none was whole:
     at the length limit (no whole text within max_new_tokens), or before it, when every hypothesis
     came to a step where the grammar allowed no token (``reached_limit`` False)."""
@@ -138,7 +139,7 @@ def end_reason(trace: Trace, lm: Any, best: int | None, grammar: Any, reached_li
     return "eos" if trace.tokens and trace.tokens[-1].id in lm.eos_ids else "length"
 
 
-def publish(trace: Trace, lm: Any, tree: BeamTree, best: int | None, finished: list[dict[str, Any]],
+def publish(trace: Trace, lm: LanguageModel, tree: BeamTree, best: int | None, finished: list[dict[str, Any]],
             counters: dict[str, Any], **extra: Any) -> None:
     """Point the trace at the current best hypothesis and the tree so far."""
     trace.tokens = tree.tokens(best)

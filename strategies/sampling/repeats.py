@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.sampling.transforms import NEG_INF
 from strategies.stages import Decision, TransformBase, stage
 from strategies.untrusted_json import loads_untrusted
@@ -63,7 +64,7 @@ def parse_word_bias(text: str) -> list[tuple[str, float]]:
     return out
 
 
-def word_sequences(lm: Any, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
+def word_sequences(lm: LanguageModel, entries: list[tuple[str, float]]) -> tuple[tuple[tuple[int, ...], float], ...]:
     """Each (word, bias) as token-id sequences: the word as written and with a leading space (how it
     is written after another word); spellings with an unknown token are left out."""
     out: dict[tuple[int, ...], float] = {}
@@ -130,7 +131,7 @@ class DRY(TransformBase):
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "DRY":
+                      lm: LanguageModel | None = None) -> "DRY":
         """The breakers come as the request writes them (quoted, comma-separated); ``lm.piece`` spells tokens."""
         if lm is None:
             raise InvalidRequest("dry needs the request's model")
@@ -257,7 +258,7 @@ class WordBias(TransformBase):
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "WordBias":
+                      lm: LanguageModel | None = None) -> "WordBias":
         """The request writes words ('word=bias, ...'); ``lm``'s tokenizer spells them as token ids."""
         if lm is None:
             raise InvalidRequest("word_bias needs the request's model")

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from playground.errors import InvalidRequest
+from playground.seam import LanguageModel
 from strategies.sampling.transforms import NEG_INF
 from strategies.stages import Decision, Outcome, TransformBase, stage
 
@@ -147,7 +148,7 @@ class XTC(TransformBase):
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "XTC":
+                      lm: LanguageModel | None = None) -> "XTC":
         if generator is None:
             raise InvalidRequest("xtc needs the request's generator")
         return cls(**settings, generator=generator)
@@ -218,7 +219,7 @@ class PLess(TransformBase):
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
-                      lm: Any = None) -> "PLess":
+                      lm: LanguageModel | None = None) -> "PLess":
         return cls()
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext
 from strategies.recording import make_step
@@ -46,12 +47,12 @@ class Round:
 # --- the trace of a round ----------------------------------------------------------------------
 
 
-def _tok(lm: Any, token_id: int, **fields: float | None) -> dict[str, Any]:
+def _tok(lm: LanguageModel, token_id: int, **fields: float | None) -> dict[str, Any]:
     return {"id": int(token_id), "text": lm.piece(int(token_id)),
             **{k: (None if v is None else rnd(v)) for k, v in fields.items()}}
 
 
-def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
+def _alternatives(lm: LanguageModel, target_row: torch.Tensor, draft_row: torch.Tensor, token: int) -> list[dict[str, Any]]:
     """The top tokens of target and draft at one position, by the larger of the two probabilities."""
     ids = {token}
     for row in (target_row, draft_row):  # only tokens with mass: a one-hot lookup draft adds none
@@ -62,7 +63,7 @@ def _alternatives(lm: Any, target_row: torch.Tensor, draft_row: torch.Tensor, to
     return [_tok(lm, i, p_target=p, q_draft=q) for i, p, q in rows]
 
 
-def _drafts(lm: Any, r: Round, committed: int) -> list[dict[str, Any]]:
+def _drafts(lm: LanguageModel, r: Round, committed: int) -> list[dict[str, Any]]:
     """Each drafted token: its probabilities, the test it went through, and its fate."""
     v, n = r.verdict, int(r.verdict.n_accepted[0])
     lossless = not torch.isnan(v.u).any()
@@ -86,7 +87,7 @@ def drawn_from(v: Verdict) -> str:
     return "residual" if bool(v.from_residual[0]) else "target"
 
 
-def round_record(lm: Any, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
+def round_record(lm: LanguageModel, index: int, start: int, r: Round, committed: int, params: SpeculativeParams
                  ) -> dict[str, Any]:
     """The JSON-ready record of one round (see the trace contract in DESIGN.md).
 
