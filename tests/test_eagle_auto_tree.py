@@ -112,16 +112,16 @@ def test_measuring_the_costs_is_not_counted_against_the_time_budget(store, monke
     measure = auto.measure
 
     def slow(decoder):
-        time.sleep(3.0)  # a slow machine's measurement
+        time.sleep(5.0)  # a slow machine's measurement
         return measure(decoder)
 
     monkeypatch.setattr(auto, "measure", slow)
     params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
     req = Request("smollm2-135m", "speculative", "Write a long story about the sea.", params, max_new_tokens=16)
-    trace = run(store, req, budget=Budget(seconds=2.5))
+    trace = run(store, req, budget=Budget(seconds=4.0))  # decoding: 1.2 s here, 1.6 s on the scalar kernels
     figures = trace.timing.extra["speculative"]["auto_tree"]
-    assert figures["costs_measured_now"] and figures["costs_seconds"] >= 3.0 and len(trace.rounds) > 1
-    assert trace.finish_reason == "length" and len(trace.tokens) == 16 and trace.timing.seconds < 2.5
+    assert figures["costs_measured_now"] and figures["costs_seconds"] >= 5.0 and len(trace.rounds) > 1
+    assert trace.finish_reason == "length" and len(trace.tokens) == 16 and trace.timing.seconds < 4.0
 
 
 def test_auto_sampling_is_a_static_tree(store):
