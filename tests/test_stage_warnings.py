@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from playground.charts.stage_warnings import by_stage, stage_warnings, warnings_html
+from playground.charts.theme import themed
 from playground.charts.views import strategy_views
 from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
@@ -208,3 +209,16 @@ def test_adaptive_p_or_a_hot_temperature_with_nothing_cut_warns_that_it_spreads_
 def test_adaptive_p_alone_on_a_toy_run_warns_and_the_defaults_do_not(store):
     assert ("spreads", "adaptive_p") in kinds(toy_trace(store, {"adaptive_p_target": 0.3}))
     assert not any(k == "spreads" for k, _ in kinds(toy_trace(store, {"adaptive_p_target": 0.3, "min_p": 0.1})))
+
+
+def test_the_warnings_under_the_chain_wrap_to_the_screen_over_the_caption_and_the_figure_grows_by_them(store):
+    trace = toy_trace(store, {"adaptive_p_target": 0.3, "xtc_probability": 0.5, "xtc_threshold": 0.6})
+    fig = waterfall_figure(trace, 0)
+    for view, longest in (("light:1440", 80), ("dark:390", 40)):
+        out = themed(fig, view)
+        [notes] = [a for a in out.layout.annotations if a.name == "stage warnings"]
+        lines = str(notes.text).split("<br>")
+        assert len(lines) > 2 and max(len(line) for line in lines) <= longest, lines  # two warnings, wrapped
+        [caption] = [a for a in out.layout.annotations if a.name == "caption"]
+        assert -notes.yshift + 20 * len(lines) <= -caption.yshift  # the caption under them
+        assert out.layout.height >= fig.layout.height + 20 * len(lines)

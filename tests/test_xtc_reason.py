@@ -58,13 +58,15 @@ def test_each_chart_says_the_reason_of_its_step():
     trace = _trace()
     for k, (_, said) in enumerate(REASONS.values()):
         stage = trace["steps"][k]["stages"][1]
-        assert stage_summary(stage) == said
+        # the waterfall's panel (beside the others): the coin and the verdict; the rest says it all
+        short = f"coin {said.split()[1]} · {said.rpartition(': ')[2]}"
+        assert stage_summary(stage) == said and stage_summary(stage, panel=True) == short
         assert f"xtc line: {said}" in distribution_caption(trace, k)
         fd = fig_dict(distribution_figure(trace, k))
         labels = [a["text"] for a in fd["layout"]["annotations"] if a.get("text")]
         assert f"XTC removes p ≥ {stage['decision']['threshold']:g} · {said}" in labels, labels
         titles = [a["text"] for a in fig_dict(waterfall_figure(trace, k))["layout"]["annotations"]]
-        assert any(said in t for t in titles), titles
+        assert any(short in t for t in titles), titles
         fig = adaptive_figure(trace, k)
         assert f"XTC at step {k}: {said}" in caption_of(fig)
         coins = role_trace(fig_dict(fig), "xtc coin")

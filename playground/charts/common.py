@@ -79,6 +79,9 @@ def prob_brief(p: float) -> str:
 
 CAPTION = "caption"  # the name of a figure's one-line reading guide (an annotation under the plot)
 CAPTION_ROW = 22  # px a caption line takes at the figure's foot
+NOTES = "stage warnings"  # the name of the warnings a figure writes under its plot (13 px lines), over the caption
+NOTE_ROW = 20  # px a line of them takes
+NOTES_FLOOR = 36  # px under the plot where they start at the least (the axis's tick labels)
 
 
 def add_caption(fig: go.Figure, text: str) -> go.Figure:
@@ -94,14 +97,14 @@ def add_caption(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
-def _foot(fig: go.Figure, per_row: int = 3) -> int:
-    """Pixels under the plot area that the bottom margin, and the buttons and legend placed below the
-    plot (at a negative paper y, a fraction of the plot's height), take."""
+def _foot(fig: go.Figure, per_row: int = 3, floor: int | None = None) -> int:
+    """Pixels under the plot area that the bottom margin (or ``floor``), and the buttons and legend placed
+    below the plot (at a negative paper y, a fraction of the plot's height), take."""
     margin = fig.layout.margin
     bottom = margin.b if margin.b is not None else 60
     top = margin.t if margin.t is not None else 86
     plot = max(60, (fig.layout.height or 450) - top - bottom)
-    lowest = bottom
+    lowest = bottom if floor is None else floor
     for menu in fig.layout.updatemenus or ():
         if menu.y is not None and menu.y < 0 and menu.visible is not False:
             lowest = max(lowest, int(-menu.y * plot) + 34)
@@ -126,7 +129,8 @@ def caption_of(fig: go.Figure) -> str | None:
 def place_caption(fig: go.Figure, per_line: int | None = None, narrow: bool = False) -> None:
     """The caption's row at the foot of ``fig`` (a copy on its way out): the bottom margin and the
     height grow by its lines, so the plot, its legend and buttons keep their places above it;
-    ``per_line`` wraps it (a phone)."""
+    ``per_line`` wraps it (a phone). Warnings written under the plot (an annotation named ``NOTES``) are
+    wrapped too and placed between the legend and buttons and the caption."""
     ann = caption_annotation(fig)
     if ann is None:
         return
@@ -135,6 +139,13 @@ def place_caption(fig: go.Figure, per_line: int | None = None, narrow: bool = Fa
     lines = str(ann.text).count("<br>") + 1
     bottom = fig.layout.margin.b if fig.layout.margin.b is not None else 60
     above = _foot(fig, 1 if narrow else 3)  # the room the legend and buttons under the plot take
+    notes = next((a for a in fig.layout.annotations or () if a.name == NOTES), None)
+    if notes is not None:  # the warnings: under the legend and buttons, over the caption
+        if per_line:
+            notes.text = "<br>".join(wrap(str(notes.text), per_line * 12 // 13))  # 13 px type, the caption's 12
+        under = _foot(fig, 1 if narrow else 3, floor=NOTES_FLOOR)
+        notes.yshift = -under
+        above = max(above, under + NOTE_ROW * (str(notes.text).count("<br>") + 1))
     # the plot keeps its height: the figure grows by the caption's row and any room the legend lacked
     fig.update_layout(margin_b=above + CAPTION_ROW * lines,
                       height=(fig.layout.height or 450) + above - bottom + CAPTION_ROW * lines)

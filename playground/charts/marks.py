@@ -48,7 +48,8 @@ class Mark:
       "ids": the bars of the candidate ids listed in ``decision[key]`` are marked;
       "mask": the bars of the candidate ids *not* listed in ``decision[key]`` are crossed (a grammar:
               its record lists what it allows).
-    label: the line's text, formatted with the decision's fields; summary: the waterfall panel's.
+    label: the line's text, formatted with the decision's fields; summary: the captions' and the
+    waterfall panel's; panel: a shorter one for the panel (narrow beside the others), where set.
     """
 
     kind: str
@@ -57,6 +58,7 @@ class Mark:
     summary: str
     color: str
     curve: str = ""
+    panel: str = ""
 
 
 # Stages drawn from their decision; a stage without an entry still gets its kept flags drawn.
@@ -75,7 +77,8 @@ STAGE_MARKS: dict[str, Mark] = {
                        "{n:g}σ = {sigma:.3g} · p ≥ {threshold_prob:.3g}", NSIGMA),
     # XTC removes what lies at or above its line (but the least probable of those), when its coin says so;
     # {reason} is why it did or did not act, read off its record (``xtc_reason``)
-    "xtc": Mark("level", "threshold", "XTC removes p ≥ {threshold:g} · {reason}", "{reason}", XTC),
+    "xtc": Mark("level", "threshold", "XTC removes p ≥ {threshold:g} · {reason}", "{reason}", XTC,
+                panel="coin {coin_text} · {verdict}"),
     "mirostat": Mark("level", "threshold", "mirostat μ {mu:.2f} bits: p ≥ 2^−μ = {threshold:.3g}",
                      "μ {mu:.2f} → {mu_after:.2f}", MIROSTAT),
     "dry": Mark("ids", "ids", "DRY −{multiplier:g}×{base:g}^(n−{allowed_length})", "longest repeat {match_length}",
@@ -202,8 +205,13 @@ def xtc_reason(decision: dict[str, Any]) -> str:
 
 # words read off a stage's record for its Mark's label and summary (``described``): never a new decision
 def _xtc_readings(decision: dict[str, Any]) -> dict[str, str]:
+    """``reason`` in full (the line's label, the captions) and ``verdict``, its last words (a panel's
+    title, narrow beside two others)."""
     reason = xtc_reason(decision)
-    return {"reason": reason} if reason else {}  # none: the label that names it is left out
+    if not reason:
+        return {}  # none: the label that names it is left out
+    return {"reason": reason, "verdict": reason.rpartition(": ")[2],
+            "coin_text": _beside(decision["coin"], decision["probability"])}
 
 
 READINGS: dict[str, Callable[[dict[str, Any]], dict[str, str]]] = {"xtc": _xtc_readings}
@@ -219,8 +227,9 @@ def described(template: str, decision: dict[str, Any], stage: str = "") -> str:
         return ""
 
 
-def stage_summary(stage: dict[str, Any]) -> str:
-    """A stage's recorded decision in a few words, for its panel title."""
+def stage_summary(stage: dict[str, Any], panel: bool = False) -> str:
+    """A stage's recorded decision in a few words, for a caption; ``panel``: for its waterfall panel's title."""
     mark = STAGE_MARKS.get(stage["name"])
-    template = mark.summary if mark else STAGE_SUMMARIES.get(stage["name"], "")
+    template = ((mark.panel if panel and mark.panel else mark.summary) if mark
+                else STAGE_SUMMARIES.get(stage["name"], ""))
     return described(template, stage.get("decision") or {}, stage["name"])

@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, escape, show_token
+from playground.charts.common import NOTES, NOTES_FLOOR, TOKEN_MARKS, add_caption, as_prob, escape, show_token
 from playground.charts.marks import disallowed_ids, display_name, stage_summary, stages_of
 from playground.charts.palette import CHOSEN, CLEAR, CUT, KEPT, SLOW_INK, TEMPLATE
 from playground.charts.stage_warnings import by_stage, stage_warnings
@@ -41,7 +41,7 @@ def waterfall_figure(trace: dict[str, Any], step: int = 0, top: int = 12) -> go.
               for i in rows]
     selector = (trace.get("chain") or ["?"])[-1]
     titles = [f"{k + 1}. {display_name(st['name'])}<br>"
-              + " · ".join(filter(None, (stage_summary(st),
+              + " · ".join(filter(None, (stage_summary(st, panel=True),
                                          "" if st["name"] == "grammar" or st.get("kept_count") is None
                                          else f"{st['kept_count']:,} kept")))
               for k, st in enumerate(stages)]
@@ -90,6 +90,5 @@ def _add_stage_warnings(fig: go.Figure, trace: dict[str, Any], step: int) -> Non
     if not notes:
         return
     fig.add_annotation(text="<br>".join("⚠ " + escape(n, quote=False) for n in notes), xref="paper", yref="paper",
-                       x=0, y=0, xanchor="left", yanchor="top", yshift=-36, showarrow=False, align="left",
-                       name="stage warnings", font=dict(color=SLOW_INK, size=13))
-    fig.update_layout(margin=dict(b=60 + 20 * len(notes)), height=fig.layout.height + 20 * len(notes))
+                       x=0, y=0, xanchor="left", yanchor="top", yshift=-NOTES_FLOOR, showarrow=False, align="left",
+                       name=NOTES, font=dict(color=SLOW_INK, size=13))  # placed with the caption (common.place_caption)
