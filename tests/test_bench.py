@@ -40,6 +40,8 @@ COMPILE_ONLY = {
     "bench_llamacpp.py": "it needs llama.cpp (its first run fetches the sources and builds the library into "
                          ".bench-venv: about 4 minutes on two cores; `make bench` runs it), and llama.cpp runs "
                          "the real GGUF models, not toy",
+    "bench_page.py": "it times the real app with SmolLM2 in Chromium for minutes, under a busy process on every "
+                     "core (`make bench` runs it; tests/test_browser_stop.py holds Stop's latency under load)",
 }
 
 
