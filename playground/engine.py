@@ -17,7 +17,7 @@ from playground.models.fast.check import weights_record
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget, Deadline
 from playground.trace import Trace
-from strategies.context import DecodeContext
+from strategies.context import DecodeContext, OutOfTime
 from strategies.forcing import resolve_forced
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import LIMIT_REASON, GrammarLimit, GrammarSpec, compile_grammar
@@ -159,7 +159,8 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
     so drawing and sending between two tokens never counts as decoding time.
 
     When ``deadline`` passes, the strategy is closed between two steps exactly as Stop closes it, and
-    the trace so far is yielded once more with ``finish_reason`` "time budget"; likewise when the
+    the trace so far is yielded once more with ``finish_reason`` "time budget" (first the strategy may
+    wind up: ``wind_up``); likewise when the
     grammar's parser reaches one of its limits mid-run ("grammar: parser limit", the limit named in
     ``grammar_limit``). A run that already holds
     all its ``max_new_tokens`` is let finish (its reason is its own, "length"): no step is left to cut."""
@@ -169,6 +170,8 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
             out_of_time = (deadline is not None and trace is not None and trace.finish_reason == "running"
                            and len(trace.tokens) < ctx.max_new_tokens)
             if out_of_time and deadline is not None and trace is not None and deadline.passed():
+                trace.finish_reason = OUT_OF_TIME
+                trace = wind_up(traces, trace)
                 trace.finish_reason = OUT_OF_TIME
                 break
             ctx.clock.resume()
@@ -191,6 +194,17 @@ def timed(traces: Generator[Trace, None, None], ctx: DecodeContext, deadline: De
         raise RuntimeError("the strategy produced no trace")
     if trace.finish_reason in (OUT_OF_TIME, LIMIT_REASON):
         yield trace
+
+
+def wind_up(traces: Generator[Trace, None, None], trace: Trace) -> Trace:
+    """The run's last trace once the time budget cut it at ``trace``: OutOfTime is thrown in at the
+    strategy's yield, with the decoder's clock held (paused since that yield), so what the strategy does
+    then counts neither in its timing nor against the budget. A strategy with nothing to do lets it
+    through (``trace`` stays the last); one that catches it yields its last trace."""
+    try:
+        return traces.throw(OutOfTime())
+    except (OutOfTime, StopIteration):
+        return trace
 
 
 def run(store: ModelStore, req: Request, progress: Progress | None = None, budget: Budget | None = None) -> Trace:

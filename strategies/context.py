@@ -12,6 +12,13 @@ from playground.seam import LanguageModel
 from playground.trace import Trace
 
 
+class OutOfTime(Exception):
+    """Thrown into a strategy at its yield when the request's time budget cut the run there (the engine's
+    ``timed``; the trace's finish_reason already says so). A strategy with work to do after its text,
+    off the decoder's clock (speculative decoding's plain-decoding reference), catches it, does that work
+    and yields its last trace; any other lets it through, which ends it as closing it would."""
+
+
 class Stopwatch:
     """The decoder's own time: wall-clock time less the spans in which a consumer held the stream.
 

@@ -5,6 +5,8 @@ import time
 
 import pytest
 
+import strategies.speculative.baseline as baseline_module
+from playground.charts.break_even import sentence
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
 from playground.serving.budget import DEFAULT_SECONDS, Budget, Deadline
@@ -119,3 +121,71 @@ def test_the_time_budget_counts_decoding_not_the_time_a_consumer_holds_each_toke
     assert last.finish_reason in ("length", "eos") and last.timing.seconds < 0.5
     held = SlowPage(0.0).read(stream(store, req, budget=Budget(seconds=1e-6)))
     assert held.finish_reason == "time budget"  # a budget the decoding itself passes still stops it
+
+
+# --- speculative decoding's plain reference: measured after a cut, off the clock the budget reads -------------
+
+CUT_RUNS = [{"draft": "toy-small", "gamma": 1}, {"draft": "early_exit", "gamma": 2},
+            {"draft": "eagle", "eagle_depth": 2, "eagle_branching": 2}]
+
+
+@pytest.fixture
+def plain_runs(monkeypatch):
+    """The plain loop the baseline runs, watched: the tokens of each run of it."""
+    seen: list[list[int]] = []
+    original = baseline_module.chain_loop
+
+    def watched(ctx, trace, *args, **kwargs):
+        for trace in original(ctx, trace, *args, **kwargs):
+            yield trace
+        seen.append(trace.token_ids)
+
+    monkeypatch.setattr(baseline_module, "chain_loop", watched)
+    return seen
+
+
+@pytest.mark.parametrize("params", CUT_RUNS, ids=lambda p: p["draft"])
+def test_a_speculative_run_the_budget_cuts_still_times_plain_decoding_of_its_tokens(store, plain_runs, params):
+    req = Request("toy", "speculative", "1 2", params, seed=1, max_new_tokens=24)
+    last = budgeted(store, req, 1)[-1]  # cut after its first round
+    assert last.finish_reason == "time budget" and 0 < len(last.tokens) < 24
+    w = last.timing.extra["speculative"]
+    base = w["baseline"]
+    assert plain_runs == [last.token_ids], "plain decoding ran once, on the tokens the run made"
+    assert base["tokens"] == len(last.tokens) and base["same_tokens"] and "no_baseline" not in w
+    assert w["measured_speedup"] == pytest.approx(base["seconds"] / last.timing.seconds, rel=1e-3)
+    assert "so nothing says whether this run paid" not in sentence(last.to_dict())  # the page has its verdict
+
+
+def test_a_real_clock_budget_cut_gets_its_baseline_and_the_page_its_verdict(store):
+    trace = run(store, Request("toy", "speculative", "1 2", {"draft": "toy-small", "gamma": 1}, seed=1,
+                               max_new_tokens=40), budget=Budget(seconds=1e-6))
+    d = trace.to_dict()
+    assert d["finish_reason"] == "time budget" and d["timing"]["speculative"]["baseline"]["tokens"] == len(d["tokens"])
+    assert "this run paid" in sentence(d) or "this run did not pay" in sentence(d)
+
+
+@pytest.mark.parametrize("params", [CUT_RUNS[0], CUT_RUNS[2]], ids=lambda p: p["draft"])
+def test_the_baseline_counts_neither_in_the_run_nor_against_its_budget(store, monkeypatch, params):
+    """Plain decoding slowed to 0.1 s a token (1.2 s for 12) after a run that decodes in far less than its 0.5 s
+    budget: the run keeps all its tokens and its seconds, the baseline holds the slow seconds on its own
+    stopwatch, and the clock the budget reads has not moved while it ran."""
+    original = baseline_module.chain_loop
+
+    def slow(*args, **kwargs):
+        for trace in original(*args, **kwargs):
+            time.sleep(0.1)
+            yield trace
+
+    req = Request("toy", "speculative", "1 2", params, seed=1, max_new_tokens=12)
+    run(store, req)  # warm
+    monkeypatch.setattr(baseline_module, "chain_loop", slow)
+    spec, p, ctx = prepare(store, req)
+    deadline = Budget(seconds=0.5).deadline(ctx.clock.now)
+    traces = list(timed(spec.run(ctx, p), ctx, deadline))
+    last = traces[-1]
+    base = last.timing.extra["speculative"]["baseline"]
+    assert last.finish_reason in ("length", "eos") and len(last.tokens) >= 1 and last.timing.seconds < 0.5
+    assert base["tokens"] == len(last.tokens) and base["seconds"] >= 0.1 * len(last.tokens)
+    assert not deadline.passed(), "the baseline's seconds ran on the clock the budget reads"
+    assert last.finish_reason != "time budget"

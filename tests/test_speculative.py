@@ -9,11 +9,14 @@ import pytest
 import torch
 
 import strategies.speculative.speculative as speculative_module
-from playground.engine import Request, run
+from playground.charts.break_even import sentence
+from playground.engine import Request, prepare, run, stream
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelSpec, ModelStore
+from playground.ui.handlers import stopped
 from strategies.context import Stopwatch
 from strategies.sampling.chain import apply_chain, build_chain
+from strategies.speculative.baseline import NO_TOKENS, OFF, STOPPED, reference
 from strategies.speculative.drafts import ModelDraft, PromptLookupDraft, make_draft
 from strategies.speculative.speculative import SpeculativeDecoder, SpeculativeParams, _next_gamma, verifier
 
@@ -342,3 +345,24 @@ def test_unknown_draft_model_is_refused(store):
     with pytest.raises(InvalidRequest, match="cannot be loaded here"):
         make_draft(store.get("toy"), "toy-small", 0, 3, None)
     assert isinstance(make_draft(store.get("toy"), "prompt_lookup", 0, 2, None), PromptLookupDraft)
+
+
+@pytest.mark.parametrize("draft", ["toy-small", "eagle"])
+def test_a_stopped_run_records_why_it_has_no_baseline_and_the_page_says_it(store, draft):
+    """Stop closes the run between two rounds: there is no plain reference, and the trace and the page say why."""
+    frames = stream(store, Request("toy", "speculative", "1 2", {"draft": draft, "gamma": 1, "eagle_depth": 1},
+                                   seed=1, max_new_tokens=24))
+    first = next(frames)
+    before = first.to_dict()  # what the page held when Stop came
+    frames.close()
+    w = first.timing.extra["speculative"]
+    assert first.tokens and w["baseline"] is None and w["no_baseline"] == STOPPED
+    for page_copy in (first.to_dict(), before):
+        said = sentence(stopped(page_copy))
+        assert STOPPED in said and "timed after the last round" not in said
+
+
+def test_a_run_without_tokens_has_no_baseline_and_says_why(store):
+    _, _, ctx = prepare(store, Request("toy", "speculative", "1 2", {"draft": "toy-small"}))
+    assert reference(ctx, True, [], []) == (None, NO_TOKENS)
+    assert reference(ctx, False, [3, 4], []) == (None, OFF)

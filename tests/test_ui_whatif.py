@@ -1,10 +1,18 @@
 """The What-if tab's handlers, without a browser; and the tab on the built page."""
+import json
+import math
+
 import pytest
 
+from playground.charts.common import show_token
+from playground.charts.whatif import sample_figure
+from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui.branches import branch_html
+from playground.ui.page import build_demo
 from playground.ui.whatif import sample_many_view, score_view, select_score_step
 from playground.whatif.branches import branch_forced, branch_settings
+from playground.whatif.sample_many import sample_many
 
 
 def test_sample_many_view_draws_both_sets_of_bars(store):
@@ -55,3 +63,46 @@ def test_the_page_has_the_what_if_tab_and_the_branches_panel(store):
             "pg-branch-run"} <= ids
     names = {d.get("api_name") for d in demo.config["dependencies"]}
     assert {"sample_many", "score", "branch"} <= names
+
+
+def test_the_sample_many_tab_offers_the_whole_result_as_json_after_a_run(store):
+    """The page's own Sample-many handler, called with the page's inputs: after the run, the tab's file holds
+    the result with every outcome (the table shows 30 and says the rest are in the JSON)."""
+    demo = build_demo(store)
+    fn = next(f for f in demo.fns.values() if f.api_name == "sample_many")
+    set_to = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0,
+              "pg-p-sampling-temperature": 3.0, "pg-whatif-n": 200, "pg-whatif-k": 3}
+    values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]
+    frames = list(fn.fn(*values))
+    by_id = {getattr(c, "elem_id", None): v for c, v in frames[-1].items()}
+    path = by_id["pg-whatif-file"]
+    assert path and path.endswith(".json")
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    assert (saved["n"], saved["strategy"], saved["params"]["temperature"]) == (200, "sampling", 3.0)
+    assert sum(o["count"] for o in saved["outcomes"]) == 200
+    run = sample_many(store, Request("toy", "sampling", "1 2", {"temperature": 3.0}, seed=0, max_new_tokens=3), 200)
+    assert [(o["ids"], o["count"], o["probability"]) for o in saved["outcomes"]] == \
+        [(o["ids"], o["count"], o["probability"]) for o in run["outcomes"]]
+    assert len(saved["outcomes"]) > 30, "the run has more outcomes than the table shows"
+    assert f"{len(saved['outcomes']) - 30} more outcomes in the JSON" in by_id["pg-whatif-table"]
+    demo.close()
+
+
+def test_the_rest_bar_carries_the_recorded_mass_of_the_outcomes_left_out(store):
+    fig, _, result = sample_many_view(store, "toy", "sampling", "1 2", {"temperature": 3.0}, 0, 200, 3)
+    sampled, exact = fig.data
+    shown = set(sampled.x[:-1])
+    left_out = [o for o in result["outcomes"] if "".join(show_token(p) for p in o["pieces"]) not in shown]
+    assert len(left_out) > 0 and sampled.x[-1].startswith(f"{len(left_out)} more")
+    mass = math.fsum(o["probability"] for o in left_out)
+    assert exact.y[-1] == pytest.approx(mass, rel=1e-12) and mass > 0
+    assert sampled.y[-1] == pytest.approx(sum(o["frequency"] for o in left_out))
+    assert f"exact {mass:.4g}" in exact.x[-1] and f"exact mass {mass:.6g}" in exact.customdata[-1]
+
+
+def test_the_rest_bar_says_not_enumerated_where_an_outcome_left_out_has_no_probability(store):
+    _, _, result = sample_many_view(store, "toy", "sampling", "1 2", {"temperature": 3.0}, 0, 200, 3)
+    result["outcomes"][-1]["probability"] = None  # a record whose rarest outcome has no exact probability
+    sampled, exact = sample_figure(result).data
+    assert exact.y[-1] is None and "not enumerated" in exact.x[-1] and "not enumerated" in exact.customdata[-1]

@@ -116,7 +116,9 @@ def costs(trace: dict[str, Any]) -> Costs | str:
     w = timing.get("speculative") or {}
     base = w.get("baseline")
     if not base:
-        if trace.get("finish_reason") == "running":
+        if w.get("no_baseline"):  # the run recorded why it has none
+            why = f"{w['no_baseline']}, so nothing says whether this run paid"
+        elif trace.get("finish_reason") == "running":
             why = "plain decoding of the same tokens is timed after the last round"
         elif (trace.get("params") or {}).get("measure_baseline") is False:
             why = "plain decoding was not measured (measure_baseline is off), so nothing says whether this run paid"

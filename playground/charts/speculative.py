@@ -322,10 +322,13 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     out = [View("speculative rounds", html=timeline_html(trace)),
            View("round detail", figure=round_figure(trace, round_of_step(trace, step))),
            View("accepted per round", figure=accepted_lengths_figure(trace))]
-    if ((trace.get("timing") or {}).get("speculative") or {}).get("baseline"):
+    speed = (trace.get("timing") or {}).get("speculative") or {}
+    if speed.get("baseline"):
         out.append(View("speed", figure=speed_figure(trace)))
     else:
-        out.append(View("speed", html=f'<div style="color:var(--body-text-color-subdued, {SUBDUED_INK})">With measure_baseline on, plain target '
-                                      'decoding of the same length is timed after the last round and '
-                                      'compared here.</div>'))
+        said = (f"{escape(speed['no_baseline'])}." if speed.get("no_baseline") else
+                "With measure_baseline on, plain target decoding of the same tokens is timed after the last "
+                "round and compared here.")
+        out.append(View("speed", html=f'<div style="color:var(--body-text-color-subdued, {SUBDUED_INK})">'
+                                      f'{said[0].upper()}{said[1:]}</div>'))
     return out + break_even.views(trace)

@@ -24,16 +24,19 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
     labels = [_label(o) for o in shown]
     freq = [o["frequency"] for o in shown]
     exact = [o["probability"] for o in shown]
+    notes = [""] * len(shown)
     if rest:
-        labels.append(f"{len(rest)} more")
+        mass, note = rest_mass(rest)
+        labels.append(f"{len(rest)} more · " + ("exact not enumerated" if mass is None else f"exact {mass:.4g}"))
         freq.append(sum(o["frequency"] for o in rest))
-        exact.append(None)
+        exact.append(mass)
+        notes.append(f"<br>{note}")
     fig = go.Figure()
-    fig.add_bar(x=labels, y=freq, name=f"sampled ({result['n']} seeds)", marker_color=SAMPLED,
-                hovertemplate="%{x}<br>frequency %{y:.4g}<extra></extra>")
+    fig.add_bar(x=labels, y=freq, name=f"sampled ({result['n']} seeds)", marker_color=SAMPLED, customdata=notes,
+                hovertemplate="%{x}<br>frequency %{y:.4g}%{customdata}<extra></extra>")
     if any(p is not None for p in exact):
-        fig.add_bar(x=labels, y=exact, name="exact probability", marker_color=EXACT,
-                    hovertemplate="%{x}<br>exact %{y:.4g}<extra></extra>")
+        fig.add_bar(x=labels, y=exact, name="exact probability", marker_color=EXACT, customdata=notes,
+                    hovertemplate="%{x}<br>exact %{y:.4g}%{customdata}<extra></extra>")
     conditional = _conditional(result)
     if conditional:
         fig.add_bar(x=labels, y=[conditional.get(tuple(o["ids"])) for o in shown] + ([None] if rest else []),
@@ -47,6 +50,18 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
                      "orange: its exact probability under the strategy's distribution"
                 + (f"; {len(rest)} rarer outcomes summed in the last pair" if rest else "") + f" · {TOKEN_MARKS}")
     return fig
+
+
+def rest_mass(rest: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """The recorded probability of the outcomes left out of the bars, summed, and a sentence saying what
+    it is; None ("not enumerated") when an outcome among them has no recorded probability."""
+    missing = sum(o["probability"] is None for o in rest)
+    if missing:
+        return None, (f"exact mass not enumerated: {missing} of these {len(rest)} outcomes have no recorded "
+                      "probability")
+    mass = math.fsum(o["probability"] for o in rest)
+    return mass, (f"exact mass {mass:.6g}: the recorded probabilities of these {len(rest)} outcomes, summed "
+                  "(outcomes never drawn and below the enumeration's floor are not recorded)")
 
 
 def exact_text(p: float) -> str:
@@ -99,7 +114,7 @@ def sample_table_html(result: dict[str, Any], top: int = 30) -> str:
         rows.append(f"<tr><td>{o['count']}</td><td>{o['frequency']:.4f}</td><td>{exact}</td><td>{seed}</td>"
                     f"<td><code>{''.join(show_token(p) for p in o['pieces'])}</code></td></tr>")
     more = len(result["outcomes"]) - top
-    foot = f"<p>… {more} more outcomes in the JSON.</p>" if more > 0 else ""
+    foot = f"<p>… {more} more outcomes in the JSON download.</p>" if more > 0 else ""
     timing = result["timing"]
     return (f"{gap_html(result)}<p>{'Rows of one batched pass' if result['batched'] else 'One run per seed'}, "
             f"{timing['seconds']} s.</p><table class='pg-table'><tr><th>count</th><th>frequency</th>"

@@ -1,4 +1,5 @@
-"""Downloads of a run: its trace as JSON, and its charts as PNGs rendered on the server."""
+"""Downloads of a run: its trace as JSON, its charts as PNGs rendered on the server, and a sample-many
+result as JSON."""
 from __future__ import annotations
 
 import importlib
@@ -31,7 +32,7 @@ def trace_filename(trace: dict[str, Any], suffix: str) -> str:
 def prune_exports(max_age_s: float = 3600) -> None:
     """Forget exports older than ``max_age_s``: a long-running server writes one file per run."""
     cutoff = time.time() - max_age_s
-    for path in export_dir().glob("trace-*"):
+    for path in [*export_dir().glob("trace-*"), *export_dir().glob("sample-many-*")]:
         try:
             if path.stat().st_mtime < cutoff:
                 path.unlink()
@@ -44,6 +45,15 @@ def write_trace_json(trace: dict[str, Any]) -> str:
     prune_exports()
     path = export_dir() / trace_filename(trace, ".json")
     path.write_text(json.dumps(trace, indent=1, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def write_sample_many_json(result: dict[str, Any]) -> str:
+    """A sample-many result (every outcome with its count, frequency, probability and seeds) as a
+    pretty JSON file for download; returns its path."""
+    prune_exports()
+    path = export_dir() / trace_filename(result, f"-n{result['n']}.json").replace("trace-", "sample-many-", 1)
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     return str(path)
 
 

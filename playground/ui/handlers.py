@@ -41,6 +41,7 @@ from playground.ui.controls import strategies_in_order
 from playground.ui.events import stop_requested
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, LIMIT_REASON
+from strategies.speculative.baseline import STOPPED as NOT_TIMED_STOPPED
 
 if TYPE_CHECKING:
     from playground.charts.common import View
@@ -306,9 +307,15 @@ def side_refused(side: str, strategy: str, err: InvalidRequest) -> InvalidReques
 
 
 def stopped(trace: dict[str, Any]) -> dict[str, Any]:
-    """A trace whose run was cancelled mid-way says so; a run that had already ended keeps its reason."""
+    """A trace whose run was cancelled mid-way says so (a speculative one also why it has no plain
+    reference: the run records it when Stop closes it, after the page got its last frame); a run that
+    had already ended keeps its reason."""
     if trace.get("finish_reason") in ("", "running", None):
-        return dict(trace, finish_reason="stopped")
+        out = dict(trace, finish_reason="stopped")
+        speed = (trace.get("timing") or {}).get("speculative")
+        if speed is not None and not speed.get("baseline") and not speed.get("no_baseline"):
+            out["timing"] = {**trace["timing"], "speculative": {**speed, "no_baseline": NOT_TIMED_STOPPED}}
+        return out
     return trace
 
 

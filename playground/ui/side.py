@@ -144,5 +144,6 @@ class Side:
         """The status and views after Stop: the partial run is final, drawn at its last step."""
         if not trace or not trace.get("steps"):
             return {}
-        return {self.status: status_html(stopped(trace), final=True),
+        trace = stopped(trace)
+        return {self.status: status_html(trace, final=True),
                 **self.select_updates(trace, len(trace["steps"]) - 1, show_prompt, theme)}

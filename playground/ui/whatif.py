@@ -30,6 +30,7 @@ from playground.ui.events import (
     plot_value,
     text_js,
 )
+from playground.ui.export import write_sample_many_json
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
 
@@ -102,6 +103,7 @@ class WhatIf:
     sample_run: gr.Button
     sample_plot: gr.Plot
     sample_table: gr.HTML
+    sample_file: gr.File
     score_text: gr.Textbox
     score_run: gr.Button
     score_tokens: gr.HTML
@@ -123,6 +125,8 @@ def layout() -> WhatIf:
         sample_plot = plot_component(empty_figure("Sample many to see the bars"), show_label=False,
                                      elem_id="pg-whatif-bars")
         sample_table = gr.HTML(elem_id="pg-whatif-table")
+        sample_file = gr.File(label="Sample-many JSON (every outcome with its count and probability)",
+                              elem_id="pg-whatif-file")
     with gr.Accordion("Score a text: how surprised is the model?", open=True):
         score_text = gr.Textbox("", label="Text to score (with a chat model: the answer to the prompt)", lines=3,
                                 elem_id="pg-whatif-text")
@@ -131,7 +135,7 @@ def layout() -> WhatIf:
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
         score_plots = [plot_component(empty_figure("Score a text to see its steps"), show_label=False,
                                       elem_id=f"pg-whatif-score-{i}") for i in range(3)]
-    return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, score_text, score_run, score_tokens,
+    return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
                   score_summary, score_plots, gr.State(None))
 
 
@@ -142,11 +146,12 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     def on_sample(*values: Any, progress: Any = None) -> Iterator[Any]:
         cfg = page.split_config(values[:len(config)])
         n, tokens, batched, theme = values[len(config):]
-        fig, table, _ = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
+        fig, table, result = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                          bool(batched), events.progress(progress),
                                          grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")))
-        yield keyed({w.sample_plot: plot_value(fig, theme), w.sample_table: table})
+        yield keyed({w.sample_plot: plot_value(fig, theme), w.sample_table: table,
+                     w.sample_file: write_sample_many_json(result)})
 
     # the sidebar's grammar, where the page has its controls
     grammar_inputs = [c for c in (getattr(page, "grammar_kind", None), getattr(page, "grammar_text", None))
@@ -169,7 +174,7 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
 
     w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
-                       [w.sample_plot, w.sample_table], api_name="sample_many", api_visibility="undocumented",
+                       [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
     w.score_run.click(handler(on_score, 6 + len(grammar_inputs), True),
                       [page.model, page.prompt, page.system, page.chat, w.score_text, page.theme, *grammar_inputs],

@@ -13,7 +13,8 @@ One round (Leviathan et al. 2022; Chen et al. 2023):
 Invariant between rounds: the target's cache holds every committed token but
 the last, which is fed at the head of the next verification pass. The trace is
 yielded after every round; with ``measure_baseline`` plain target decoding of
-the same length then runs in the same request, as the wall-clock reference.
+the same tokens then runs in the same request, off the run's clock, as the wall-clock reference
+(also when the time budget cut the run: see ``baseline``).
 
 What the trace says about each token: ``rounds`` hold the decisions (each
 draft's probabilities, acceptance and fate; the token the target added, the
@@ -39,7 +40,7 @@ import torch
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
-from strategies.context import DecodeContext
+from strategies.context import DecodeContext, OutOfTime
 from strategies.params import param
 from strategies.recording import finish
 from strategies.registry import register
@@ -48,11 +49,13 @@ from strategies.sampling.grammar import (
     DEAD_END_REASON,
     GRAMMAR_REASON,
     Grammar,
+    GrammarLimit,
     grammar_of,
     grammar_stage,
     with_grammar,
 )
-from strategies.speculative.baseline import plain_decode
+from strategies.speculative.baseline import GRAMMAR_LIMIT, STOPPED
+from strategies.speculative.baseline import reference as plain_reference
 from strategies.speculative.drafts import KINDS, Draft, crop, make_draft, rollback_cache
 from strategies.speculative.eagle.auto_tree import parse_tree
 from strategies.speculative.eagle.rounds import eagle_rounds
@@ -103,7 +106,8 @@ class SpeculativeParams(ChainParams):
                              "frequent tokens of its training data (its stored map; FR-Spec). 0 = as the head "
                              "ships; -1 = the whole vocabulary. Verification is unchanged: only drafts outside "
                              "the N become impossible.", low=-1, high=262144, step=1, ui_max=49152)
-    measure_baseline: bool = param(True, "Also run plain target decoding of the same length and time it.")
+    measure_baseline: bool = param(True, "Also time plain target decoding of the same tokens after the run, off its "
+                                   "clock and its time budget.")
 
     def validate(self) -> None:
         super().validate()
@@ -248,7 +252,7 @@ class SpeculativeDecoder:
 
 
 def speed(summary: dict[str, Any], costs: dict[str, Any], seconds: float, produced: int,
-          baseline: dict[str, float | None] | None) -> dict[str, Any]:
+          baseline: dict[str, Any] | None) -> dict[str, Any]:
     """The wall-clock side: this run's seconds and per-round costs, and against the plain reference the
     measured speedup, the costs Leviathan's formula needs (c and verification cost, in plain target
     steps) and the speedup that formula expects at each gamma."""
@@ -296,7 +300,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
         trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + ["verify:tree"])
         trace.rounds = []
         trace.timing.extra["rounds"] = []
-        yield from eagle_rounds(ctx, params, trace, chain, [t.name for t in chain], plain_decode)
+        yield from eagle_rounds(ctx, params, trace, chain, [t.name for t in chain])
         return
     draft = make_draft(lm, params.draft, params.draft_layer, params.lookup_ngram, ctx.load_model)
     trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
@@ -310,43 +314,59 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     with torch.inference_mode():
         decoder.prefill()
     tally, gamma, reason = Tally(), params.gamma, "length"
-    while len(trace.tokens) < ctx.max_new_tokens:
-        # Never draft past the budget: the round adds up to g + 1 tokens.
-        g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
-        with torch.inference_mode():
-            r = decoder.step(g)
-        if r.ends is not None and r.ends[0] == 0:  # the grammar left the text nowhere to go
-            reason = r.ends[1]
-            break
-        start = len(trace.tokens)
-        committed, ended = commit_round(ctx, trace, r, names)
-        trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
-        trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
-        tally.add(r, committed)
-        if params.adaptive_gamma:
-            gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
-        finish(trace, ctx, started, "running", decoder.target_passes)
-        _totals(trace, decoder, draft, tally, None, trace.timing.seconds)
-        if ended:
-            reason = ended
-            break
-        yield trace
-    finish(trace, ctx, started, reason, decoder.target_passes)
-    seconds = trace.timing.seconds
-    baseline = None
-    if params.measure_baseline:
+
+    def reference() -> None:
+        """Plain decoding of the tokens the run made, off its clock, into the totals (or why there is none)."""
         plain_chain = [grammar_stage(ctx) if t is decoder.grammar else t for t in chain]  # a fresh matcher
-        baseline = plain_decode(ctx, len(trace.tokens), plain_chain)
-    _totals(trace, decoder, draft, tally, baseline, seconds)
+        baseline, why = plain_reference(ctx, params.measure_baseline, trace.token_ids, plain_chain)
+        _totals(trace, decoder, draft, tally, baseline, trace.timing.seconds, why)
+
+    try:
+        while len(trace.tokens) < ctx.max_new_tokens:
+            # Never draft past the budget: the round adds up to g + 1 tokens.
+            g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
+            with torch.inference_mode():
+                r = decoder.step(g)
+            if r.ends is not None and r.ends[0] == 0:  # the grammar left the text nowhere to go
+                reason = r.ends[1]
+                break
+            start = len(trace.tokens)
+            committed, ended = commit_round(ctx, trace, r, names)
+            trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
+            trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
+            tally.add(r, committed)
+            if params.adaptive_gamma:
+                gamma = _next_gamma(gamma, len(r.proposal.ids), int(r.verdict.n_accepted[0]))
+            finish(trace, ctx, started, "running", decoder.target_passes)
+            _totals(trace, decoder, draft, tally, None, trace.timing.seconds)
+            if ended:
+                reason = ended
+                break
+            yield trace
+    except OutOfTime:  # the time budget cut the run after its last round: the reference still runs
+        reference()
+        yield trace
+        return
+    except GeneratorExit:  # Stop: the page keeps this trace as it is
+        _totals(trace, decoder, draft, tally, None, trace.timing.seconds, STOPPED)
+        raise
+    except GrammarLimit:
+        _totals(trace, decoder, draft, tally, None, trace.timing.seconds, GRAMMAR_LIMIT)
+        raise
+    finish(trace, ctx, started, reason, decoder.target_passes)
+    reference()
     yield trace
 
 
 def _totals(trace: Trace, decoder: SpeculativeDecoder, draft: Draft, tally: Tally,
-            baseline: dict[str, float | None] | None, seconds: float) -> None:
-    """The run's counts in trace.extra["speculative"], its wall-clock figures in trace.timing."""
+            baseline: dict[str, Any] | None, seconds: float, no_baseline: str | None = None) -> None:
+    """The run's counts in trace.extra["speculative"], its wall-clock figures in trace.timing (with
+    ``no_baseline``, why the plain reference is missing)."""
     summary = tally.summary()
     trace.timing.extra["draft_forward_passes"] = draft.forward_passes
     trace.timing.extra["speculative"] = speed(summary, tally.seconds(), seconds, len(trace.tokens), baseline)
+    if no_baseline:
+        trace.timing.extra["speculative"]["no_baseline"] = no_baseline
     trace.extra["speculative"] = {
         "draft": draft.name, "draft_kind": draft.kind, "verify": trace.params["verify"],
         "target_forward_passes": decoder.target_passes, "draft_forward_passes": draft.forward_passes,

@@ -17,8 +17,10 @@ import torch
 
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
-from strategies.context import DecodeContext
+from strategies.context import DecodeContext, OutOfTime
 from strategies.recording import finish, make_step
+from strategies.speculative.baseline import STOPPED
+from strategies.speculative.baseline import reference as plain_reference
 from strategies.speculative.eagle.auto_tree import auto_tree, tree_text
 from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
 from strategies.speculative.eagle.head import load_head
@@ -84,12 +86,9 @@ def _commit(ctx: DecodeContext, trace: Trace, r: TreeRound, names: list[str]) ->
     return min(room, len(r.committed)), False
 
 
-def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, names: list[str],
-                 baseline: Any) -> Iterator[Trace]:
-    """Run the tree rounds into ``trace`` (set up by the strategy), yielding after each.
-
-    ``baseline`` is ``baseline.plain_decode``: the wall-clock reference run after the text.
-    """
+def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, names: list[str]) -> Iterator[Trace]:
+    """Run the tree rounds into ``trace`` (set up by the strategy), yielding after each; then the
+    wall-clock reference (``baseline.reference``), also when the time budget cut the rounds."""
     greedy = params.temperature == 0
     check_eagle(ctx.lm, greedy, params.eagle_tree)
     auto = params.eagle_tree == "auto"
@@ -112,33 +111,50 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     taus: list[int] = []
     records = trace.rounds
     assert records is not None  # set up by the strategy
-    while len(trace.tokens) < ctx.max_new_tokens:
-        with torch.inference_mode():
-            r = decoder.step()
-        start = len(trace.tokens)
-        committed, eos = _commit(ctx, trace, r, names)
-        records.append(tree_record(ctx.lm, len(records), start, r, committed))
-        trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
-        rounds, produced, accepted = rounds + 1, produced + committed, accepted + min(len(r.verdict.path), committed)
-        draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
-        taus.append(committed)
-        finish(trace, ctx, started, "running", decoder.target_passes)
-        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, None, choice, figures)
-        if eos:
-            reason = "eos"
-            break
+
+    def totals(reference: dict[str, Any] | None, no_baseline: str | None = None) -> None:
+        _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference, choice,
+                figures, no_baseline)
+
+    def measured() -> None:
+        """Plain decoding of the tokens the run made, off its clock, into the totals (or why there is none)."""
+        totals(*plain_reference(ctx, params.measure_baseline, trace.token_ids, chain))
+
+    try:
+        while len(trace.tokens) < ctx.max_new_tokens:
+            with torch.inference_mode():
+                r = decoder.step()
+            start = len(trace.tokens)
+            committed, eos = _commit(ctx, trace, r, names)
+            records.append(tree_record(ctx.lm, len(records), start, r, committed))
+            trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
+            rounds, produced = rounds + 1, produced + committed
+            accepted += min(len(r.verdict.path), committed)
+            draft_s, verify_s = draft_s + r.draft_seconds, verify_s + r.verify_seconds
+            taus.append(committed)
+            finish(trace, ctx, started, "running", decoder.target_passes)
+            totals(None)
+            if eos:
+                reason = "eos"
+                break
+            yield trace
+    except OutOfTime:  # the time budget cut the rounds: the reference still runs
+        measured()
         yield trace
+        return
+    except GeneratorExit:  # Stop: the page keeps this trace as it is
+        totals(None, STOPPED)
+        raise
     finish(trace, ctx, started, reason, decoder.target_passes)
-    reference = baseline(ctx, len(trace.tokens), chain) if params.measure_baseline else None
-    _totals(trace, decoder, params, rounds, produced, accepted, taus, draft_s, verify_s, reference, choice, figures)
+    measured()
     yield trace
 
 
 def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produced: int, accepted: int,
             taus: list[int], draft_s: float, verify_s: float, reference: dict[str, Any] | None,
-            choice: dict[str, Any] | None, figures: dict[str, Any] | None) -> None:
+            choice: dict[str, Any] | None, figures: dict[str, Any] | None, no_baseline: str | None = None) -> None:
     """The run's totals into ``trace``: counts under ``speculative``, seconds (and what ``auto`` measured,
-    ``figures``) under ``timing``."""
+    ``figures``; with ``no_baseline``, why the plain reference is missing) under ``timing``."""
     trace.extra["speculative"] = {
         "draft": "eagle", "draft_kind": "eagle", "verify": "greedy" if decoder.greedy else "tree_rejection",
         "tree": params.eagle_tree, "depth": decoder.depth, "branching": decoder.branching,
@@ -152,5 +168,7 @@ def _totals(trace: Trace, decoder: EagleDecoder, params: Any, rounds: int, produ
                              "baseline": reference, "measured_speedup": None, "auto_tree": figures}
     if reference and reference.get("seconds") and seconds:
         speed["measured_speedup"] = rnd(reference["seconds"] / seconds)
+    if no_baseline:
+        speed["no_baseline"] = no_baseline
     trace.timing.extra["draft_forward_passes"] = decoder.head_passes
     trace.timing.extra["speculative"] = speed
