@@ -16,7 +16,7 @@ from playground.models.dtypes import check_dtype, weights_order
 from playground.models.fast.check import weights_record
 from playground.serving.budget import FINISH_REASON as OUT_OF_TIME
 from playground.serving.budget import Budget, Deadline
-from playground.trace import Trace
+from playground.trace import READING_REASON, Trace
 from strategies.context import DecodeContext, OutOfTime
 from strategies.forcing import resolve_forced
 from strategies.registry import get_strategy
@@ -25,7 +25,6 @@ from strategies.sampling.grammar import LIMIT_REASON, GrammarLimit, GrammarSpec,
 MAX_PROMPT_CHARS = 20_000
 MAX_SEED = 2**31 - 1
 MAX_TOP_N = 100
-READING_REASON = "reading"  # the finish_reason of the announcement yielded before the prompt is read
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     grammar = compile_grammar(req.grammar, lm) if req.grammar is not None else None
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced,
-                        grammar=grammar,
+                        grammar=grammar, progress=progress,
                         extra={"weights_check": weights_record(lm.check, lm.weights, passed_over, lm.one_pass_gap)})
     return spec, params, ctx
 
@@ -107,10 +106,13 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
     (unlimited by default) caps beam rows x tokens up front and the decoding time between steps.
     ``announce``: first yield a trace with no tokens, ``finish_reason`` "reading" and the prompt's
     token count in ``extra["prompt_tokens"]``, once the request is valid and before the model reads
-    the prompt (a long prompt's prefill takes seconds before the first token)."""
+    the prompt (a long prompt's prefill takes seconds before the first token); a strategy may then
+    announce a one-off set-up step the same way (``DecodeContext.announcement``). ``progress`` hears
+    the loading and the strategy's set-up steps (``DecodeContext.report``)."""
     budget = budget or Budget()
     with ExitStack() as held:
         spec, params, ctx = prepare(store, req, progress, held, budget)
+        ctx.announce = announce
         lm = cast(LM, ctx.lm)  # prepare hands the strategy the store's LM
         dtype, check = lm.weights, ctx.extra["weights_check"]
         if announce:

@@ -84,6 +84,10 @@ class LanguageModel(Protocol):
         """``measure()`` for these weights on this machine, made once and kept; (it, measured just now)."""
         ...
 
+    def is_measured(self, name: str) -> bool:
+        """Whether ``measured_once(name, ...)`` would read what was kept rather than measure now."""
+        ...
+
     def decoder_parts(self) -> tuple[Any, str, Any]:
         """(the base model, the name of its layer list, its final norm)."""
         ...

@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
 DIGITS = 6
+# The finish_reason of a trace announced before the run's tokens, when the engine is asked to announce
+# (``engine.stream(..., announce=True)``): no tokens, and either the prompt's token count
+# (``extra["prompt_tokens"]``: the prompt is about to be read) or a one-off set-up step of seconds the
+# strategy is about to take (``extra["setup"]``: what it does, in words for a status line).
+READING_REASON = "reading"
 
 
 def rnd(x: SupportsFloat) -> float:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from playground.seam import LanguageModel
-from playground.trace import Trace
+from playground.trace import READING_REASON, Trace
 
 
 class OutOfTime(Exception):
@@ -71,12 +71,31 @@ class DecodeContext:
     clock: Stopwatch = field(default_factory=Stopwatch)  # read ``clock.now()``, never time.perf_counter()
     forced: dict[int, int] = field(default_factory=dict)  # step -> token id to take there (strategies.forcing)
     grammar: Any = None  # a CompiledGrammar the text must follow (strategies.sampling.grammar), or None
+    progress: Callable[[float, str], None] | None = None  # (fraction, message): hears one-off set-up steps
+    announce: bool = False  # the consumer takes announcements (``announcement``) between the tokens' traces
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A fresh generator seeded from the request (offset separates independent streams)."""
         g = torch.Generator(device=self.lm.device)
         g.manual_seed(self.seed + offset)
         return g
+
+    def report(self, fraction: float, message: str) -> None:
+        """Tell ``progress`` (the page's progress line, the CLI's stderr) how far a one-off set-up step is."""
+        if self.progress is not None:
+            self.progress(fraction, message)
+
+    def announcement(self, trace: Trace, setup: str) -> Trace | None:
+        """What a strategy yields just before a one-off set-up step that takes seconds (measuring this
+        machine), where the consumer takes announcements (``announce``; else None, nothing to yield):
+        ``trace``'s heading with no tokens, finish_reason ``READING_REASON`` and ``extra["setup"]`` =
+        ``setup``, which the page's status line shows while the step runs."""
+        if not self.announce:
+            return None
+        out = self.new_trace(trace.strategy, dict(trace.params), list(trace.chain))
+        out.finish_reason = READING_REASON
+        out.extra["setup"] = setup
+        return out
 
     def new_trace(self, strategy: str, params: dict[str, Any], chain: list[str] | None = None) -> Trace:
         return Trace(model=self.lm.key, strategy=strategy, params=params, seed=self.seed,

@@ -15,6 +15,7 @@ import pytest
 from playground.engine import Request, run
 from playground.models import MAX_NEW_TOKENS
 from playground.ui.components import share_query
+from playground.ui.examples import examples
 from tests.browser import bar_count, pick, status, tokens, wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -189,3 +190,29 @@ def test_speculative_round_detail_follows_the_selected_step(page, url, store):
         page.locator("#pg-text .pg-tok").nth(k).click()
         page.wait_for_function(f"() => ({title})().startsWith('round {rounds[k]}:')", timeout=20_000)
         page.wait_for_function(f"() => document.querySelector('#pg-step input[type=number]').value === '{k}'")
+
+
+def test_an_examples_note_stays_with_its_run_and_goes_with_the_next_other_run(page, url):
+    """The note under the examples says what the example's run shows: the example run again keeps it,
+    a run of other settings (here another seed) clears it, so it never describes an unrelated run."""
+    example = next(ex for ex in examples() if ex.config.model == "toy" and ex.config.strategy == "sampling"
+                   and ex.config.run == "generate" and not ex.config.grammar_kind)
+    note = page.locator("#pg-example-note")
+    page.goto(url)
+    page.get_by_role("button", name=example.label, exact=True).click()
+    page.wait_for_function("(label) => (document.getElementById('pg-example-note')?.innerText || '').includes(label)",
+                           arg=example.label, timeout=30_000)
+    wait_done(page)
+    page.locator("#pg-copy-link").click()  # the link box shows; any run's start hides it
+    page.locator("#pg-link").wait_for(state="visible")
+    page.locator("#pg-generate").click()  # the example's own settings, run again
+    page.locator("#pg-link").wait_for(state="hidden")
+    page.wait_for_timeout(1000)
+    wait_done(page)
+    assert example.label in note.inner_text()
+    page.locator("#pg-seed input").fill(str(example.config.seed + 1))
+    page.locator("#pg-generate").click()
+    page.wait_for_function("() => !(document.getElementById('pg-example-note')?.innerText || '').trim()",
+                           timeout=30_000)
+    wait_done(page)
+    assert not note.inner_text().strip()

@@ -3,13 +3,15 @@ tree, a verify cost that grows with its rows takes a short chain), the pass cost
 per model and weights, and an auto run records its choice and stays greedy-exact."""
 from __future__ import annotations
 
+import html
 import time
 
 import pytest
 
-from playground.engine import Request, run
+from playground.engine import READING_REASON, Request, run, stream
 from playground.errors import InvalidRequest
 from playground.serving.budget import Budget
+from playground.ui.handlers import generate
 from strategies.speculative.eagle import auto_tree as auto
 from strategies.speculative.eagle.auto_tree import SIZES, PassCosts, acceptance_rates, choose, expected_accepted
 from strategies.speculative.eagle.head import ATTACHED_KEY, load_head
@@ -111,9 +113,9 @@ def test_measuring_the_costs_is_not_counted_against_the_time_budget(store, monke
     forget_measured_costs(lm, monkeypatch, tmp_path)
     measure = auto.measure
 
-    def slow(decoder):
+    def slow(decoder, report=None):
         time.sleep(5.0)  # a slow machine's measurement
-        return measure(decoder)
+        return measure(decoder, report)
 
     monkeypatch.setattr(auto, "measure", slow)
     params = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
@@ -122,6 +124,54 @@ def test_measuring_the_costs_is_not_counted_against_the_time_budget(store, monke
     figures = trace.timing.extra["speculative"]["auto_tree"]
     assert figures["costs_measured_now"] and figures["costs_seconds"] >= 5.0 and len(trace.rounds) > 1
     assert trace.finish_reason == "length" and len(trace.tokens) == 16 and trace.timing.seconds < 4.0
+
+
+MEASURING = "measuring this machine's pass costs for the auto tree (first use only)"
+TOY_AUTO = {"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0, "measure_baseline": False}
+
+
+def test_measuring_the_costs_reports_its_progress_once(store, monkeypatch, tmp_path):
+    """The measurement is a one-off of seconds, like loading: the run's progress callback hears it (a
+    line per size measured, the share done rising from 0), and a run that reads the kept costs does not."""
+    forget_measured_costs(store.get("toy"), monkeypatch, tmp_path)
+    heard: list[tuple[float, str]] = []
+    first = run(store, Request("toy", "speculative", "1 2", TOY_AUTO, max_new_tokens=8),
+                progress=lambda fraction, message: heard.append((fraction, message)))
+    measured = first.timing.extra["speculative"]["auto_tree"]
+    assert measured["costs_measured_now"]
+    fractions = [fraction for fraction, message in heard if message == MEASURING]
+    assert len(fractions) == len(measured["costs"]["sizes"]) and fractions[0] == 0.0
+    assert fractions == sorted(fractions) and fractions[-1] < 1.0
+    heard.clear()
+    again = run(store, Request("toy", "speculative", "1 2", TOY_AUTO, max_new_tokens=8),
+                progress=lambda fraction, message: heard.append((fraction, message)))
+    assert not again.timing.extra["speculative"]["auto_tree"]["costs_measured_now"]
+    assert MEASURING not in [message for _, message in heard]
+
+
+def test_the_status_line_says_the_costs_are_being_measured_while_they_are(store, monkeypatch, tmp_path):
+    """The page's frames: "reading the prompt", then a status that names the measurement, sent before it
+    starts (nothing measured yet when the frame goes out) and carrying no tokens; then the tokens."""
+    forget_measured_costs(store.get("toy"), monkeypatch, tmp_path)
+    heard: list[str] = []
+    seen = []
+    for frame in generate(store, Request("toy", "speculative", "1 2", TOY_AUTO, max_new_tokens=8),
+                          progress=lambda fraction, message: heard.append(message)):
+        seen.append((html.unescape(frame.status), len(frame.trace["tokens"]), MEASURING in heard))
+    at = [i for i, (status, _, _) in enumerate(seen) if f"{MEASURING}…" in status]
+    assert len(at) == 1 and at[0] > 0 and "reading the prompt" in seen[at[0] - 1][0]
+    _, tokens, measured_before = seen[at[0]]
+    assert tokens == 0 and not measured_before
+    assert seen[-1][1] > 0 and all(MEASURING not in status for status, _, _ in seen[at[0] + 1:])
+
+
+def test_the_measurement_is_announced_only_to_a_stream_that_asks(store, monkeypatch, tmp_path):
+    forget_measured_costs(store.get("toy"), monkeypatch, tmp_path)
+    req = Request("toy", "speculative", "1 2", TOY_AUTO, max_new_tokens=8)
+    assert READING_REASON not in [t.finish_reason for t in stream(store, req)]
+    forget_measured_costs(store.get("toy"), monkeypatch, tmp_path / "again")
+    announced = [t for t in stream(store, req, announce=True) if t.finish_reason == READING_REASON]
+    assert [t.extra.get("setup") for t in announced] == [None, MEASURING]
 
 
 def test_auto_sampling_is_a_static_tree(store):

@@ -3,6 +3,7 @@ handler functions (no browser): what comes first in the sidebar, the advanced gr
 amateur menus, the prompt a model switch keeps, what the model sees, Stop and the branches panel."""
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -19,7 +20,7 @@ from playground.ui.controls import (
     stages_on,
     tokenizer_family,
 )
-from playground.ui.examples import prompt_offer, prompt_on_model, toy_note
+from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
 from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, SLIDE_HIDDEN, build_demo, model_sees
 from playground.whatif import branches
@@ -221,3 +222,18 @@ def test_max_new_tokens_is_a_box_that_passes_any_value_to_the_refusal(demo):
     assert box["type"] == "number" and box["props"].get("maximum") is None and box["props"]["precision"] == 0
     slider = component(demo, "pg-p-sampling-top_p")  # an open low end (top-p 0) is on the slider,
     assert slider["props"]["minimum"] == 0  # to be refused with its range rather than moved
+
+
+def test_an_examples_note_stays_only_while_the_run_is_the_examples():
+    """Each example's own settings, on any weights, keep its note; another seed, another mode, a branch's
+    forced token, or no example at all do not."""
+    for ex in examples():
+        key, mode = example_run_key(ex), ex.config.run
+        assert note_after(key, dataclasses.replace(ex.config, dtype="float32", run=mode), mode), ex.label
+        assert not note_after(key, dataclasses.replace(ex.config, seed=ex.config.seed + 1), mode), ex.label
+        assert not note_after(key, dataclasses.replace(ex.config, forced="0:1"), mode), ex.label
+        assert not note_after(key, ex.config, "compare" if mode == "generate" else "generate"), ex.label
+        assert not note_after("", ex.config, mode) and not note_after(key, None, mode)
+    generate = next(ex for ex in examples() if ex.config.run == "generate")
+    other_b = dataclasses.replace(generate.config, compare_strategy="beam")  # a Generate run reads no B side
+    assert note_after(example_run_key(generate), other_b, "generate")

@@ -15,7 +15,7 @@ from playground.models.fast import check as weights_check
 from playground.models.fast import int4 as gguf_int4
 from playground.models.fast.layers import LeanCache, LeanForward
 from playground.models.lineup import MAX_PROMPT_TOKENS, ModelSpec, Progress, gguf_path, loads_from_gguf
-from playground.models.machine_record import kept_or_measured, record_path
+from playground.models.machine_record import is_kept, kept_or_measured, record_path
 
 
 class WeightsRefused(InvalidRequest):
@@ -79,6 +79,11 @@ class LM:
         value, fresh = kept_or_measured(record_path(self.key, self.weights, name, self.device), measure)
         self.attached[key] = value
         return value, fresh
+
+    def is_measured(self, name: str) -> bool:
+        """Whether ``measured_once(name, ...)`` would read a kept record rather than measure now."""
+        return ("measured", self.weights, name) in self.attached or is_kept(
+            record_path(self.key, self.weights, name, self.device))
 
     def with_dtype(self, dtype: torch.dtype) -> "LM":
         """This model with its weights in ``dtype``: ``with_weights`` by the dtype's name."""

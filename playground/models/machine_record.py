@@ -63,6 +63,11 @@ def _write(path: Path, value: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def is_kept(path: Path) -> bool:
+    """Whether ``path`` holds a record that reads back (what ``kept_or_measured`` would return unmeasured)."""
+    return _read(path) is not None
+
+
 def kept_or_measured(path: Path, measure: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
     """The record at ``path``, or ``measure()`` written there; (record, measured just now)."""
     found = _read(path)

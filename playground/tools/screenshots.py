@@ -5,10 +5,16 @@
 
 Each scene is a share link with ``run=...``: opening it restores the controls and runs, exactly as
 a reader's click on a shared link would. Needs /usr/bin/chromium (or $CHROMIUM); never downloads one.
+
+A full run (no ``--only``) also writes ``layout.json`` beside the images (``MANIFEST``): the facts of the
+page's layout that the images show (the examples row, the sidebar's order, the tabs), read from the page
+the images were taken of. tests/test_screenshots.py compares it with the page as defined now, so a
+change to those facts without new images fails there, naming ``make screenshots``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -22,6 +28,7 @@ from playground.ui import serve, share
 
 ROOT = ASSETS.parent
 OUT = ASSETS / "screenshots"
+MANIFEST = "layout.json"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 DONE_JS = """(ids) => ids.every((id) => {
   const el = document.getElementById(id);
@@ -123,6 +130,49 @@ def shoot(url: str, out_dir: Path, chosen: list[Scene]) -> list[Path]:
     return written
 
 
+def layout_facts(demo: Any) -> dict[str, Any]:
+    """What the screenshots show of the page's layout, read from the built page ``demo`` (a gr.Blocks):
+    the examples row's buttons, the sidebar's controls and groups in order (by label; text without one,
+    such as the strategy's summary, is left out), and the tabs. The strategy menu is left out: the
+    images show it closed, on one strategy."""
+    components = {c["id"]: c for c in demo.config["components"]}
+
+    def props(node: dict[str, Any]) -> dict[str, Any]:
+        return components.get(node["id"], {}).get("props", {})
+
+    def find(node: dict[str, Any], elem_id: str) -> dict[str, Any] | None:
+        if props(node).get("elem_id") == elem_id:
+            return node
+        return next((hit for child in node.get("children", []) if (hit := find(child, elem_id))), None)
+
+    def labels(node: dict[str, Any]) -> list[str]:
+        """The labels under ``node`` in order; a labelled group (an accordion) counts once, as itself."""
+        out: list[str] = []
+        for child in node.get("children", []):
+            label = props(child).get("label")
+            out.extend([str(label)] if label else labels(child))
+        return out
+
+    def under(elem_id: str) -> dict[str, Any]:
+        node = find(demo.config["layout"], elem_id)
+        if node is None:
+            raise LookupError(f"the page has no #{elem_id}")
+        return node
+
+    buttons = [props(child).get("value") for child in under("pg-examples").get("children", [])
+               if components.get(child["id"], {}).get("type") == "button"]
+    return {"examples": {"count": len(buttons), "labels": buttons},
+            "sidebar": labels(under("pg-sidebar")),
+            "tabs": labels(under("pg-tabs"))}
+
+
+def write_manifest(out_dir: Path, demo: Any) -> Path:
+    """``layout_facts(demo)`` as ``out_dir/layout.json``: the layout the images there were taken of."""
+    path = out_dir / MANIFEST
+    path.write_text(json.dumps(layout_facts(demo), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemma", action="store_true", help="also the Gemma repetition-loop scene")
@@ -138,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [s for s in scenes(args.gemma) if not args.only or s.name in args.only]
     demo, url = serve(ModelStore())
     try:
-        for path in shoot(url, args.out, chosen):
+        written = shoot(url, args.out, chosen)
+        if not args.only:  # every image retaken: they show the page's layout as it is now
+            written.append(write_manifest(args.out, demo))
+        for path in written:
             print(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     finally:
         demo.close()

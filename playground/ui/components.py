@@ -49,6 +49,7 @@ class Page:
     link_box: gr.Textbox
     example_buttons: list[gr.Button]
     example_note: gr.Markdown
+    example_key: gr.State  # the run the note describes (examples.example_run_key), "" when none
     tabs: gr.Tabs
     explore_tab: gr.Tab
     compare_tab: gr.Tab
@@ -148,13 +149,22 @@ def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool,
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
     ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run).
     Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
+    return share.encode(page_config(model, strategy, prompt, system, chat, seed, max_new_tokens, params,
+                                    compare_strategy, compare_params, run, forced, grammar_kind, grammar_text,
+                                    branch, dtype))
+
+
+def page_config(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
+                params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
+                run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
+                branch: str = "", dtype: str = DEFAULT_DTYPE) -> share.Config:
+    """The controls' values (``Page.split_config``'s) as the configuration a link or an example holds."""
     kind = "" if grammar_kind in (None, "", NO_GRAMMAR) else grammar_kind
-    cfg = share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
-                       seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
-                       params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
-                       forced=(forced or "").strip(), branch=(branch or "") if forced else "", grammar_kind=kind,
-                       grammar_text=(grammar_text or "") if kind else "", dtype=dtype or DEFAULT_DTYPE)
-    return share.encode(cfg)
+    return share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
+                        seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
+                        params=params, compare_strategy=compare_strategy, compare_params=compare_params, run=run,
+                        forced=(forced or "").strip(), branch=(branch or "") if forced else "", grammar_kind=kind,
+                        grammar_text=(grammar_text or "") if kind else "", dtype=dtype or DEFAULT_DTYPE)
 
 
 def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:

@@ -2,11 +2,13 @@
 path as a share link."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from playground.errors import InvalidRequest
 from playground.models import spec_for
+from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import share
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT, prompt_for_model
 from strategies.sampling.grammar import EXAMPLES as GRAMMAR
@@ -93,6 +95,35 @@ def examples() -> list[Example]:
                 "mask lets the first step take ' a' (p 0.7) and then forces ' hill' (Z 6e-05, red): masked "
                 "sampling ends on the text the model almost never writes 7 times in 10."),
     ]
+
+
+def run_key(cfg: share.Config, mode: str) -> str:
+    """What makes a run of ``cfg`` in ``mode`` ("generate" or "compare") the run it is, as a share
+    query: the settings that run reads (a Generate run reads no Compare strategy), less the weights,
+    which an example leaves as a person picked them. Two runs with one key are the same run."""
+    compare = mode == "compare"
+    return share.encode(dataclasses.replace(
+        cfg, run="compare" if compare else "generate", dtype=DEFAULT_DTYPE, branch="",
+        compare_strategy=cfg.compare_strategy if compare else share.DEFAULT_COMPARE,
+        compare_params=cfg.compare_params if compare else {}))
+
+
+def example_run_key(ex: Example) -> str:
+    """The key (``run_key``) of the run an example starts."""
+    return run_key(ex.config, ex.config.run)
+
+
+def note_after(example_key: str, run: share.Config | None, mode: str) -> bool:
+    """Whether an example's note stays when a run of ``run`` starts in ``mode``: only while that run is
+    the example's (``example_key``: ``example_run_key``) once more. The note says what the example's run
+    shows, and stays while that run is on screen: a control moved and moved back, or the example run
+    again, keeps it; any other run replaces what it describes (``run`` None: settings that make no run)."""
+    if not example_key or run is None:
+        return False
+    try:
+        return run_key(run, mode) == example_key
+    except InvalidRequest:  # a value over its limit: that run is refused, and is no example's
+        return False
 
 
 def example_prompts() -> frozenset[str]:

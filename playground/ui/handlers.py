@@ -107,6 +107,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
     if trace.get("finish_reason") == READING_REASON:  # before the first token: the prompt's prefill
         n = (trace.get("extra") or {}).get("prompt_tokens", trace.get("prompt_tokens", 0))
         state = f"reading the prompt ({counted(int(n), 'token')})…"
+        if trace.get("setup"):  # or a one-off set-up step of the strategy (the trace's extra, in its dict)
+            state = f"{escape(trace['setup'])}…"
     model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
     if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
         model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'

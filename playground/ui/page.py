@@ -27,7 +27,7 @@ from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.ui import api, compare, explore, share, whatif
-from playground.ui.components import Page, share_query
+from playground.ui.components import Page, page_config, share_query
 from playground.ui.controls import (
     GRAMMAR_CHOICES,
     GRAMMAR_HELP,
@@ -41,7 +41,7 @@ from playground.ui.controls import (
     strategy_summary,
 )
 from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
-from playground.ui.examples import examples, prompt_offer, prompt_on_model, toy_note
+from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
 
@@ -161,6 +161,7 @@ def _top(page: Page) -> None:
         gr.HTML('<span class="pg-examples-title">One click, one phenomenon:</span>')
         page.example_buttons = [gr.Button(ex.label, size="sm", elem_classes=["pg-example"]) for ex in examples()]
     page.example_note = gr.Markdown("", elem_classes=["pg-summary"], elem_id="pg-example-note")
+    page.example_key = gr.State("")
 
 
 def _sidebar(page: Page) -> None:
@@ -326,13 +327,31 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
     gr.on([page.generate.click, page.prompt.submit, page.compare_run.click, page.branches.run.click,
            page.branches.hook.click], hide_link, None, page.link_box, queue=False, api_visibility="private")
+
+    def example_note_on(mode: str) -> Any:
+        """A run starts in ``mode``: an example's note stays only while the run is the example's again
+        (examples.note_after); a branch's run never is."""
+        def on_run(example_key: str, *config: Any) -> Any:
+            try:
+                run = page_config(**page.split_config(config), run=mode) if mode != "branch" else None
+            except (InvalidRequest, TypeError, ValueError):  # settings the run itself refuses
+                run = None
+            if note_after(example_key, run, mode):
+                return keyed({})
+            return keyed({page.example_note: "", page.example_key: ""})
+        return on_run
+
+    for triggers, mode in (([page.generate.click, page.prompt.submit], "generate"), ([page.compare_run.click], "compare"),
+                           ([page.branches.run.click, page.branches.hook.click], "branch")):
+        gr.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
+              [page.example_note, page.example_key], queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
                                                                  api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
         button.click(lambda ex=ex: {**page.apply_config(ex.config, weights=False),
-                                    page.example_note: f"**{ex.label}**: {ex.note}"}, None,
-                     [*page.restore_outputs, page.example_note], **QUIET).then(
+                                    page.example_note: f"**{ex.label}**: {ex.note}", page.example_key: example_run_key(ex)},
+                     None, [*page.restore_outputs, page.example_note, page.example_key], **QUIET).then(
             None, page.run_flag, None, js=RUN_JS, api_visibility="private")
 
 

@@ -44,6 +44,9 @@ CONTEXT = 48
 MAX_NODES = 128  # tree tokens a verification pass may hold
 MAX_DEPTH = 8
 COSTS_KEY = "eagle_pass_costs"
+MEASURING = "measuring this machine's pass costs for the auto tree (first use only)"
+
+Report = Callable[[float, str], None]  # (fraction done, message): ``DecodeContext.report``
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,9 @@ def monotone(table: list[float]) -> tuple[float, ...]:
 
 
 @torch.inference_mode()
-def measure(decoder: Any) -> PassCosts:
-    """The pass costs of ``decoder``'s target and head (an ``EagleDecoder`` after ``prefill``)."""
+def measure(decoder: Any, report: Report | None = None) -> PassCosts:
+    """The pass costs of ``decoder``'s target and head (an ``EagleDecoder`` after ``prefill``); ``report``
+    hears ``MEASURING`` before each size, with the share of sizes done."""
     target, head = decoder.target, decoder.head
     span = min(CONTEXT, target.max_context // 4)
     sizes = tuple(k for k in SIZES if span + k <= target.max_context)
@@ -104,7 +108,9 @@ def measure(decoder: Any) -> PassCosts:
     head_cache = head.new_cache()
     _, head_cache = head(emb, feats, head_cache)
     verify, draft = [], []
-    for k in sizes:
+    for i, k in enumerate(sizes):
+        if report is not None:
+            report(i / len(sizes), MEASURING)
         parents = [-1] + [0] * (k - 1)
         mask, pos = attention_mask(parents, span), position_ids(parents, span)
         tokens = (torch.arange(k, device=target.device).unsqueeze(0) + 1) % max(2, target.vocab_size)
@@ -124,12 +130,21 @@ def measure(decoder: Any) -> PassCosts:
     return PassCosts(sizes, monotone(verify), monotone(draft))
 
 
-def costs_for(decoder: Any) -> tuple[PassCosts, bool]:
+def costs_name(decoder: Any) -> str:
+    return f"{COSTS_KEY}-{decoder.vocab_label}"
+
+
+def costs_pending(decoder: Any, carried: str = "") -> bool:
+    """Whether ``auto_tree`` will measure the pass costs now (a one-off of seconds): no tree carried, and
+    none kept for this model, weights and draft vocabulary on this machine."""
+    return not carried and not decoder.target.is_measured(costs_name(decoder))
+
+
+def costs_for(decoder: Any, report: Report | None = None) -> tuple[PassCosts, bool]:
     """The measured costs for this model, weights and draft vocabulary on this machine, measured on
-    first use and then read by every run and process on the machine (the model's ``measured_once``),
-    so the same request chooses the same tree; (costs, measured just now)."""
-    record, fresh = decoder.target.measured_once(f"{COSTS_KEY}-{decoder.vocab_label}",
-                                                 lambda: measure(decoder).as_dict())
+    first use (``report`` hears how far) and then read by every run and process on the machine (the
+    model's ``measured_once``), so the same request chooses the same tree; (costs, measured just now)."""
+    record, fresh = decoder.target.measured_once(costs_name(decoder), lambda: measure(decoder, report).as_dict())
     costs = PassCosts(tuple(record["sizes"]), tuple(record["verify_ms"]), tuple(record["head_ms"]))
     return costs, fresh
 
@@ -196,9 +211,11 @@ def parse_tree(text: str) -> tuple[int, int]:
     return depth, branching
 
 
-def auto_tree(decoder: Any, record: dict[str, Any], carried: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+def auto_tree(decoder: Any, record: dict[str, Any], carried: str = "", report: Report | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Pick the tree for ``decoder`` (after ``prefill``) from its head's ``record`` (or take ``carried``, a
-    tree an earlier auto run chose, "4x2", without measuring); set its depth and branching and return
+    tree an earlier auto run chose, "4x2", without measuring; ``report`` hears a measurement's progress);
+    set its depth and branching and return
     (what the trace records about the tree, the same for a run and its replay; what was measured and
     whether the tree came from the request, which go under ``timing``)."""
     acceptance = record.get("held_out", {}).get("acceptance")
@@ -210,7 +227,7 @@ def auto_tree(decoder: Any, record: dict[str, Any], carried: str = "") -> tuple[
     if carried:
         depth, branching = parse_tree(carried)
     else:
-        costs, fresh = costs_for(decoder)
+        costs, fresh = costs_for(decoder, report)
         choice = choose(costs, acceptance)
         depth, branching = choice["depth"], choice["branching"]
         figures = {key: choice[key] for key in ("expected_draft_ms", "expected_verify_ms", "plain_ms",

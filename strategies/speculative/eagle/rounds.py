@@ -21,7 +21,7 @@ from strategies.context import DecodeContext, OutOfTime
 from strategies.recording import finish, make_step
 from strategies.speculative.baseline import STOPPED
 from strategies.speculative.baseline import reference as plain_reference
-from strategies.speculative.eagle.auto_tree import auto_tree, tree_text
+from strategies.speculative.eagle.auto_tree import MEASURING, auto_tree, costs_pending, tree_text
 from strategies.speculative.eagle.decoder import EagleDecoder, TreeRound, check_eagle
 from strategies.speculative.eagle.head import load_head
 from strategies.speculative.eagle.tree import depths
@@ -100,10 +100,13 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
         decoder.prefill()
     choice = figures = None
     if auto:  # measuring the pass costs is a one-off per model and weights, like loading: neither the run's
-        # time nor its budget's
+        # time nor its budget's; the page's status line says so while it runs, its progress line how far
+        announced = ctx.announcement(trace, MEASURING) if costs_pending(decoder, params.eagle_auto_tree) else None
+        if announced is not None:
+            yield announced
         before = time.perf_counter()
         with ctx.clock.held():
-            choice, figures = auto_tree(decoder, load_head(ctx.lm)[1], params.eagle_auto_tree)
+            choice, figures = auto_tree(decoder, load_head(ctx.lm)[1], params.eagle_auto_tree, ctx.report)
         figures["costs_seconds"] = rnd(time.perf_counter() - before if figures["costs_measured_now"] else 0.0)
         # the tree this run used, as a parameter: a request or link with the trace's params replays it
         trace.params["eagle_auto_tree"] = tree_text(decoder.depth, decoder.branching)
