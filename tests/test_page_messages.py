@@ -178,8 +178,8 @@ def test_stop_ends_a_handler_run_after_the_step_in_flight_with_a_stopped_frame(s
     seen = [next(frames) for _ in range(5)]  # the prompt's announcement, then 4 tokens
     assert events.RUNS.stop("stop-test") is True  # the page's Stop for this session
     rest = list(frames)
-    assert [n for _, n, _ in rest] == [4, 4] and rest[-1][2]  # no token after it; the last frame is final
-    assert "stopped at step 3" in rest[0][0] and "stopped at step 3" in rest[-1][0]
+    assert [n for _, n, _ in rest] == [4] and rest[-1][2]  # no token after it: one final frame says so
+    assert "stopped at step 3" in rest[-1][0]
     assert seen[-1][1] == 4 and events.RUNS.stop("stop-test") is False  # the run has ended
 
 
@@ -201,7 +201,7 @@ def test_stop_is_read_after_every_token_even_one_not_sent(store):
             yield [frame.status, len(frame.trace["tokens"]), frame.final]
 
     frames = list(handler(run, 0)(gr.Request(session_hash="stop-unsent")))
-    assert [n for _, n, _ in frames] == [0, 1, 6, 6]  # reading, the first token alone, then the stopped end
+    assert [n for _, n, _ in frames] == [0, 1, 6]  # reading, the first token alone, then the stopped end
     assert "stopped at step 5" in frames[-1][0] and frames[-1][2]
 
 

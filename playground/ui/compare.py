@@ -18,7 +18,7 @@ from playground.ui.side import Side
 if TYPE_CHECKING:
     from playground.models import ModelStore
     from playground.ui.components import Page
-    from playground.ui.handlers import Decoder
+    from playground.ui.handlers import Decoder, Frame
 
 
 def tab(page: Page) -> None:
@@ -57,11 +57,16 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
         except InvalidRequest as err:  # what both sides share is refused as side A's, where it shows first
             raise side_refused("A", cfg["strategy"], err) from None
         b = dataclasses.replace(a, strategy=cfg["compare_strategy"], params=dict(cfg["compare_params"]))
+        unsent = events.Unsent()
+        shown: list[Frame | None] = [None, None]
         for k, frames in enumerate(compare(store, a, b, progress=events.progress(progress), decoder=decode)):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in frames)
             done = all(f is None or f.final for f in frames)
             out: Updates = {}
-            for side, state, f in zip(sides, states, frames):
+            for i, (side, state, f) in enumerate(zip(sides, states, frames)):
+                if f is shown[i]:  # this side made no new frame (it ended, or waits its turn): nothing to redraw
+                    continue
+                shown[i] = f
                 out.update(side.frame_updates(f, theme))
                 if side.view_slots and f:
                     out.update(side.view_slots.updates(f.views, theme))
@@ -70,7 +75,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
             out[page.compare_step] = gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0))
             if k == 0:
                 out[page.seed] = seed_update
-            yield keyed(out)
+            yield keyed(unsent(out))
 
     def select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
                theme: str) -> Updates:

@@ -165,6 +165,27 @@ def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = Fa
 Updates = dict[Any, Any]  # {component: its new value or gr.update}: what a page handler returns, by name, not by place
 
 
+class Unsent:
+    """One streamed run's filter of its updates: a component whose new value equals the one this run last
+    sent it is left out (a figure whose data did not change since the last redraw, a hidden slot hidden
+    again), so the page neither receives nor redraws it. A gr.State is always kept: it never reaches the
+    page, and comparing a growing trace would cost more than keeping it."""
+
+    def __init__(self) -> None:
+        self._sent: dict[int, Any] = {}
+
+    def __call__(self, updates: Mapping[Any, Any]) -> dict[Any, Any]:
+        out = {}
+        for component, value in updates.items():
+            if not isinstance(component, gr.State):
+                key = id(component)
+                if key in self._sent and self._sent[key] == value:
+                    continue
+                self._sent[key] = value
+            out[component] = value
+        return out
+
+
 def keyed(updates: Mapping[Any, Any]) -> Any:
     """``updates`` ({component: value}) as a handler's return value. Gradio writes each value into its
     component and leaves the event's other outputs as they are; an empty mapping skips them all (Gradio

@@ -57,7 +57,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
 
     def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[Any]:
         """generate's frames as updates of ``outputs`` (a run's seed update goes out with its first frame,
-        what it filled in with its last)."""
+        what it filled in with its last). What equals the run's last update of a component is not sent again."""
+        unsent = events.Unsent()
         for k, frame in enumerate(frames):
             n = len(frame.trace.get("steps") or [])
             out: Updates = {**main.frame_updates(frame, theme),
@@ -70,7 +71,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
             if frame.final:  # the download is filled at the end, and what the run filled in written back
                 out[page.trace_file] = write_trace_json(frame.trace)
                 out.update(page.panel.filled_updates(frame.trace))
-            yield keyed(out)
+            yield keyed(unsent(out))
 
     def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
                    model: str, chat: Any, theme: str) -> Any:
@@ -81,6 +82,13 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
         if trace and trace.get("steps"):
             out[page.trace_file] = write_trace_json(stopped(trace))
         return keyed(out)
+
+    def on_stopped_status(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
+                          model: str, chat: Any) -> Any:
+        """After Stop, before the charts: each partial run's status and text say where it stopped."""
+        show = show_prompt(model, chat)
+        return keyed({**main.stopped_status(trace, show), **page.sides["a"].stopped_status(a, show),
+                      **page.sides["b"].stopped_status(b, show)})
 
     def select(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Updates:
         """The Explore views and the strategy's own at step ``k``."""
@@ -129,6 +137,9 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     # browser has not drawn yet, so the page stops at once instead of catching up)
     page.stop.click(events.request_stop, None, None, queue=False, cancels=[event, compare_event, *branch_events],
                     api_visibility="private").then(
+        on_stopped_status, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat],
+        [main.status, main.text, *(c for key in ("a", "b") for c in (page.sides[key].status, page.sides[key].text))],
+        **QUIET).then(
         on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
         [main.status, *main.views, page.trace_file, *side_views], **QUIET).then(
         lambda trace, tree: keyed(panel.after_stop(trace, tree, page.trace)), [page.trace, panel.state],

@@ -219,7 +219,9 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
         now = time.perf_counter()
         if k == 0:
             last_draw = now  # the first token goes out alone; a quick run is drawn once, at its end
-        # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing.
+        # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing:
+        # a drawing's cost is making its figures and the page's side holding the frame (turning them into
+        # the page's payloads and sending them), so it grows with the run and redraws thin out.
         redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost)
         if k == 0 or redraw or now - last_text >= text_seconds:
             d = dicts(trace)
@@ -227,10 +229,15 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
             figures = views = None
             if redraw and step is not None:
                 figures, views = _figures(d, step, compact), strategy_views(d, step)
-                draw_cost, last_draw = time.perf_counter() - now, time.perf_counter()
-            last_text = time.perf_counter()
+            elif redraw:  # no step yet (beam's steps are its best path, known at the end): its views grow
+                views = strategy_views(d) or None
+            drawn = time.perf_counter()
+            last_text = drawn
             yield Frame(d, token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
                         figures, views, final=False)
+            if figures is not None or views is not None:
+                last_draw = time.perf_counter()
+                draw_cost = last_draw - now
         if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
             halted = True
             break
@@ -244,11 +251,12 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
     if halted:
         full = stopped(full)
         step = len(full["steps"]) - 1 if full["steps"] else None
-        # the status and text first (cheap), so the page says it stopped right away; the charts follow
+        # the status and text alone (cheap), so the page says it stopped right away and Stop's wait ends:
+        # the page's Stop redraws the charts at this step after it (explore.wire's on_stopped)
         yield Frame(full, token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
-                    None, None, final=False)
-    else:
-        step = _final_step(full, final_step)
+                    None, None, final=True)
+        return
+    step = _final_step(full, final_step)
     yield Frame(full, token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
                 _figures(full, step, compact) if step is not None else None, strategy_views(full, step), final=True)
 

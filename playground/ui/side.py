@@ -140,6 +140,15 @@ class Side:
         html, *figures = picked
         return {self.text: html, **dict(zip(self.charts, (plot_value(f, theme) for f in figures)))}
 
+    def stopped_status(self, trace: dict[str, Any] | None, show_prompt: bool) -> Updates:
+        """After Stop, first: the status line and the text at the last step, cheap to make, so the page
+        says it stopped before its charts are drawn again."""
+        if not trace or not trace.get("steps"):
+            return {}
+        trace = stopped(trace)
+        last = len(trace["steps"]) - 1
+        return {self.status: status_html(trace, final=True), self.text: token_html(trace, last, show_prompt)}
+
     def stopped_updates(self, trace: dict[str, Any] | None, show_prompt: bool, theme: str) -> Updates:
         """The status and views after Stop: the partial run is final, drawn at its last step."""
         if not trace or not trace.get("steps"):

@@ -1,0 +1,94 @@
+"""How a run streams to the page: redraws that keep to a quarter of the time with what the page does with
+a frame counted, beam's views while its search runs, a stopped run's last frame without charts, and
+nothing sent twice."""
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from playground.charts.steps import empty_figure
+from playground.engine import Request
+from playground.ui import events
+from playground.ui.events import Run, Unsent, current_run, plot_value
+from playground.ui.handlers import default_decoder, generate
+
+LONG = {i: 9 + i % 4 for i in range(30)}  # the toy's own first tokens, over and over: a 30-token run
+
+
+def slowed(store, seconds: float):
+    """The page's decoder, with each token taking ``seconds`` more (a slower machine's decoding)."""
+    inner = default_decoder(store)
+
+    def decode(req, progress=None):
+        for trace in inner(req, progress):
+            time.sleep(seconds)
+            yield trace
+
+    return decode
+
+
+def test_redraws_count_what_the_page_does_with_a_frame_and_keep_to_a_quarter_of_the_time(store):
+    """A consumer that takes 0.5 s over each frame with charts (turning figures into the page's payloads
+    and sending them: many times the figures' own making) while a token takes 30 ms more: redraws thin out
+    so that drawing stays near a quarter of the run, instead of following every token."""
+    req = Request("toy", "sampling", "1 2", seed=0, max_new_tokens=30, forced=LONG)
+    start, held, charts = time.perf_counter(), 0.0, 0
+    for frame in generate(store, req, decoder=slowed(store, 0.03), refresh_seconds=0, text_seconds=0):
+        if frame.figures is not None and not frame.final:
+            charts += 1
+            time.sleep(0.5)
+            held += 0.5
+    wall = time.perf_counter() - start
+    assert charts >= 1  # it still redraws while streaming
+    assert held / wall < 0.4, f"{charts} redraws held {held:.2f} s of {wall:.2f} s"
+
+
+def test_beam_search_draws_its_tree_while_the_search_runs(store):
+    """Beam's steps are its best path, known at the end; its tree grows with the search and is drawn as
+    it grows, each redraw with the nodes the frame's trace holds."""
+    req = Request("toy", "beam", "1 2", {"num_beams": 3}, seed=0, max_new_tokens=12)
+    drawn_sizes, last = [], None
+    for frame in generate(store, req, decoder=slowed(store, 0.02), refresh_seconds=0, text_seconds=0):
+        last = frame  # each frame is read as it comes, as the page reads it
+        if frame.final or not frame.views:
+            continue
+        assert frame.step is None and not frame.trace["steps"]
+        tree = next(v for v in frame.views if v.title == "Beam tree")
+        nodes = frame.trace["beam"]["nodes"]
+        drawn = [i for t in tree.figure.data if (t.meta or {}).get("role") == "nodes" for i in t.customdata]
+        assert sorted(drawn) == [n["id"] for n in nodes]  # every node the frame's trace holds, once
+        drawn_sizes.append(len(drawn))
+    assert drawn_sizes, "no view was drawn before the run ended"
+    assert drawn_sizes == sorted(drawn_sizes) and drawn_sizes[0] < len(last.trace["beam"]["nodes"])
+
+
+def test_a_stopped_run_ends_on_its_status_and_text_alone(store):
+    """Stop: the step in flight is the last; the final frame says where it stopped and carries no charts
+    (the page's Stop draws them after it), so Stop's wait ends as soon as the status is out."""
+    run = Run()
+    req = Request("toy", "sampling", "1 2", seed=0, max_new_tokens=40)
+    frames, stream = [], generate(store, req, refresh_seconds=0, text_seconds=0)
+    with current_run(run):
+        for frame in stream:
+            frames.append(frame)
+            if len(frame.trace.get("tokens") or []) == 5:
+                run.stop.set()
+    last = frames[-1]
+    assert last.final and last.figures is None and last.views is None
+    assert len(last.trace["tokens"]) == 5 and last.trace["finish_reason"] == "stopped"
+    assert "stopped at step 4" in last.status
+
+
+def test_unsent_leaves_out_what_the_run_already_sent_but_always_keeps_state():
+    with gr.Blocks():
+        plot, html, state = gr.Plot(), gr.HTML(), gr.State()
+    unsent = Unsent()
+    fig = plot_value(empty_figure("a"), "light")
+    first = unsent({plot: fig, html: "x", state: {"n": 1}})
+    assert set(first) == {plot, html, state}
+    again = unsent({plot: plot_value(empty_figure("a"), "light"), html: "y", state: {"n": 1}})
+    assert set(again) == {html, state}  # the same figure is not sent twice; a State always goes
+    changed = unsent({plot: plot_value(empty_figure("b"), "light"), html: "y"})
+    assert set(changed) == {plot}
+    assert events.Unsent()({plot: fig}) == {plot: fig}  # a new run starts with nothing sent
