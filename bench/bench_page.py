@@ -16,6 +16,8 @@ The first run is the first Generate of a fresh server with the page's defaults (
     .venv/bin/python bench/bench_page.py --quick        # shorter runs
     .venv/bin/python bench/bench_page.py --root DIR     # serve another checkout's app.py (a before/after pair)
     .venv/bin/python bench/bench_page.py --load 0       # an idle machine
+    .venv/bin/python bench/bench_page.py --examples     # also every example, opened by its link under the load
+    .venv/bin/python bench/bench_page.py --budget 60    # with a Space's per-run time budget
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from playground.tools.screenshots import launch_browser  # noqa: E402
+from playground.ui import share  # noqa: E402
 from playground.ui.components import share_query  # noqa: E402
+from playground.ui.examples import examples  # noqa: E402
 
 SMOL = "smollm2-135m"
 STORY = "Write a very long, detailed story about a dragon who guards a lighthouse. Use at least 500 words."
@@ -68,10 +72,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(root: Path, port: int, timeout_s: float) -> subprocess.Popen:
+def start_server(root: Path, port: int, timeout_s: float, budget: float | None = None) -> subprocess.Popen:
     env = {**os.environ, "PORT": str(port), "PLAYGROUND_MODEL": SMOL, "PYTHONPATH": str(root),
            "PYTHONUNBUFFERED": "1"}
     env.pop("SPACE_ID", None)
+    if budget is not None:  # the per-run time budget a Space runs with (none on a local server)
+        env["PLAYGROUND_TIME_BUDGET"] = str(budget)
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + timeout_s
@@ -139,6 +145,24 @@ def run_once(browser: Any, url: str, query: str, stop_after: int = 0, timeout_s:
         page.close()
 
 
+EXAMPLE_DONE = """(ids) => ids.every(id => /finished|reached max|stopped|time budget|Not run|ended/.test(
+    document.getElementById(id)?.innerText || ''))"""
+EXAMPLE_STATUS = "(ids) => ids.map(id => document.getElementById(id)?.innerText || '')"
+
+
+def run_example(browser: Any, url: str, config: share.Config, timeout_s: float = 900) -> tuple[float, list[str]]:
+    """An example opened by its link (it runs on load, as its button runs it): seconds to done, status lines."""
+    ids = ["pg-status-a", "pg-status-b"] if config.run == "compare" else ["pg-status"]
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        start = time.perf_counter()
+        page.goto(url + share.encode(config))
+        page.wait_for_function(EXAMPLE_DONE, arg=ids, timeout=timeout_s * 1000, polling=100)
+        return time.perf_counter() - start, page.evaluate(EXAMPLE_STATUS, ids)
+    finally:
+        page.close()
+
+
 def fmt(x: float | None, unit: str = " s") -> str:
     return "n/a" if x is None else f"{x:.2f}{unit}"
 
@@ -159,6 +183,9 @@ def main() -> None:
     ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose app.py is served")
     ap.add_argument("--load", type=int, default=os.cpu_count() or 2, help="busy processes (default: one a core)")
     ap.add_argument("--quick", action="store_true", help="shorter runs (48-token story, 12-token beam)")
+    ap.add_argument("--examples", action="store_true", help="also open every example by its link and time it")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="a per-run time budget in seconds, as on a Space (default: none, as `make run`)")
     ap.add_argument("--start-timeout", type=float, default=900)
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -170,15 +197,21 @@ def main() -> None:
             ("stop", share_query(SMOL, "sampling", STORY, "", True, 2, 300, {}, "greedy", {}, run=""), 8)]
     port = free_port()
     t0 = time.perf_counter()
-    server = start_server(args.root.resolve(), port, args.start_timeout)
+    server = start_server(args.root.resolve(), port, args.start_timeout, args.budget)
     print(f"app at {args.root} ready in {time.perf_counter() - t0:.1f} s; {args.load} busy process(es) on "
-          f"{os.cpu_count()} core(s)", flush=True)
+          f"{os.cpu_count()} core(s); time budget {args.budget or 'none'}", flush=True)
     load = start_load(args.load)
     try:
         with sync_playwright() as p:
             browser = launch_browser(p)
             for name, query, stop_after in runs:
                 report(name, run_once(browser, f"http://127.0.0.1:{port}/", query, stop_after))
+            for ex in examples() if args.examples else ():
+                seconds, lines = run_example(browser, f"http://127.0.0.1:{port}/", ex.config)
+                ends = [line.split(" · ")[-1] for line in lines]
+                counts = [next((p for p in line.split(" · ") if p.endswith(("tokens", "token"))), "?") for line in lines]
+                print(f"example {ex.label!r}: {seconds:.1f} s; " + "; ".join(
+                    f"{n}, {e}" for n, e in zip(counts, ends)), flush=True)
             browser.close()
     finally:
         for proc in load:
