@@ -3,6 +3,7 @@ a frame counted, beam's views while its search runs, a stopped run's last frame 
 nothing sent twice."""
 from __future__ import annotations
 
+import threading
 import time
 
 import gradio as gr
@@ -12,6 +13,7 @@ from playground.engine import Request
 from playground.ui import events
 from playground.ui.events import Run, Unsent, current_run, plot_value
 from playground.ui.handlers import default_decoder, generate
+from playground.ui.pull import Pull
 
 LONG = {i: 9 + i % 4 for i in range(30)}  # the toy's own first tokens, over and over: a 30-token run
 
@@ -92,3 +94,66 @@ def test_unsent_leaves_out_what_the_run_already_sent_but_always_keeps_state():
     changed = unsent({plot: plot_value(empty_figure("b"), "light"), html: "y"})
     assert set(changed) == {plot}
     assert events.Unsent()({plot: fig}) == {plot: fig}  # a new run starts with nothing sent
+
+
+def test_stop_during_a_long_step_ends_the_run_at_once_on_the_tokens_last_sent(store):
+    """A step that takes 3 s (a busy machine, a long prefill): Stop 0.3 s into it ends the run within a
+    second on what the page was last sent; the interrupted step is not shown."""
+    inner = default_decoder(store)
+
+    def decode(req, progress=None):
+        for trace in inner(req, progress):
+            if len(trace.tokens) == 4:
+                time.sleep(3.0)  # the fifth token's step, slow
+            yield trace
+
+    run = Run()
+    req = Request("toy", "sampling", "1 2", seed=0, max_new_tokens=7)
+    frames, clicked = [], []
+
+    def click_stop():
+        clicked.append(time.perf_counter())
+        run.stop.set()
+
+    with current_run(run):
+        for frame in generate(store, req, decoder=decode, refresh_seconds=60, text_seconds=0):
+            frames.append((time.perf_counter(), frame))
+            if len(frame.trace.get("tokens") or []) == 3:
+                threading.Timer(0.3, click_stop).start()
+    last_time, last = frames[-1]
+    assert last.final and "stopped at step 2" in last.status
+    assert len(last.trace["tokens"]) == 3  # the tokens last sent; the interrupted step is not shown
+    assert last_time - clicked[0] < 1.0, f"the stopped frame came {last_time - clicked[0]:.2f} s after Stop"
+
+
+def test_pull_runs_every_step_on_one_thread_and_closes_the_source_after_an_interrupted_step():
+    threads, closed = [], []
+
+    def source():
+        try:
+            for i in range(3):
+                threads.append(threading.get_ident())
+                time.sleep(1.0 if i == 2 else 0)
+                yield i
+        finally:
+            closed.append(time.perf_counter())
+
+    pull = Pull(source())
+    stop_at = [0.0]
+
+    def stop():
+        return bool(stop_at[0]) and time.perf_counter() >= stop_at[0]
+
+    got = []
+    for item in pull.steps(stop):
+        got.append(item)
+        if item == 1:
+            stop_at[0] = time.perf_counter() + 0.2  # Stop 0.2 s into the third, 1 s step
+    returned = time.perf_counter()
+    assert got == [0, 1] and pull.interrupted
+    assert returned - stop_at[0] < 0.5  # the wait ended with Stop, not with the step
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+    pull.close()
+    assert closed and closed[0] - stop_at[0] >= 0.7  # closed once the interrupted step had ended
+    pull.close()  # a second close does nothing
+    assert len(closed) == 1

@@ -39,6 +39,7 @@ from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import stop_requested
+from playground.ui.pull import Pull
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, LIMIT_REASON
 from strategies.speculative.baseline import STOPPED as NOT_TIMED_STOPPED
@@ -76,7 +77,9 @@ class _TraceDicts:
         self._steps: dict[int, tuple[Any, dict[str, Any]]] = {}
 
     def __call__(self, trace: Trace) -> dict[str, Any]:
-        d = dataclasses.replace(trace, steps=[]).to_dict()
+        # copied, not shared: the strategy appends to its rounds and beam tree in place, and a frame's dict
+        # outlives the step it was made at (Stop during a step ends the run on the last frame sent)
+        d = _copied(dataclasses.replace(trace, steps=[]).to_dict())
         d["steps"] = [self._step(s) for s in trace.steps]
         return d
 
@@ -86,6 +89,15 @@ class _TraceDicts:
             hit = (step, step.to_dict())
             self._steps[id(step)] = hit
         return hit[1]
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its dicts and lists copied all the way down (the rest is immutable)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
 
 
 def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
@@ -197,7 +209,8 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once). Stop is read after every
-    token, sent or not.
+    token, sent or not, and while a step runs (the step runs on a thread of its own: ``playground.ui.pull``):
+    Stop during a step ends the run at once on the tokens last sent.
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
     or a step number (a branch shows its forced step).
     ``compact``: charts for a half-width column (compare).
@@ -206,10 +219,19 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
     """
     decode = decoder or default_decoder(store)
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
+    pull = Pull(decode(req, progress))
+    try:
+        yield from _frames(pull, req, note, compact, final_step, refresh_seconds, text_seconds)
+    finally:
+        pull.close()
+
+
+def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_step: str | int,
+            refresh_seconds: float, text_seconds: float) -> Iterator[Frame]:
     dicts, last_draw, draw_cost, last_text, trace = _TraceDicts(), 0.0, 0.0, 0.0, None
     with_prompt = show_prompt(req.model, req.chat)
-    k, traces, halted = -1, decode(req, progress), False
-    for trace in traces:
+    k, halted, sent = -1, False, None
+    for trace in pull.steps(stop_requested):
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
             d = trace.to_dict()
             yield Frame(d, token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
@@ -222,7 +244,7 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
         # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing:
         # a drawing's cost is making its figures and the page's side holding the frame (turning them into
         # the page's payloads and sending them), so it grows with the run and redraws thin out.
-        redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost)
+        redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost) and not stop_requested()
         if k == 0 or redraw or now - last_text >= text_seconds:
             d = dicts(trace)
             step = len(d["steps"]) - 1 if d["steps"] else None
@@ -233,6 +255,7 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
                 views = strategy_views(d) or None
             drawn = time.perf_counter()
             last_text = drawn
+            sent = d
             yield Frame(d, token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
                         figures, views, final=False)
             if figures is not None or views is not None:
@@ -241,10 +264,16 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
         if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
             halted = True
             break
+    if pull.interrupted:  # Stop while a step ran: the run ends on the tokens the page was last sent
+        if sent is None:
+            return
+        full = stopped(sent)
+        step = len(full["steps"]) - 1 if full["steps"] else None
+        yield Frame(full, token_html(full, step, with_prompt), status_html(full, final=True, note=note), step,
+                    None, None, final=True)
+        return
     if halted:
-        close = getattr(traces, "close", None)
-        if close is not None:
-            close()  # the engine closes the strategy between two steps; the models are released
+        pull.close()  # the engine closes the strategy between two steps; the models are released
     if trace is None or trace.finish_reason == READING_REASON:
         return
     full = trace.to_dict()

@@ -1,0 +1,68 @@
+"""A decoder's steps pulled on a thread of their own, so the page's handler reads Stop while a step runs.
+
+The handler still takes one step at a time and draws between two steps (the strategy's trace is never
+read while it changes): only the waiting moves. Every step runs on the same thread (torch's grad mode
+is per thread). A step that Stop interrupts is left to finish on its thread and is not shown; ``close``
+waits for it, then closes the decoder.
+"""
+from __future__ import annotations
+
+import contextvars
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as Pending
+from typing import Callable, Generic, Iterator, TypeVar, cast
+
+T = TypeVar("T")
+_END = object()
+POLL_SECONDS = 0.02  # how often a wait for the next step reads Stop
+
+
+class Pull(Generic[T]):
+    def __init__(self, source: Iterator[T]) -> None:
+        self._source = source
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decoder")
+        self._in_flight: Future | None = None
+        self._worker: int | None = None  # the thread the steps run on
+        self._closed = False
+        self.interrupted = False  # Stop came while a step was running; that step is not shown
+
+    def steps(self, stop: Callable[[], bool], poll_seconds: float = POLL_SECONDS) -> Iterator[T]:
+        """The source's items, one step at a time; ends with the source, or once ``stop()`` is true while
+        a step runs (``interrupted``). Each step runs in the caller's context (its contextvars)."""
+        while True:
+            future = self._pool.submit(contextvars.copy_context().run, self._next)
+            self._in_flight = future
+            while True:
+                try:
+                    item = future.result(timeout=poll_seconds)
+                    break
+                except Pending:
+                    if stop():
+                        self.interrupted = True
+                        return
+            self._in_flight = None
+            if item is _END:
+                return
+            yield cast(T, item)
+
+    def _next(self) -> object:
+        self._worker = threading.get_ident()
+        return next(self._source, _END)
+
+    def close(self) -> None:
+        """Wait for an interrupted step, then close the source (the engine ends the strategy between two
+        steps and releases the models). Once; a second call does nothing. It may run in a finaliser on any
+        thread, so it hands nothing to the steps' thread: the source is closed where this runs, once no
+        step is running."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._in_flight is not None and threading.get_ident() != self._worker:
+                self._in_flight.exception()  # its result or error is not wanted: the run has ended
+            close = getattr(self._source, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._pool.shutdown(wait=False)
