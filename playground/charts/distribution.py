@@ -328,9 +328,12 @@ def _add_rank(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if not (view.on_bars and flags == [j < n for j in range(len(flags))]):
         return _add_level(fig, mark, view, bars)
     if n < len(flags):
+        # the label on the side of the line with more room (the bars run from -0.7 to len - 0.3): left of a
+        # cut near the left edge it would run over the y axis and off the figure
+        right = n - 0.5 + 0.7 < (len(flags) + 0.4) / 2
         fig.add_vline(x=n - 0.5, name=f"{view.name} rank", line=dict(color=mark.color, dash="dash", width=2),
                       annotation=dict(text=described(mark.label, view.decision, view.name), font=dict(color=mark.color)),
-                      annotation_position="top left")
+                      annotation_position="top right" if right else "top left")
     return []
 
 

@@ -10,12 +10,13 @@ Pure: plotly only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from playground.charts.common import place_caption, wrap
+from playground.charts.common import CAPTION, NOTES, place_caption, wrap
 from playground.charts.palette import (
     CLEAR,
     DARK_GRID,
@@ -159,11 +160,37 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         menu.pad = dict(t=2, r=2, l=0, b=2)
         if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
             menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
+    _wrap_line_labels(fig, plot_width)
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
         mode = getattr(trace, "mode", None) or ""
         if "text" in mode and trace.x is not None and len(trace.x) > most:
             trace.mode = mode.replace("+text", "").replace("text+", "") or "markers"
+
+
+def _wrap_line_labels(fig: go.Figure, plot_width: int) -> None:
+    """Labels placed on the data (a line's label, a marked bar's) in lines that fit half the plot on a
+    phone (11 px type: about 6 px a character), so one beside a line near either edge stays in the figure;
+    the annotations the in-chart buttons swap in (the distribution's bases) too."""
+    per_line = max(12, int((plot_width - 160) / 2 / 6))
+
+    def fitted(ann: dict) -> dict:
+        text = str(ann.get("text") or "")
+        if (ann.get("name") in (CAPTION, NOTES) or not str(ann.get("xref") or "").startswith("x")
+                or len(re.sub(r"<[^>]+>", "", text)) <= per_line):
+            return ann
+        return dict(ann, text="<br>".join(wrap(text, per_line)), font=dict(ann.get("font") or {}, size=11))
+
+    fig.layout.annotations = [fitted(a.to_plotly_json()) for a in fig.layout.annotations or ()]
+    for menu in fig.layout.updatemenus or ():
+        buttons = list(menu.buttons or ())
+        for button in buttons:
+            args = list(button.args or ())
+            if len(args) > 1 and isinstance(args[1], dict) and args[1].get("annotations") is not None:
+                swapped = [fitted(a.to_plotly_json() if hasattr(a, "to_plotly_json") else dict(a))
+                           for a in args[1]["annotations"]]
+                button.args = [args[0], dict(args[1], annotations=swapped), *args[2:]]
+        menu.buttons = buttons
 
 
 def _columns(fig: go.Figure) -> int:
