@@ -108,6 +108,39 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     return out
 
 
+LEGEND_ROW = 20  # px a row of a horizontal legend takes (13 px type)
+TITLE_ROOM = 40  # px from the figure's top to under a one-line title (17 px type at y 0.97)
+
+
+def legend_rows(fig: go.Figure, room: int) -> int:
+    """The rows a horizontal legend of ``fig`` wraps into across ``room`` px. An item is its symbol and
+    gaps (about 40 px) and its name (about 7 px a character at 13 px type); plotly lines wrapped items
+    up in columns, each as wide as its widest item, so the rows are those of the most columns that fit."""
+    widths = [40 + 7 * len(re.sub(r"<[^>]+>", "", str(t.name))) for t in fig.data
+              if t.name and t.showlegend is not False and t.visible is not False]
+    for columns in range(len(widths), 0, -1):
+        if columns == 1 or sum(max(widths[c::columns]) for c in range(columns)) <= room:
+            return -(-len(widths) // columns)
+    return 0
+
+
+def _legend_under_title(fig: go.Figure, room: int) -> None:
+    """A legend above the plot grows upwards from it, row by row: the top margin grows (and the figure with
+    it, the plot keeping its height) until its top row sits under the title's lines."""
+    legend = fig.layout.legend
+    y = 1.0 if legend.y is None else legend.y  # the template's: a row over the plot, right-aligned
+    if fig.layout.showlegend is False or (legend.orientation or "h") != "h" or y < 1:
+        return
+    title_lines = str(fig.layout.title.text or "").count("<br>") + 1 if fig.layout.title.text else 0
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 86
+    height = fig.layout.height or 450
+    plot = max(60, height - top - (fig.layout.margin.b if fig.layout.margin.b is not None else 60))
+    above = int((y - 1) * plot)  # the legend's foot over the plot's top
+    need = (TITLE_ROOM + 18 * (title_lines - 1) if title_lines else 8) + LEGEND_ROW * legend_rows(fig, room) + above + 6
+    if need > top:
+        fig.update_layout(margin_t=need, height=height + need - top)
+
+
 def _compact(fig: go.Figure) -> bool:
     """The figure was drawn for a half-width Compare column (steps.step_figures' ``compact``)."""
     return isinstance(fig.layout.meta, dict) and bool(fig.layout.meta.get("compact"))
@@ -123,6 +156,39 @@ def _wrap_panel_titles(fig: go.Figure, plot_width: int, size: int) -> int:
             ann.text = "<br>".join(lines)
             most = max(most, len(lines))
     return most
+
+
+def _fit_panel_titles(fig: go.Figure, plot_width: int) -> None:
+    """Subplot titles on a phone, each wrapped to its own panel's width: the figure less the page's
+    padding, the margins and the y axis's labels, times the panel's share of the plot (three panels of a
+    waterfall get about 60 px each). 12 px type where a panel holds 12 characters a line, else 10 px."""
+    area = plot_width - 24 - max(40, _ylabel_room(fig)) - 40
+    for ann in fig.layout.annotations or ():
+        if not (ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom"):  # a subplot's title
+            continue
+        room = area * _panel_share(fig, ann.x)
+        size = 12 if room >= 12 * 0.6 * 12 else 10
+        ann.text = "<br>".join(wrap(str(ann.text).replace("<br>", " "), max(6, int(room / (0.6 * size)))))
+        ann.font.size = size
+
+
+def _ylabel_room(fig: go.Figure) -> int:
+    """Pixels left of the plot that the first y axis's tick labels and title take (11 px type)."""
+    ax = fig.layout.yaxis
+    if ax.showticklabels is False or ax.visible is False:
+        return 0
+    chars = max((len(re.sub(r"<[^>]+>", "", str(t))) for t in ax.ticktext or ()), default=4)
+    return int(chars * 0.6 * (ax.tickfont.size or 11)) + 10 + (16 if ax.title.text else 0)
+
+
+def _panel_share(fig: go.Figure, x: float | None) -> float:
+    """The share of the plot's width of the panel whose centre is at paper ``x`` (a subplot title's place)."""
+    for name in fig.layout:
+        if name.startswith("xaxis") and fig.layout[name].domain is not None and x is not None:
+            left, right = fig.layout[name].domain
+            if left - 1e-6 <= x <= right + 1e-6:
+                return right - left
+    return 1 / _columns(fig)
 
 
 def _fit_narrow(fig: go.Figure, page_width: int) -> None:
