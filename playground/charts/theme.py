@@ -98,6 +98,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
         if lines > 1:  # room above the panels for their extra lines
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
+        _legend_under_title(out, int(width * (0.22 if _compact(out) else 0.6)) - 120)
     # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
     # is wide (12 px type: about 6.6 px a character)
     compact = _compact(out)
@@ -209,10 +210,7 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     legend_below_buttons(fig)
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
-    _wrap_panel_titles(fig, plot_width, 12)
-    for ann in fig.layout.annotations or ():
-        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":
-            ann.font.size = 12
+    _fit_panel_titles(fig, plot_width)
     # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
     panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()
                        if a.yref == "paper" and (a.yanchor or "") == "bottom"), default=0)
