@@ -169,7 +169,7 @@ def _fit_panel_titles(fig: go.Figure, plot_width: int) -> None:
             continue
         room = area * _panel_share(fig, ann.x)
         size = 12 if room >= 12 * 0.6 * 12 else 10
-        ann.text = "<br>".join(wrap(str(ann.text).replace("<br>", " "), max(6, int(room / (0.6 * size)))))
+        ann.text = "<br>".join(wrap(str(ann.text), max(6, int(room / (0.6 * size)))))
         ann.font.size = size
 
 
@@ -211,6 +211,10 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
     _fit_panel_titles(fig, plot_width)
+    if _columns(fig) > 2:  # panels side by side: their value ticks would run into the next panel's
+        for ax in fig.select_xaxes():
+            if ax.type != "category" and ax.tickvals is None:
+                ax.nticks = 3
     # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
     panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()
                        if a.yref == "paper" and (a.yanchor or "") == "bottom"), default=0)
