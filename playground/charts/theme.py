@@ -109,6 +109,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     return out
 
 
+MENU_ROW = 28  # px a row of in-chart buttons takes on a phone (10 px type)
 LEGEND_ROW = 20  # px a row of a horizontal legend takes (13 px type)
 TITLE_ROOM = 40  # px from the figure's top to under a one-line title (17 px type at y 0.97)
 
@@ -223,11 +224,19 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         if ax.dtick is not None and ax.type != "category":  # a tick every step would overlap
             ax.dtick, ax.nticks = None, 7
     _thin_token_ticks(fig, plot_width)
+    moved = False
     for menu in fig.layout.updatemenus or ():  # the in-chart buttons fit the phone's width in one row
         menu.font.size = 10
         menu.pad = dict(t=2, r=2, l=0, b=2)
         if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
             menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
+        elif menu.y is not None and 0 < menu.y <= 1 and (menu.yanchor or "") == "top":
+            # buttons over the plot's top (the distribution's scale and zoom) would cover the labels there on
+            # a plot this narrow: they go in a row of their own over it, the plot keeping its height
+            menu.y, menu.yanchor = 1.0, "bottom"
+            if not moved:
+                fig.update_layout(margin_t=fig.layout.margin.t + MENU_ROW, height=(fig.layout.height or 450) + MENU_ROW)
+            moved = True
     _wrap_line_labels(fig, plot_width)
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
