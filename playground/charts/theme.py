@@ -116,12 +116,13 @@ TITLE_ROOM = 40  # px from the figure's top to under a one-line title (17 px typ
 
 def legend_rows(fig: go.Figure, room: int) -> int:
     """The rows a horizontal legend of ``fig`` wraps into across ``room`` px. An item is its symbol and
-    gaps (about 40 px) and its name (about 7 px a character at 13 px type); plotly lines wrapped items
-    up in columns, each as wide as its widest item, so the rows are those of the most columns that fit."""
-    widths = [40 + 7 * len(re.sub(r"<[^>]+>", "", str(t.name))) for t in fig.data
+    the gap after it (about 40 px; the last column needs no gap, 30 px of it) and its name (about 6.8 px a
+    character at 13 px type); plotly lines wrapped items up in columns, each as wide as its widest item,
+    so the rows are those of the most columns that fit."""
+    widths = [40 + 6.8 * len(re.sub(r"<[^>]+>", "", str(t.name))) for t in fig.data
               if t.name and t.showlegend is not False and t.visible is not False]
     for columns in range(len(widths), 0, -1):
-        if columns == 1 or sum(max(widths[c::columns]) for c in range(columns)) <= room:
+        if columns == 1 or sum(max(widths[c::columns]) for c in range(columns)) - 30 <= room:
             return -(-len(widths) // columns)
     return 0
 
