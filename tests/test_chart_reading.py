@@ -140,6 +140,24 @@ def test_beam_says_entered_the_beam_and_samples_nothing(toy_traces, smol_traces)
     assert "Gumbel" in selector_label(toy_traces["gumbel"], toy_traces["gumbel"]["steps"][0])
 
 
+def test_a_beam_step_offers_only_the_bases_it_recorded(toy_traces):
+    """A beam search records no cut before its selection: its bars are the model's own or what entered the
+    beam, never "entering the cuts" or "after the samplers"; sampling whose first stage cuts has its model's
+    own bars entering the cuts, one button for both."""
+    for name in ("beam", "stochastic_beam", "sample_beam"):
+        trace = toy_traces[name]
+        searched = [k for k, s in enumerate(trace["steps"]) if (s.get("stages") or [{}])[-1].get("name")
+                    in ("beam", "gumbel-top-k")]
+        assert searched, name
+        for k in searched:
+            menus = switchable_distribution(trace, k).layout.updatemenus
+            labels = [b.label for b in menus[-1].buttons]
+            assert labels == ["model's own", "entered the beam"], (name, k, labels)
+            assert menus[-1].active == 1  # the bars open on what entered the beam, as before
+    labels = [b.label for b in switchable_distribution(toy_traces["chain"], 0).layout.updatemenus[-1].buttons]
+    assert labels == ["model's own", "after the samplers"]
+
+
 # --- 6. the step shown after a run says why ---------------------------------------------------------------
 
 def test_the_most_uncertain_step_says_so(smol_traces):

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 
+import plotly.graph_objects as go
 import pytest
 
 from playground.charts import palette
 from playground.charts.common import CAPTION, CAPTION_ROW
 from playground.charts.steps import step_figures
-from playground.charts.theme import THEMES, themed
+from playground.charts.theme import LEGEND_ROW, THEMES, TITLE_ROOM, legend_rows, themed
 from playground.charts.views import strategy_views
 from playground.engine import Request, run
 from playground.ui.side import VIEW_PLOTS, ViewSlots
@@ -101,3 +102,17 @@ def test_on_a_phone_the_distribution_legend_sits_below_its_basis_buttons(store):
         row = CAPTION_ROW * (caption.text.count("<br>") + 1)  # the caption's own row at the foot
         # (and any room its legend under the buttons lacked)
         assert narrow.layout.height >= row + (fig.layout.height if compact else (fig.layout.height or 460) + 80)
+
+
+def test_a_legend_over_the_plot_gets_the_rows_it_wraps_into_under_the_title():
+    """Beam search's legend names wrap into three rows at 1440 px (plotly lines them up in two columns):
+    the top margin makes room for all three under the one-line title, and the plot keeps its height."""
+    basis = "entered the beam (p adds to the beam score)"
+    fig = go.Figure([go.Bar(x=[0], y=[1], name=f"kept · {basis}"), go.Bar(x=[1], y=[0], name=f"cut · {basis}"),
+                     go.Scatter(x=[0], y=[1], name=basis), go.Scatter(x=[0], y=[1], name="model p (raw)"),
+                     go.Scatter(x=[0], y=[1], name="cumulative")])
+    fig.update_layout(template=palette.TEMPLATE, title="Step 2 of 8", height=460, legend=dict(y=1.01))
+    assert legend_rows(fig, 744) == 3 and legend_rows(fig, 2000) == 1
+    out = themed(fig, "light:1440")
+    assert out.layout.margin.t >= TITLE_ROOM + 3 * LEGEND_ROW
+    assert out.layout.height - out.layout.margin.t == 460 - 86  # the template's margins: the figure grew with its top margin

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 from dataclasses import dataclass
 
@@ -104,7 +105,7 @@ def _foot(fig: go.Figure, per_row: int = 3, floor: int | None = None) -> int:
     bottom = margin.b if margin.b is not None else 60
     top = margin.t if margin.t is not None else 86
     plot = max(60, (fig.layout.height or 450) - top - bottom)
-    lowest = bottom if floor is None else floor
+    lowest = max(bottom if floor is None else floor, tick_depth(fig))
     for menu in fig.layout.updatemenus or ():
         if menu.y is not None and menu.y < 0 and menu.visible is not False:
             lowest = max(lowest, int(-menu.y * plot) + 34)
@@ -114,6 +115,30 @@ def _foot(fig: go.Figure, per_row: int = 3, floor: int | None = None) -> int:
         rows = -(-items // per_row)
         lowest = max(lowest, int(-legend.y * plot) + 21 * rows + 6)
     return lowest
+
+
+def tick_depth(fig: go.Figure) -> int:
+    """Pixels under the plot that the x axes' tick labels reach: a tilted label takes its length times the
+    sine of its angle (about 0.62 of its type size a character), plus its own height and the tick's gap."""
+    deepest = 0
+    for name in fig.layout:
+        if not name.startswith("xaxis"):
+            continue
+        ax = fig.layout[name]
+        if ax.showticklabels is False or ax.visible is False:
+            continue
+        texts = [str(t) for t in ax.ticktext or ()]
+        if not texts:  # labels from the data: the category values on this axis
+            ref = "x" + name[5:]
+            texts = [str(v) for t in fig.data if (getattr(t, "xaxis", None) or "x") == ref
+                     for v in (() if getattr(t, "x", None) is None else t.x) if isinstance(v, str)]
+        if not texts:
+            continue
+        angle = math.radians(float(ax.tickangle)) if isinstance(ax.tickangle, (int, float)) else 0.0
+        size = ax.tickfont.size or 13
+        chars = max(len(re.sub(r"<[^>]+>", "", t)) for t in texts)
+        deepest = max(deepest, int(chars * 0.62 * size * abs(math.sin(angle)) + size * abs(math.cos(angle)) + 14))
+    return deepest
 
 
 def caption_annotation(fig: go.Figure):

@@ -63,8 +63,14 @@ def step_figure(trace: dict[str, Any], step: int | None = None, top: int = 15) -
     if s["expert_choice"] != s["chosen"]:
         _mark(fig, x, cands, s["expert_choice"], "expert greedy", 1)
     c = trace["contrastive"]
+    # three rows above the plot, each its own: the title, the legend, the upper panel's title (the legend
+    # 30 px over the plot's top, the panel title's 20 px under it)
+    height, top, bottom = 520, 110, 60
     fig.update_layout(barmode="group", title=f"step {k}: {c['expert']} vs {c['amateur']}, "
-                      f"strength {c['strength']:g}; grey = outside the plausible set", legend_orientation="h")
+                      f"strength {c['strength']:g}; grey = outside the plausible set", height=height,
+                      margin=dict(t=top, b=bottom),
+                      legend=dict(orientation="h", y=1 + 30 / (height - top - bottom), yanchor="bottom",
+                                  x=1.0, xanchor="right"))
     chosen = next(x for x in s["candidates"] if x["id"] == s["chosen"])
     add_caption(fig, f"top: expert and amateur log-probabilities (nats); dashed line: the plausibility cut (alpha "
                      f"{c['alpha']:g}) at {num(s.get('alpha_threshold'))}, {s.get('plausible_count', '?')} plausible; bottom: "

@@ -31,11 +31,13 @@ from playground.charts.marks import (
     STAGE_MARKS,
     Mark,
     bar_stage,
+    basis_index,
     described,
     disallowed_ids,
     display_name,
     grammar_decision,
     grammar_forced,
+    selection_of,
     selector_label,
     stage_summary,
     stages_of,
@@ -326,9 +328,12 @@ def _add_rank(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if not (view.on_bars and flags == [j < n for j in range(len(flags))]):
         return _add_level(fig, mark, view, bars)
     if n < len(flags):
+        # the label on the side of the line with more room (the bars run from -0.7 to len - 0.3): left of a
+        # cut near the left edge it would run over the y axis and off the figure
+        right = n - 0.5 + 0.7 < (len(flags) + 0.4) / 2
         fig.add_vline(x=n - 0.5, name=f"{view.name} rank", line=dict(color=mark.color, dash="dash", width=2),
                       annotation=dict(text=described(mark.label, view.decision, view.name), font=dict(color=mark.color)),
-                      annotation_position="top left")
+                      annotation_position="top right" if right else "top left")
     return []
 
 
@@ -408,22 +413,50 @@ def _add_cumulative(fig: go.Figure, bars: _Bars) -> None:
 BASIS_BUTTONS = {"model": "model's own", "chain": "entering the cuts", "final": "after the samplers"}
 
 
+def basis_buttons(step: dict[str, Any]) -> dict[str, str]:
+    """The bases that show different recorded stages at ``step``, each with its button's label: one button
+    per stage. Where two bases name one stage the first keeps it: a beam run has no cut before its
+    selection, so its bars are the model's own or what entered the beam, and nothing is "entering the
+    cuts" or "after the samplers"."""
+    stages = stages_of(step)
+    out: dict[str, str] = {}
+    seen: set[int] = set()
+    for b, text in BASIS_BUTTONS.items():
+        index = basis_index(stages, b)
+        if index in seen:
+            continue
+        seen.add(index)
+        if index == 0:
+            text = BASIS_BUTTONS["model"]
+        elif index == len(stages) - 1:
+            text = selection_of(stages[index]) or BASIS_BUTTONS["final"]
+        out[b] = text
+    return out
+
+
 def switchable_distribution(trace: dict[str, Any], step: int, top: int = 20) -> go.Figure:
     """The distribution figure with buttons that switch its bars between the model's own
     distribution, the one entering the first truncation, and the one after every stage: one
     ``distribution_figure`` per basis, shown one at a time (each keeps its own marks and axes).
-    A step without stages has a single basis and no buttons."""
-    if not stages_of(trace["steps"][step]):
+    Only bases that show different stages get a button (``basis_buttons``); a step without stages, or
+    with one basis, has no buttons."""
+    s = trace["steps"][step]
+    stages = stages_of(s)
+    bases = basis_buttons(s) if stages else {}
+    if len(bases) < 2:
         return distribution_figure(trace, step, top)
-    figs = {b: distribution_figure(trace, step, top, b) for b in BASIS_BUTTONS}
-    base = go.Figure(figs["chain"])
-    owner = ["chain"] * len(base.data)
-    for b in ("model", "final"):
+    shown = next(b for b in bases if basis_index(stages, b) == basis_index(stages, "chain"))
+    figs = {b: distribution_figure(trace, step, top, b) for b in bases}
+    base = go.Figure(figs[shown])
+    owner = [shown] * len(base.data)
+    for b in bases:
+        if b == shown:
+            continue
         for t in figs[b].data:
             base.add_trace(t.update(visible=False))
             owner.append(b)
     buttons = []
-    for b, text in BASIS_BUTTONS.items():
+    for b, text in bases.items():
         lay = figs[b].layout
         buttons.append(dict(label=text, method="update", args=[
             {"visible": [o == b for o in owner]},
@@ -432,7 +465,8 @@ def switchable_distribution(trace: dict[str, Any], step: int, top: int = 20) -> 
              "xaxis.range": lay.xaxis.range, "yaxis.range": lay.yaxis.range,
              "yaxis.title.text": lay.yaxis.title.text}]))
     base.update_layout(updatemenus=[*base.layout.updatemenus,  # the scale and zoom buttons stay
-                                    dict(type="buttons", direction="right", active=1, buttons=buttons,
+                                    dict(type="buttons", direction="right", active=list(bases).index(shown),
+                                         buttons=buttons,
                                          x=0.0, xanchor="left", y=-0.32, yanchor="top", showactive=True,
                                          pad=dict(t=4, r=4), font=dict(size=12))],
                        margin=dict(b=110))

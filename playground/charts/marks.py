@@ -151,6 +151,22 @@ def selector_label(trace: dict[str, Any], step: dict[str, Any] | None = None) ->
 BASES = ("chain", "model", "final")  # what the distribution chart's bars show; see bar_stage
 
 
+def basis_index(stages: list[dict[str, Any]], basis: str) -> int:
+    """Which of a step's recorded ``stages`` the bars show on ``basis`` (see ``bar_stage``); two bases
+    name one stage where the step recorded nothing between them (beam search: no cut before its selection)."""
+    return {"model": 0, "final": len(stages) - 1}.get(basis, _bar_index(stages))
+
+
+SELECTIONS = {"beam": "entered the beam", "gumbel-top-k": "entered the beam"}  # a search's selection stage
+
+
+def selection_of(stage: dict[str, Any]) -> str | None:
+    """What a search's recorded selection stage (beam search's "beam", stochastic beam's "gumbel-top-k")
+    kept, in a few words: the candidates that won a slot keep their probability, the rest are dropped;
+    None for any other stage."""
+    return SELECTIONS.get(stage["name"])
+
+
 def bar_stage(step: dict[str, Any], basis: str = "chain") -> tuple[str, list[float]]:
     """(label, probs over the step's candidates) of the distribution the bars show.
 
@@ -161,8 +177,7 @@ def bar_stage(step: dict[str, Any], basis: str = "chain") -> tuple[str, list[flo
     stages = stages_of(step)
     if not stages:
         return "model p", [as_prob(c["raw_prob"]) for c in step["candidates"]]
-    index = {"model": 0, "final": len(stages) - 1}.get(basis, _bar_index(stages))
-    entering = stages[index]
+    entering = stages[basis_index(stages, basis)]
     label = ("model p" if entering["name"] == "raw" else SELECTOR_USE.get(entering["name"])
              or f"p after {display_name(entering['name'])}")
     return label, [as_prob(p) for p in entering["probs"]]

@@ -10,12 +10,13 @@ Pure: plotly only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from playground.charts.common import place_caption, wrap
+from playground.charts.common import CAPTION, NOTES, place_caption, wrap
 from playground.charts.palette import (
     CLEAR,
     DARK_GRID,
@@ -97,6 +98,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
         if lines > 1:  # room above the panels for their extra lines
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
+        _legend_under_title(out, int(width * (0.22 if _compact(out) else 0.6)) - 120)
     # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
     # is wide (12 px type: about 6.6 px a character)
     compact = _compact(out)
@@ -105,6 +107,41 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     plot_width = (width - 40 - 80) if narrow and width is not None else min((width or 1440) * 0.7 - 120, 300 if compact else 520)
     place_caption(out, max(30, int(plot_width / 6.6)), narrow or compact)
     return out
+
+
+MENU_ROW = 28  # px a row of in-chart buttons takes on a phone (10 px type)
+LEGEND_ROW = 20  # px a row of a horizontal legend takes (13 px type)
+TITLE_ROOM = 40  # px from the figure's top to under a one-line title (17 px type at y 0.97)
+
+
+def legend_rows(fig: go.Figure, room: int) -> int:
+    """The rows a horizontal legend of ``fig`` wraps into across ``room`` px. An item is its symbol and
+    the gap after it (about 40 px; the last column needs no gap, 30 px of it) and its name (about 6.8 px a
+    character at 13 px type); plotly lines wrapped items up in columns, each as wide as its widest item,
+    so the rows are those of the most columns that fit."""
+    widths = [40 + 6.8 * len(re.sub(r"<[^>]+>", "", str(t.name))) for t in fig.data
+              if t.name and t.showlegend is not False and t.visible is not False]
+    for columns in range(len(widths), 0, -1):
+        if columns == 1 or sum(max(widths[c::columns]) for c in range(columns)) - 30 <= room:
+            return -(-len(widths) // columns)
+    return 0
+
+
+def _legend_under_title(fig: go.Figure, room: int) -> None:
+    """A legend above the plot grows upwards from it, row by row: the top margin grows (and the figure with
+    it, the plot keeping its height) until its top row sits under the title's lines."""
+    legend = fig.layout.legend
+    y = 1.0 if legend.y is None else legend.y  # the template's: a row over the plot, right-aligned
+    if fig.layout.showlegend is False or (legend.orientation or "h") != "h" or y < 1:
+        return
+    title_lines = str(fig.layout.title.text or "").count("<br>") + 1 if fig.layout.title.text else 0
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 86
+    height = fig.layout.height or 450
+    plot = max(60, height - top - (fig.layout.margin.b if fig.layout.margin.b is not None else 60))
+    above = int((y - 1) * plot)  # the legend's foot over the plot's top
+    need = (TITLE_ROOM + 18 * (title_lines - 1) if title_lines else 8) + LEGEND_ROW * legend_rows(fig, room) + above + 6
+    if need > top:
+        fig.update_layout(margin_t=need, height=height + need - top)
 
 
 def _compact(fig: go.Figure) -> bool:
@@ -122,6 +159,39 @@ def _wrap_panel_titles(fig: go.Figure, plot_width: int, size: int) -> int:
             ann.text = "<br>".join(lines)
             most = max(most, len(lines))
     return most
+
+
+def _fit_panel_titles(fig: go.Figure, plot_width: int) -> None:
+    """Subplot titles on a phone, each wrapped to its own panel's width: the figure less the page's
+    padding, the margins and the y axis's labels, times the panel's share of the plot (three panels of a
+    waterfall get about 60 px each). 12 px type where a panel holds 12 characters a line, else 10 px."""
+    area = plot_width - 24 - max(40, _ylabel_room(fig)) - 40
+    for ann in fig.layout.annotations or ():
+        if not (ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom"):  # a subplot's title
+            continue
+        room = area * _panel_share(fig, ann.x)
+        size = 12 if room >= 12 * 0.6 * 12 else 10
+        ann.text = "<br>".join(wrap(str(ann.text), max(6, int(room / (0.6 * size)))))
+        ann.font.size = size
+
+
+def _ylabel_room(fig: go.Figure) -> int:
+    """Pixels left of the plot that the first y axis's tick labels and title take (11 px type)."""
+    ax = fig.layout.yaxis
+    if ax.showticklabels is False or ax.visible is False:
+        return 0
+    chars = max((len(re.sub(r"<[^>]+>", "", str(t))) for t in ax.ticktext or ()), default=4)
+    return int(chars * 0.6 * (ax.tickfont.size or 11)) + 10 + (16 if ax.title.text else 0)
+
+
+def _panel_share(fig: go.Figure, x: float | None) -> float:
+    """The share of the plot's width of the panel whose centre is at paper ``x`` (a subplot title's place)."""
+    for name in fig.layout:
+        if name.startswith("xaxis") and fig.layout[name].domain is not None and x is not None:
+            left, right = fig.layout[name].domain
+            if left - 1e-6 <= x <= right + 1e-6:
+                return right - left
+    return 1 / _columns(fig)
 
 
 def _fit_narrow(fig: go.Figure, page_width: int) -> None:
@@ -142,10 +212,11 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
     legend_below_buttons(fig)
     fig.update_xaxes(title_font_size=12, tickfont_size=11)
     fig.update_yaxes(title_font_size=12, tickfont_size=11)
-    _wrap_panel_titles(fig, plot_width, 12)
-    for ann in fig.layout.annotations or ():
-        if ann.text and ann.yref == "paper" and (ann.yanchor or "") == "bottom":
-            ann.font.size = 12
+    _fit_panel_titles(fig, plot_width)
+    if _columns(fig) > 2:  # panels side by side: their value ticks would run into the next panel's
+        for ax in fig.select_xaxes():
+            if ax.type != "category" and ax.tickvals is None:
+                ax.nticks = 3
     # the title's lines, and subplot titles under it, set the top margin (the legend is below now)
     panel_lines = max((str(a.text).count("<br>") + 1 for a in fig.layout.annotations or ()
                        if a.yref == "paper" and (a.yanchor or "") == "bottom"), default=0)
@@ -154,16 +225,50 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         if ax.dtick is not None and ax.type != "category":  # a tick every step would overlap
             ax.dtick, ax.nticks = None, 7
     _thin_token_ticks(fig, plot_width)
+    moved = False
     for menu in fig.layout.updatemenus or ():  # the in-chart buttons fit the phone's width in one row
         menu.font.size = 10
         menu.pad = dict(t=2, r=2, l=0, b=2)
         if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
             menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
+        elif menu.y is not None and 0 < menu.y <= 1 and (menu.yanchor or "") == "top":
+            # buttons over the plot's top (the distribution's scale and zoom) would cover the labels there on
+            # a plot this narrow: they go in a row of their own over it, the plot keeping its height
+            menu.y, menu.yanchor = 1.0, "bottom"
+            if not moved:
+                fig.update_layout(margin_t=fig.layout.margin.t + MENU_ROW, height=(fig.layout.height or 450) + MENU_ROW)
+            moved = True
+    _wrap_line_labels(fig, plot_width)
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
         mode = getattr(trace, "mode", None) or ""
         if "text" in mode and trace.x is not None and len(trace.x) > most:
             trace.mode = mode.replace("+text", "").replace("text+", "") or "markers"
+
+
+def _wrap_line_labels(fig: go.Figure, plot_width: int) -> None:
+    """Labels placed on the data (a line's label, a marked bar's) in lines that fit half the plot on a
+    phone (11 px type: about 6 px a character), so one beside a line near either edge stays in the figure;
+    the annotations the in-chart buttons swap in (the distribution's bases) too."""
+    per_line = max(12, int((plot_width - 160) / 2 / 6))
+
+    def fitted(ann: dict) -> dict:
+        text = str(ann.get("text") or "")
+        if (ann.get("name") in (CAPTION, NOTES) or not str(ann.get("xref") or "").startswith("x")
+                or len(re.sub(r"<[^>]+>", "", text)) <= per_line):
+            return ann
+        return dict(ann, text="<br>".join(wrap(text, per_line)), font=dict(ann.get("font") or {}, size=11))
+
+    fig.layout.annotations = [fitted(a.to_plotly_json()) for a in fig.layout.annotations or ()]
+    for menu in fig.layout.updatemenus or ():
+        buttons = list(menu.buttons or ())
+        for button in buttons:
+            args = list(button.args or ())
+            if len(args) > 1 and isinstance(args[1], dict) and args[1].get("annotations") is not None:
+                swapped = [fitted(a.to_plotly_json() if hasattr(a, "to_plotly_json") else dict(a))
+                           for a in args[1]["annotations"]]
+                button.args = [args[0], dict(args[1], annotations=swapped), *args[2:]]
+        menu.buttons = buttons
 
 
 def _columns(fig: go.Figure) -> int:
