@@ -97,6 +97,7 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
         if lines > 1:  # room above the panels for their extra lines
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
+    _place_top_buttons(out, narrow)
     # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
     # is wide (12 px type: about 6.6 px a character)
     compact = _compact(out)
@@ -158,12 +159,39 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         menu.font.size = 10
         menu.pad = dict(t=2, r=2, l=0, b=2)
         if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
-            menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
+            # a row under the axis starts at the figure's left edge, in type small enough to end at its right
+            menu.x, menu.font.size = -40 / max(100, plot_width - 80), 9
     most = max(8, plot_width // 28)  # labels closer than this collide: hover keeps them
     for trace in fig.data:
         mode = getattr(trace, "mode", None) or ""
         if "text" in mode and trace.x is not None and len(trace.x) > most:
             trace.mode = mode.replace("+text", "").replace("text+", "") or "markers"
+
+
+TOP_MARKS = 24  # px under the plot's top edge that the marks written along it take (a cut's label)
+BUTTON_ROW = 26  # px a row of in-chart buttons takes
+
+
+def _place_top_buttons(fig: go.Figure, narrow: bool) -> None:
+    """The in-chart buttons placed at the plot's top right (scale, zoom) clear of the chart's labels: their
+    right edge at the plot's right end, off the right axis's ticks, and under the marks written along the
+    plot's top edge; on a phone, where the row spans the plot, above the plot, under the title."""
+    menus = [m for m in fig.layout.updatemenus or ()
+             if m.y is not None and m.y >= 0 and m.xanchor == "right" and m.visible is not False]
+    if not menus:
+        return
+    margin = fig.layout.margin
+    top = margin.t if margin.t is not None else 86
+    plot = max(60, (fig.layout.height or 450) - top - (margin.b if margin.b is not None else 60))
+    right = fig.layout.xaxis.domain[1] if fig.layout.xaxis.domain else 1.0
+    if narrow:  # the plot keeps its height
+        fig.update_layout(margin_t=top + BUTTON_ROW, height=(fig.layout.height or 450) + BUTTON_ROW)
+    for menu in menus:
+        menu.x = min(menu.x if menu.x is not None else 1.0, right)
+        if narrow:
+            menu.y, menu.yanchor = 1.0, "bottom"
+        else:
+            menu.y, menu.yanchor = min(menu.y, 1 - TOP_MARKS / plot), "top"
 
 
 def _columns(fig: go.Figure) -> int:
