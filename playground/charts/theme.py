@@ -99,6 +99,8 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
             top = out.layout.margin.t if out.layout.margin.t is not None else 86
             out.update_layout(margin_t=top + 17 * (lines - 1))
         _legend_under_title(out, int(width * (0.22 if _compact(out) else 0.6)) - 120)
+    if not narrow:  # a phone's rows of buttons over the plot are placed by _fit_narrow
+        _place_top_buttons(out, narrow)
     # the caption's row at the foot, under whatever the margins hold now; its lines as long as the figure
     # is wide (12 px type: about 6.6 px a character)
     compact = _compact(out)
@@ -230,7 +232,8 @@ def _fit_narrow(fig: go.Figure, page_width: int) -> None:
         menu.font.size = 10
         menu.pad = dict(t=2, r=2, l=0, b=2)
         if menu.y is not None and menu.y < 0 and (menu.xanchor or "left") == "left":
-            menu.x = -36 / max(100, plot_width - 80)  # a row under the axis starts at the figure's left edge
+            # a row under the axis starts at the figure's left edge, in type small enough to end at its right
+            menu.x, menu.font.size = -40 / max(100, plot_width - 80), 9
         elif menu.y is not None and 0 < menu.y <= 1 and (menu.yanchor or "") == "top":
             # buttons over the plot's top (the distribution's scale and zoom) would cover the labels there on
             # a plot this narrow: they go in a row of their own over it, the plot keeping its height
@@ -269,6 +272,32 @@ def _wrap_line_labels(fig: go.Figure, plot_width: int) -> None:
                            for a in args[1]["annotations"]]
                 button.args = [args[0], dict(args[1], annotations=swapped), *args[2:]]
         menu.buttons = buttons
+
+
+TOP_MARKS = 24  # px under the plot's top edge that the marks written along it take (a cut's label)
+BUTTON_ROW = 26  # px a row of in-chart buttons takes
+
+
+def _place_top_buttons(fig: go.Figure, narrow: bool) -> None:
+    """The in-chart buttons placed at the plot's top right (scale, zoom) clear of the chart's labels: their
+    right edge at the plot's right end, off the right axis's ticks, and under the marks written along the
+    plot's top edge; on a phone, where the row spans the plot, above the plot, under the title."""
+    menus = [m for m in fig.layout.updatemenus or ()
+             if m.y is not None and m.y >= 0 and m.xanchor == "right" and m.visible is not False]
+    if not menus:
+        return
+    margin = fig.layout.margin
+    top = margin.t if margin.t is not None else 86
+    plot = max(60, (fig.layout.height or 450) - top - (margin.b if margin.b is not None else 60))
+    right = fig.layout.xaxis.domain[1] if fig.layout.xaxis.domain else 1.0
+    if narrow:  # the plot keeps its height
+        fig.update_layout(margin_t=top + BUTTON_ROW, height=(fig.layout.height or 450) + BUTTON_ROW)
+    for menu in menus:
+        menu.x = min(menu.x if menu.x is not None else 1.0, right)
+        if narrow:
+            menu.y, menu.yanchor = 1.0, "bottom"
+        else:
+            menu.y, menu.yanchor = min(menu.y, 1 - TOP_MARKS / plot), "top"
 
 
 def _columns(fig: go.Figure) -> int:

@@ -13,12 +13,33 @@ from playground.ui.components import run_config, run_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
 from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
 from playground.ui.handlers import compare, show_prompt, side_refused
-from playground.ui.side import Side
+from playground.ui.side import COMPARE_VIEW_PLOTS, VIEW_PREFIX, Side, slot_ids
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
     from playground.ui.components import Page
     from playground.ui.handlers import Decoder, Frame
+
+SIDES = ("a", "b")
+
+
+def side_rows(key: str) -> list[str]:
+    """The element ids of a Compare side's parts, top to bottom: one grid row each."""
+    plots, html = slot_ids(COMPARE_VIEW_PLOTS, VIEW_PREFIX, f"-{key}")
+    return [f"pg-status-{key}", f"pg-text-{key}", f"pg-overview-{key}", f"pg-dist-{key}", f"pg-waterfall-{key}",
+            *plots, html]
+
+
+# Side A's and side B's parts share rows, so their charts start level however many lines either side's
+# status or text takes: the two columns give their children to one grid, each part to its own row. Where
+# the page is too narrow for two columns they stack as before.
+SIDES_CSS = ("@media (min-width: 1100px) {\n"
+             "  #pg-compare-sides { display: grid !important; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);"
+             " column-gap: var(--layout-gap, 16px); row-gap: var(--layout-gap, 16px); align-items: start; }\n"
+             + "".join(f"  #pg-compare-sides > #pg-side-{key} {{ display: contents; }}\n" for key in SIDES)
+             + "".join(f"  #{part} {{ grid-column: {column}; grid-row: {row}; }}\n"
+                       for column, key in enumerate(SIDES, 1) for row, part in enumerate(side_rows(key), 1))
+             + "}\n")
 
 
 def tab(page: Page) -> None:
@@ -37,9 +58,9 @@ def tab(page: Page) -> None:
     page.compare_step = gr.Slider(0, 1, value=0, step=1, label="Step shown below (both sides)",
                                   elem_id="pg-compare-step")
     page.sides = {}
-    with gr.Row(equal_height=False):
-        for key in ("a", "b"):
-            with gr.Column(min_width=360):
+    with gr.Row(equal_height=False, elem_id="pg-compare-sides"):  # SIDES_CSS lines up its rows
+        for key in SIDES:
+            with gr.Column(min_width=360, elem_id=f"pg-side-{key}"):
                 page.sides[key] = Side(key, compact=True)
 
 

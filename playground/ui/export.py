@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from playground.charts.steps import clamp_step, step_figures
@@ -66,8 +67,16 @@ def png_export_available() -> bool:
     return any(shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome"))
 
 
+def without_buttons(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` without its updatemenus."""
+    out = go.Figure(fig)
+    out.layout.updatemenus = ()
+    return out
+
+
 def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", scale: float = 2.0) -> list[str]:
-    """The step's three charts (and any strategy views) as PNG files, in the theme the page shows.
+    """The step's three charts (and any strategy views) as PNG files, in the theme the page shows, without
+    their in-chart buttons.
 
     One kaleido session renders them all (kaleido starts a Chromium per session)."""
     k = clamp_step(trace, step)
@@ -79,7 +88,8 @@ def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", s
             figs[f"view{i + 1}"] = view.figure
     base = trace_filename(trace, "")
     paths = [str(export_dir() / f"{base}-step{k}-{name}.png") for name in figs]
-    painted = [themed(f, theme, export=True) for f in figs.values()]
+    # a PNG shows the chart as it reads, without the in-chart buttons (basis, scale, zoom) it cannot press
+    painted = [themed(without_buttons(f), theme, export=True) for f in figs.values()]
     try:
         pio.write_images(painted, paths, width=1280, height=[int(f.layout.height or 560) for f in painted],
                          scale=scale)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from playground.ui.handlers import DEFAULT_PROMPT, default_decoder, restore  # isort: skip
 
 import importlib.util
+import json
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -89,10 +90,15 @@ COPY_JS = """(query) => {
 }"""
 
 
+# short enough for a phone's first screen (Generate stays on it); hovering the model in the status line
+# says which weights ran and why
+WEIGHTS_INFO = "auto: int4, else bfloat16, else float32: the first this CPU runs that matches float32."
+
 LOADS_WITH_MODEL = ("The model is not loaded yet: this shows the exact text it reads (the chat template and "
                     "any default system prompt it adds) and its token count once it loads with the model.")
 
-# Slides view: the chart shown large (its plot's element id) and the rest folded away
+# Slides view: the chosen chart alone at the screen's size (its plot's element id); Escape or the
+# checkbox leaves it
 VIEW_IDS, VIEW_HTML_ID = slot_ids(VIEW_PLOTS, VIEW_PREFIX)  # the Explore tab's strategy view slots
 SLIDE_CHARTS = {"distribution": "pg-dist", "chain": "pg-waterfall", "overview": "pg-overview-main",
                 "strategy view": VIEW_IDS[0]}
@@ -104,22 +110,30 @@ SLIDE_HIDDEN = [*VIEW_IDS[1:], VIEW_HTML_ID]
 SLIDES_JS = """(on, chart) => {
   document.body.classList.toggle('pg-slides', !!on);
   document.body.dataset.pgSlide = chart || '';
+  document.body.dataset.pgSlideId = (%s)[chart] || '';  // the chart playground.js sizes to the screen
+  const explore = document.querySelector('#pg-tabs [role=tab]');  // the charts shown are the Explore tab's
+  if (on && explore && explore.getAttribute('aria-selected') !== 'true') explore.click();
   setTimeout(() => window.dispatchEvent(new Event('resize')), 80);
   setTimeout(() => window.dispatchEvent(new Event('resize')), 400);
   return [];
-}"""
+}""" % json.dumps(SLIDE_CHARTS)
 SLIDES_HIDING = ",\n".join(
     [f'body.pg-slides:not([data-pg-slide="{name}"]) #{element}' for name, element in SLIDE_CHARTS.items()]
     + [f"body.pg-slides #{element}" for element in SLIDE_HIDDEN]) + " { display: none !important; }\n"
-SLIDES_CSS = SLIDES_HIDING + """
-body.pg-slides .pg-header, body.pg-slides #pg-sidebar, body.pg-slides #pg-pickers, body.pg-slides #pg-examples,
-body.pg-slides #pg-queue-note, body.pg-slides #pg-example-note, body.pg-slides #pg-sees,
-body.pg-slides #pg-prompt-note, body.pg-slides #pg-branches, body.pg-slides #pg-export,
-body.pg-slides #pg-glossary { display: none !important; }
+# ... and in the Explore column everything but the chosen chart (with what holds it) and the bar that leaves
+# the view; above it the header, the prompt and its buttons, and the sidebar
+SLIDES_ALONE = ",\n".join(
+    f'body.pg-slides[data-pg-slide="{name}"] #pg-main *:not(#{element}, #{element} *, :has(#{element}), '
+    f'#pg-slides-bar, #pg-slides-bar *, :has(#pg-slides-bar))' for name, element in SLIDE_CHARTS.items())
+SLIDES_CSS = SLIDES_HIDING + SLIDES_ALONE + """ { display: none !important; }
+body.pg-slides .pg-header, body.pg-slides #pg-top, body.pg-slides #pg-sidebar, body.pg-slides footer,
+body.pg-slides #pg-dist-note, body.pg-slides #pg-glossary { display: none !important; }
 body.pg-slides #pg-main { flex: 1 1 100% !important; width: 100% !important; max-width: 100% !important; }
-body.pg-slides #pg-main .modebar-container, body.pg-slides #pg-dist-note { display: none !important; }
+body.pg-slides #pg-main .modebar-container { display: none !important; }
+body.pg-slides #pg-slides-bar { flex-wrap: nowrap; }
+body.pg-slides .gradio-container, body.pg-slides .gradio-container > main, body.pg-slides .main {
+  padding-top: 0.3rem !important; padding-bottom: 0 !important; margin-top: 0 !important; }
 @media (min-width: 700px) {  /* projector sizes; a phone keeps its own */
-  body.pg-slides #pg-text { font-size: 1.6rem; line-height: 1.5; }
   body.pg-slides #pg-main .js-plotly-plot .gtitle { font-size: 28px !important; }
   body.pg-slides #pg-main .js-plotly-plot .xtitle, body.pg-slides #pg-main .js-plotly-plot .ytitle {
     font-size: 20px !important; }
@@ -135,25 +149,23 @@ def _top(page: Page) -> None:
     with gr.Row(equal_height=True, elem_id="pg-pickers"):
         page.model = gr.Dropdown(model_choices(), value=DEFAULT_MODEL, label="Model", allow_custom_value=True,
                                  elem_id="pg-model", min_width=220,
-                                 info="Offline models always; any Hugging Face hub id where the network allows.")
+                                 info="Offline models, or a Hugging Face hub id.")
         page.dtype = gr.Dropdown(list(DTYPES), value=DEFAULT_DTYPE, label="Weights", elem_id="pg-dtype", min_width=160,
-                                 info="auto: the model's own GGUF blocks (int4) on AVX2 and AVX-512 CPUs, else "
-                                      "bfloat16 where the CPU has it natively, else float32; each only where it "
-                                      "passes its check against float32 (hover the model in the status line).")
+                                 info=WEIGHTS_INFO)
         page.strategy = gr.Dropdown(names, value=default, label="Strategy", elem_id="pg-strategy", min_width=220,
                                     info="Its parameters are below.")
     page.prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", lines=2, elem_id="pg-prompt")
     page.prompt_note = gr.Markdown(toy_note(DEFAULT_MODEL), elem_classes=["pg-summary"], elem_id="pg-prompt-note")
     page.prompt_fit = gr.Button("", visible=False, size="sm", variant="secondary", elem_id="pg-prompt-fit")
+    with gr.Row(elem_id="pg-actions"):
+        page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
+        page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
+        page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
     with gr.Accordion("What the model sees", open=False, elem_id="pg-sees") as page.sees_box:
         page.sees = gr.Textbox(LOADS_WITH_MODEL, label="The prompt as the model reads it", lines=3, max_lines=14,
                                interactive=False, elem_id="pg-sees-text", buttons=["copy"],
                                info="The chat template's text (with any default system prompt it adds) or the "
                                     "plain prompt, and its token count.")
-    with gr.Row(elem_id="pg-actions"):
-        page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
-        page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
-        page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
     gr.Markdown(QUEUE_NOTE, elem_classes=["pg-summary"], elem_id="pg-queue-note")
     page.link_box = gr.Textbox(label="Share link (copied)", visible=False, buttons=["copy"], elem_id="pg-link",
                                interactive=False)
@@ -383,7 +395,7 @@ def launch_kwargs() -> dict[str, Any]:
     theme = gr.themes.Soft(primary_hue="blue", secondary_hue="amber", neutral_hue="slate",
                            font=[gr.themes.Font(f) for f in ("Inter", "ui-sans-serif", "system-ui", "sans-serif")],
                            font_mono=[gr.themes.Font(f) for f in ("JetBrains Mono", "ui-monospace", "monospace")])
-    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script><style>{SLIDES_CSS}</style>"
+    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script><style>{SLIDES_CSS}{compare.SIDES_CSS}</style>"
     return dict(theme=theme, css=(ASSETS / "style.css").read_text(encoding="utf-8"), head=head,
                 **mcp_kwargs())
 
