@@ -2,6 +2,7 @@
 selection by slider, token click or overview click. Its branches panel is playground.ui.branches."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
@@ -60,6 +61,8 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
         what it filled in with its last). What equals the run's last update of a component is not sent again."""
         unsent = events.Unsent()
         for k, frame in enumerate(frames):
+            if not frame.final and (frame.figures or frame.views) and events.stop_requested():
+                frame = dataclasses.replace(frame, figures=None, views=None)  # Stop first: no charts to convert
             n = len(frame.trace.get("steps") or [])
             out: Updates = {**main.frame_updates(frame, theme),
                             page.step: gr.update(maximum=max(1, n - 1), value=frame.step or 0),

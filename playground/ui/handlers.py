@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
 
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
-TEXT_SECONDS = 0.1  # the text at most ten times a second: a page never queues more frames than it can draw
+TEXT_SECONDS = 0.25  # the text at most ten times a second: a page never queues more frames than it can draw
 DEFAULT_PROMPT = share.DEFAULT_PROMPT
 NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
 
@@ -244,15 +244,18 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
         # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing:
         # a drawing's cost is making its figures and the page's side holding the frame (turning them into
         # the page's payloads and sending them), so it grows with the run and redraws thin out.
-        redraw = k > 0 and now - last_draw >= max(refresh_seconds, 3 * draw_cost) and not stop_requested()
+        redraw = k > 0 and now - last_draw >= max(refresh_seconds, 7 * draw_cost) and not stop_requested()
         if k == 0 or redraw or now - last_text >= text_seconds:
             d = dicts(trace)
             step = len(d["steps"]) - 1 if d["steps"] else None
             figures = views = None
             if redraw and step is not None:
-                figures, views = _figures(d, step, compact), strategy_views(d, step)
+                figures = _figures(d, step, compact)
+                views = strategy_views(d, step)
             elif redraw:  # no step yet (beam's steps are its best path, known at the end): its views grow
                 views = strategy_views(d) or None
+            if stop_requested():  # Stop came while drawing: the text goes now, the charts after the run
+                figures = views = None
             drawn = time.perf_counter()
             last_text = drawn
             sent = d
