@@ -22,6 +22,7 @@ import sys
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, ModelStore
 from playground.ui.handlers import zero_gpu
+from playground.ui.pull import STEPS
 
 
 def start_device() -> str | None:
@@ -40,7 +41,9 @@ def preload(key: str) -> None:
         print(f"[{fraction:4.0%}] {message}", flush=True)
 
     try:
-        store.get(key, report)
+        # on the decoder's thread: the CPU kernels' thread team runs at full speed for the first thread that
+        # uses it (a first start converts the GGUF file here), and that thread decodes every run
+        STEPS.submit(store.get, key, report).result()
     except InvalidRequest as err:  # a missing package or no network: the page still serves the others
         print(f"warning: {err}", file=sys.stderr, flush=True)
 

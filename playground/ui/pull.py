@@ -1,9 +1,11 @@
 """A decoder's steps pulled on a thread of their own, so the page's handler reads Stop while a step runs.
 
 The handler still takes one step at a time and draws between two steps (the strategy's trace is never
-read while it changes): only the waiting moves. Every step runs on the same thread (torch's grad mode
-is per thread). A step that Stop interrupts is left to finish on its thread and is not shown; ``close``
-waits for it, then closes the decoder.
+read while it changes): only the waiting moves. Every step of every run runs on one thread kept for the
+process: torch's grad mode is per thread, and the CPU kernels' thread team (OpenMP) runs at full speed
+only for the first thread that uses it; a fresh thread per run decoded at half speed on two cores. A step
+that Stop interrupts is left to finish on that thread and is not shown; ``close`` waits for it, then
+closes the decoder.
 """
 from __future__ import annotations
 
@@ -16,12 +18,12 @@ from typing import Callable, Generic, Iterator, TypeVar, cast
 T = TypeVar("T")
 _END = object()
 POLL_SECONDS = 0.02  # how often a wait for the next step reads Stop
+STEPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decoder")  # the one thread every step runs on
 
 
 class Pull(Generic[T]):
     def __init__(self, source: Iterator[T]) -> None:
         self._source = source
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decoder")
         self._in_flight: Future | None = None
         self._worker: int | None = None  # the thread the steps run on
         self._closed = False
@@ -31,7 +33,7 @@ class Pull(Generic[T]):
         """The source's items, one step at a time; ends with the source, or once ``stop()`` is true while
         a step runs (``interrupted``). Each step runs in the caller's context (its contextvars)."""
         while True:
-            future = self._pool.submit(contextvars.copy_context().run, self._next)
+            future = STEPS.submit(contextvars.copy_context().run, self._next)
             self._in_flight = future
             while True:
                 try:
@@ -58,11 +60,8 @@ class Pull(Generic[T]):
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._in_flight is not None and threading.get_ident() != self._worker:
-                self._in_flight.exception()  # its result or error is not wanted: the run has ended
-            close = getattr(self._source, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self._pool.shutdown(wait=False)
+        if self._in_flight is not None and threading.get_ident() != self._worker:
+            self._in_flight.exception()  # its result or error is not wanted: the run has ended
+        close = getattr(self._source, "close", None)
+        if close is not None:
+            close()
