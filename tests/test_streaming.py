@@ -75,7 +75,7 @@ def test_a_stopped_run_ends_on_its_status_and_text_alone(store):
         for frame in stream:
             frames.append(frame)
             if len(frame.trace.get("tokens") or []) == 5:
-                run.stop.set()
+                run.request_stop()
     last = frames[-1]
     assert last.final and last.figures is None and last.views is None
     assert len(last.trace["tokens"]) == 5 and last.trace["finish_reason"] == "stopped"
@@ -113,7 +113,7 @@ def test_stop_during_a_long_step_ends_the_run_at_once_on_the_tokens_last_sent(st
 
     def click_stop():
         clicked.append(time.perf_counter())
-        run.stop.set()
+        run.request_stop()
 
     with current_run(run):
         for frame in generate(store, req, decoder=decode, refresh_seconds=60, text_seconds=0):
@@ -139,19 +139,21 @@ def test_pull_runs_every_step_on_one_thread_and_closes_the_source_after_an_inter
             closed.append(time.perf_counter())
 
     pull = Pull(source())
-    stop_at = [0.0]
+    stop, wake, stop_at = threading.Event(), threading.Event(), [0.0]
 
-    def stop():
-        return bool(stop_at[0]) and time.perf_counter() >= stop_at[0]
+    def click():
+        stop_at[0] = time.perf_counter()
+        stop.set()
+        wake.set()
 
     got = []
-    for item in pull.steps(stop):
+    for item in pull.steps(stop.is_set, wake):
         got.append(item)
         if item == 1:
-            stop_at[0] = time.perf_counter() + 0.2  # Stop 0.2 s into the third, 1 s step
+            threading.Timer(0.2, click).start()  # Stop 0.2 s into the third, 1 s step
     returned = time.perf_counter()
     assert got == [0, 1] and pull.interrupted
-    assert returned - stop_at[0] < 0.5  # the wait ended with Stop, not with the step
+    assert returned - stop_at[0] < 0.45  # the wait ended with Stop and its 0.2 s grace, not with the step
     assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
     pull.close()
     assert closed and closed[0] - stop_at[0] >= 0.7  # closed once the interrupted step had ended

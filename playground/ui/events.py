@@ -41,6 +41,16 @@ class Run:
 
     def __init__(self) -> None:
         self.stop, self.done = threading.Event(), threading.Event()
+        self._wakes: list[threading.Event] = []
+
+    def wakes(self, event: threading.Event) -> None:
+        """``event`` is set too when Stop comes (a wait for a step wakes at once, without polling)."""
+        self._wakes.append(event)
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        for event in list(self._wakes):
+            event.set()
 
 
 class Runs:
@@ -69,7 +79,7 @@ class Runs:
             run = self._runs.get(session)
         if run is None:
             return False
-        run.stop.set()
+        run.request_stop()
         run.done.wait(wait_s)
         return True
 
@@ -86,6 +96,11 @@ def current_run(run: Run | None) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+def current() -> Run | None:
+    """The page run this code is advancing (None outside a page run)."""
+    return _CURRENT.get()
 
 
 def stop_requested() -> bool:

@@ -16,6 +16,7 @@ except ImportError:
     spaces = None
 
 import dataclasses
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -38,6 +39,7 @@ from playground.serving.budget import Budget, stopped_text
 from playground.trace import Trace
 from playground.ui import share
 from playground.ui.controls import strategies_in_order
+from playground.ui.events import current as current_run
 from playground.ui.events import stop_requested
 from playground.ui.pull import Pull
 from strategies.registry import get_strategy
@@ -231,7 +233,10 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
     dicts, last_draw, draw_cost, last_text, trace = _TraceDicts(), 0.0, 0.0, 0.0, None
     with_prompt = show_prompt(req.model, req.chat)
     k, halted, sent = -1, False, None
-    for trace in pull.steps(stop_requested):
+    wake, run = threading.Event(), current_run()
+    if run is not None:
+        run.wakes(wake)  # Stop ends the wait for a step at once
+    for trace in pull.steps(stop_requested, wake):
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
             d = trace.to_dict()
             yield Frame(d, token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as Pending
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Generic, Iterator, TypeVar, cast
 
 T = TypeVar("T")
 _END = object()
-POLL_SECONDS = 0.02  # how often a wait for the next step reads Stop
+POLL_SECONDS = 0.5  # how often a wait for the next step reads Stop when nothing wakes it
+GRACE_SECONDS = 0.2  # a step in flight that ends this soon after Stop is kept: its token was decoded
 STEPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decoder")  # the one thread every step runs on
 
 
@@ -29,20 +29,28 @@ class Pull(Generic[T]):
         self._closed = False
         self.interrupted = False  # Stop came while a step was running; that step is not shown
 
-    def steps(self, stop: Callable[[], bool], poll_seconds: float = POLL_SECONDS) -> Iterator[T]:
+    def steps(self, stop: Callable[[], bool], wake: threading.Event | None = None,
+              poll_seconds: float = POLL_SECONDS, grace_seconds: float = GRACE_SECONDS) -> Iterator[T]:
         """The source's items, one step at a time; ends with the source, or once ``stop()`` is true while
-        a step runs (``interrupted``). Each step runs in the caller's context (its contextvars)."""
+        a step runs that does not end within ``grace_seconds`` (``interrupted``; a step that does is the
+        last item). Each step runs in the caller's context (its contextvars). The wait
+        sleeps until the step ends or ``wake`` is set (Stop sets it), reading ``stop()`` at least every
+        ``poll_seconds``: a waiting thread that woke often would take the interpreter's lock from the
+        step, and on a busy machine each hand-back waits for the scheduler."""
+        wake = wake or threading.Event()
         while True:
             future = STEPS.submit(contextvars.copy_context().run, self._next)
+            future.add_done_callback(lambda _: wake.set())
             self._in_flight = future
-            while True:
-                try:
-                    item = future.result(timeout=poll_seconds)
-                    break
-                except Pending:
-                    if stop():
-                        self.interrupted = True
-                        return
+            while not future.done():
+                if stop():
+                    if wait([future], timeout=grace_seconds).done:
+                        break  # the step in flight ends within the grace: it is the run's last, shown
+                    self.interrupted = True
+                    return
+                wake.wait(poll_seconds)
+                wake.clear()  # the loop reads the step and Stop again, so a wake cleared here is not lost
+            item = future.result()
             self._in_flight = None
             if item is _END:
                 return
