@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
 
 REFRESH_SECONDS = 0.8  # charts are re-sent whole: redraw at most this often while streaming
-TEXT_SECONDS = 0.25  # the text at most ten times a second: a page never queues more frames than it can draw
+TEXT_SECONDS = 0.25  # the text at most four times a second: a page never queues more frames than it can draw
 DEFAULT_PROMPT = share.DEFAULT_PROMPT
 NUMERIC_PROMPT = "1 2"  # the toy models' own example: token ids, "once upon"
 
@@ -211,8 +211,8 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
 
     The first frame carries text only so the first token shows as early as possible; charts follow
     ``refresh_seconds`` later (so a run that ends sooner is drawn once). Stop is read after every
-    token, sent or not, and while a step runs (the step runs on a thread of its own: ``playground.ui.pull``):
-    Stop during a step ends the run at once on the tokens last sent.
+    token, sent or not, and while a step runs (the steps run on a thread of their own: ``playground.ui.pull``):
+    Stop during a step that does not end within 0.2 s ends the run at once on the tokens last sent.
     ``final_step``: which step the last frame selects, "uncertain" (highest model entropy), "first",
     or a step number (a branch shows its forced step).
     ``compact``: charts for a half-width column (compare).
@@ -246,9 +246,10 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
         now = time.perf_counter()
         if k == 0:
             last_draw = now  # the first token goes out alone; a quick run is drawn once, at its end
-        # Redraw no more often than refresh_seconds, and never spend over a quarter of the time drawing:
-        # a drawing's cost is making its figures and the page's side holding the frame (turning them into
-        # the page's payloads and sending them), so it grows with the run and redraws thin out.
+        # Redraw no more often than refresh_seconds, and at most an eighth of the time on the server (about
+        # as much again in the browser): a drawing's cost is making its figures and the page's side holding
+        # the frame (turning them into the page's payloads and sending them), so it grows with the run and
+        # redraws thin out.
         redraw = k > 0 and now - last_draw >= max(refresh_seconds, 7 * draw_cost) and not stop_requested()
         if k == 0 or redraw or now - last_text >= text_seconds:
             d = dicts(trace)
@@ -261,9 +262,7 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
                 views = strategy_views(d) or None
             if stop_requested():  # Stop came while drawing: the text goes now, the charts after the run
                 figures = views = None
-            drawn = time.perf_counter()
-            last_text = drawn
-            sent = d
+            last_text, sent = time.perf_counter(), d
             yield Frame(d, token_html(d, step, with_prompt), status_html(d, final=False, note=note), step,
                         figures, views, final=False)
             if figures is not None or views is not None:
