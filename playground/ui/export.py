@@ -25,9 +25,9 @@ def export_dir() -> Path:
     return path
 
 
-def trace_filename(trace: dict[str, Any], suffix: str) -> str:
+def trace_filename(trace: dict[str, Any], suffix: str, kind: str = "trace") -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in f"{trace['model']}-{trace['strategy']}")
-    return f"trace-{safe}-seed{trace['seed']}-{int(time.time() * 1000) % 10**9}{suffix}"
+    return f"{kind}-{safe}-seed{trace['seed']}-{int(time.time() * 1000) % 10**9}{suffix}"
 
 
 def prune_exports(max_age_s: float = 3600) -> None:
@@ -53,7 +53,7 @@ def write_sample_many_json(result: dict[str, Any]) -> str:
     """A sample-many result (every outcome with its count, frequency, probability and seeds) as a
     pretty JSON file for download; returns its path."""
     prune_exports()
-    path = export_dir() / trace_filename(result, f"-n{result['n']}.json").replace("trace-", "sample-many-", 1)
+    path = export_dir() / trace_filename(result, f"-n{result['n']}.json", "sample-many")
     path.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     return str(path)
 
