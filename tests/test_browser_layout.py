@@ -112,8 +112,8 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
     with opened(browser, url + query + "&run=generate", "light") as page:
         wait_done(page)
         for slot in slots:  # the run fills them all: a slot the slides view misses would show
-            page.wait_for_selector(f"{slot} .js-plotly-plot", timeout=30_000)
-        page.wait_for_selector("#pg-view-html", state="visible", timeout=30_000)
+            page.wait_for_selector(f"{slot} .js-plotly-plot", timeout=90_000)
+        page.wait_for_selector("#pg-view-html", state="visible", timeout=90_000)
         page.locator("#pg-slides input").check()
         page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
         page.wait_for_timeout(700)
