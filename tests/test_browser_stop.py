@@ -1,7 +1,8 @@
 """Stop under load: a busy process on every core, and two clients: a browser runs a long SmolLM2
 generation while a script (gradio_client) queues a second long run behind it; the browser clicks Stop.
 The run ends after the step in flight: at most that token (and one already on its way to a busy page)
-shows, the status says "stopped at step n" within a second of the click, and no token arrives after it.
+shows, the status says "stopped at step n" within a second of that step's end (one step and a second
+after the click), and no token arrives after it.
 Times are read in the page (a MutationObserver), not polled.
 
 Skips where no browser can be had (fails under CI=true), like tests/test_browser.py.
@@ -33,7 +34,7 @@ OBSERVE = """() => {
 }"""
 CLICK_STOP = "() => { const t = performance.now(); document.getElementById('pg-stop').click(); return t; }"
 STOPPED_AT = re.compile(r"stopped at step (\d+)")
-STOP_SHOWN_S = 1.0  # from the click on Stop to "stopped at step n" on screen
+STOP_SHOWN_S = 1.0  # from the end of the step in flight at the click to "stopped at step n" on screen
 
 
 @pytest.fixture
@@ -131,7 +132,9 @@ def test_stop_under_load_ends_after_the_step_in_flight_and_says_where(browser, u
         assert max(n for _, n, _ in late) <= tokens_then + 1
         assert final_t - step_end < 1.0
         assert all(n == late[-1][1] for t, n, _ in late if t >= final_t)
-        assert (shown - clicked) / 1000 < STOP_SHOWN_S, f"'stopped' showed {(shown - clicked) / 1000:.2f} s after the click"
+        # on screen: the step in flight at the click (one step's time, measured above), then a second at most
+        assert (shown - clicked) / 1000 < step_s + STOP_SHOWN_S, \
+            f"'stopped' showed {(shown - clicked) / 1000:.2f} s after the click (one step {step_s:.2f} s)"
         # the page: it ends on that final frame, and no token shows after its status says stopped
         page.wait_for_function("(n) => document.querySelectorAll('#pg-text .pg-tok').length === n && "
                                "/stopped at step/.test(document.getElementById('pg-status').innerText)",
