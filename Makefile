@@ -40,9 +40,10 @@ lint: install
 # Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
 # Two workers, a test file each at a time (the tests run torch on one thread, so the two cores
 # share the work); module fixtures stay within their file. The 30 slowest tests close every log.
+# PYTEST_ARGS adds pytest options (make test PYTEST_ARGS="--durations=0" times every test).
 test: install browser lint
 	$(BIN)/python -m py_compile bench/*.py
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=30 tests
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=30 $(PYTEST_ARGS) tests
 
 check: install
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --toy-only tests

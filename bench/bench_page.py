@@ -99,14 +99,17 @@ def first_after(log: list[list[Any]], since: float, index: int) -> float | None:
     return next((row[0] for row in log if row[0] >= since and row[index] > 0), None)
 
 
-def run_once(browser: Any, url: str, query: str, stop_after: int = 0, timeout_s: float = 600) -> dict[str, Any]:
-    """One Generate on a fresh page; with ``stop_after``, Stop once that many tokens show."""
+def run_once(browser: Any, url: str, query: str, prompt: str = "", stop_after: int = 0,
+             timeout_s: float = 600) -> dict[str, Any]:
+    """One Generate on a fresh page (its link's ``prompt`` shown first, where it has one); with ``stop_after``,
+    Stop once that many tokens show."""
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
         page.goto(url + query)
         page.wait_for_selector("#pg-generate", timeout=120_000)
-        page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value.length > 0",
-                               timeout=60_000)
+        # the link's settings are on the page (the page's default prompt shows before the link is applied)
+        page.wait_for_function("(p) => { const v = document.querySelector('#pg-prompt textarea')?.value;"
+                               " return p ? v === p : v?.length > 0; }", arg=prompt, timeout=60_000)
         page.evaluate(OBSERVE)
         clicked = page.evaluate(CLICK, "pg-generate")
         out: dict[str, Any] = {}
@@ -191,10 +194,10 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     story_tokens, beam_tokens = (48, 12) if args.quick else (128, 32)
-    runs = [("first", "", 0),
-            ("story", share_query(SMOL, "sampling", STORY, "", True, 1, story_tokens, {}, "greedy", {}, run=""), 0),
-            ("beam", share_query(SMOL, "beam", STORY, "", True, 1, beam_tokens, {}, "greedy", {}, run=""), 0),
-            ("stop", share_query(SMOL, "sampling", STORY, "", True, 2, 300, {}, "greedy", {}, run=""), 8)]
+    runs = [("first", "", "", 0),
+            ("story", share_query(SMOL, "sampling", STORY, "", True, 1, story_tokens, {}, "greedy", {}, run=""), STORY, 0),
+            ("beam", share_query(SMOL, "beam", STORY, "", True, 1, beam_tokens, {}, "greedy", {}, run=""), STORY, 0),
+            ("stop", share_query(SMOL, "sampling", STORY, "", True, 2, 300, {}, "greedy", {}, run=""), STORY, 8)]
     port = free_port()
     t0 = time.perf_counter()
     server = start_server(args.root.resolve(), port, args.start_timeout, args.budget)
@@ -204,8 +207,8 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = launch_browser(p)
-            for name, query, stop_after in runs:
-                report(name, run_once(browser, f"http://127.0.0.1:{port}/", query, stop_after))
+            for name, query, prompt, stop_after in runs:
+                report(name, run_once(browser, f"http://127.0.0.1:{port}/", query, prompt, stop_after))
             for ex in examples() if args.examples else ():
                 seconds, lines = run_example(browser, f"http://127.0.0.1:{port}/", ex.config)
                 ends = [line.split(" · ")[-1] for line in lines]
