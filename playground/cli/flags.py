@@ -39,6 +39,9 @@ def base_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write the per-step distribution chart as HTML")
     p.add_argument("--png", metavar="FILE", help="write the per-step distribution chart as PNG (kaleido)")
     p.add_argument("--step", type=int, default=0, help="which step the chart shows")
+    p.add_argument("--lens", type=int, action="append", default=[], metavar="STEP",
+                   help="read every layer at step STEP (the logit lens: each hidden state through the final norm "
+                        "and the LM head): a table after the text, and the record in the JSON's lens; repeatable")
     p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN",
                    help="take TOKEN at step STEP (0 = the first new token) instead of the strategy's choice; "
                         "TOKEN is an id or text that is one token; repeatable")

@@ -6,6 +6,7 @@ Bad input exits with status 2 and one line naming the value and the allowed rang
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Sequence
 
@@ -16,6 +17,7 @@ from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
 from playground.serving.budget import Budget
+from playground.whatif.lens import lens
 from strategies.forcing import parse_force
 from strategies.params import describe
 from strategies.registry import all_strategies, get_strategy
@@ -47,10 +49,28 @@ def cmd_run(argv: Sequence[str]) -> int:
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)
     data = trace.to_dict()
+    if args.lens:
+        data["lens"] = [lens(store, data, step) for step in args.lens]
     if args.html or args.png:
         _write_chart(data, args)
-    print(trace.to_json(indent=2) if args.json else trace.text)
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else trace.text)
+    if not args.json:
+        for record in data.get("lens") or ():
+            print(lens_table(record))
     return 0
+
+
+def lens_table(record: dict[str, Any]) -> str:
+    """The logit lens of one step as text: per layer its own top token and the chosen token's rank."""
+    chosen, first = record["chosen"]["text"], record["first_top_layer"]
+    where = "no layer ranks it first" if first is None else f"it first tops layer {first}"
+    lines = [f"\nlogit lens at step {record['step']}: {chosen!r}, {where}",
+             f"{'layer':>6}  {'top token':<18} {'p':>8}  {'rank of chosen':>14} {'p':>8}"]
+    for row in record["rows"]:
+        top = row["top"][0]
+        lines.append(f"{row['layer']:>6}  {top['text']!r:<18} {top['prob']:>8.3g}  {row['chosen_rank']:>14,} "
+                     f"{row['chosen_prob'] or 0.0:>8.3g}")
+    return "\n".join(lines)
 
 
 def _write_chart(data: dict[str, Any], args: argparse.Namespace) -> None:

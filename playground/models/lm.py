@@ -317,6 +317,28 @@ class LM:
             logits = torch.tanh(logits / cap) * cap
         return logits.float()
 
+    @torch.inference_mode()
+    def layer_logits(self, states: tuple[torch.Tensor, ...], row: int = 0, position: int = -1) -> torch.Tensor:
+        """The logit lens: every hidden state at ``states[i][row, position]`` read through the final norm
+        and the LM head, as the model reads its last one -> float32 logits [len(states), vocab].
+
+        ``states`` are a forward's ``hidden_states`` (the embeddings, then one per layer). Their last entry
+        comes normed (transformers' convention, which the lean forwards keep), so it goes through the head
+        alone, on its own: its row is the forward's own logits at that position. The others share one
+        product: the norm, then the head (the lean forwards' weights where they run: int4 or bfloat16).
+        """
+        inner = torch.stack([s[row, position] for s in states[:-1]])
+        last = states[-1][row, position][None]
+        if self.fast is not None:
+            return torch.cat([self.fast.logits(inner), self.fast.project(last)]).float()
+        _, _, norm = self.decoder_parts()
+        head = self.model.get_output_embeddings()
+        logits = torch.cat([head(norm(inner)), head(last)])
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
+
     def truncated(self, num_layers: int) -> "LM":
         """The first ``num_layers`` layers + final norm + LM head as a model of its own.
 

@@ -38,7 +38,7 @@ def branch_forced(trace: dict[str, Any], step: Any, token: int | str) -> dict[in
     n = len(trace.get("tokens") or [])
     if n == 0:
         raise InvalidRequest("generate a run first: a branch continues it")
-    k = _index(step, n, "step")
+    k = index_in(step, n, "step")
     token = token.strip() if isinstance(token, str) and token.strip().isdigit() else token
     if token in ("", None):
         raise InvalidRequest("token must be a token id or text that is one token, got nothing")
@@ -85,7 +85,7 @@ def linked_forced(parent: dict[str, Any], branch: dict[int, int | str]) -> dict[
     if not branch:
         raise InvalidRequest("the link's branch names no step")
     n = len(parent.get("tokens") or [])
-    _index(min(branch), n, "the branch step")
+    index_in(min(branch), n, "the branch step")
     return {**forced_path(parent), **branch}
 
 
@@ -172,12 +172,12 @@ def undo(tree: Tree | None) -> Tree:
 def pick(tree: Tree | None, index: Any) -> Tree:
     """The tree with node ``index`` current."""
     n = len(tree["nodes"]) if tree and tree.get("nodes") else 0
-    current = _index(index, n, "branch")  # InvalidRequest for a tree with no nodes (or none)
+    current = index_in(index, n, "branch")  # InvalidRequest for a tree with no nodes (or none)
     assert tree is not None
     return {"nodes": tree["nodes"], "current": current}
 
 
-def _index(value: Any, n: int, what: str) -> int:
+def index_in(value: Any, n: int, what: str) -> int:
     """``value`` as an integer in [0, n - 1], or InvalidRequest naming ``what`` and the range."""
     try:
         ok = float(value).is_integer() and 0 <= int(value) < n

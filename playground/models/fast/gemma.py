@@ -99,6 +99,10 @@ class LeanGemma:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(self.rms_norm(hidden, self.norm), self.head)
 
+    def project(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head alone, on hidden states the final norm has already normed."""
+        return linear(normed, self.head)
+
     def _rope(self, positions: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.to(self.device, torch.float32)[..., None] * self.inv_freq[kind]
         angles = torch.cat((freqs, freqs), dim=-1)

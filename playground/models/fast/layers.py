@@ -132,6 +132,10 @@ class LeanForward(Protocol):
         """Final norm and LM head on a last hidden state."""
         ...
 
+    def project(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head alone, on hidden states the final norm has already normed."""
+        ...
+
     def truncated(self, model: Any, num_layers: int) -> LeanForward:
         """The first ``num_layers`` layers over ``model`` (a truncated transformers model)."""
         ...

@@ -99,6 +99,10 @@ class LeanLlama:
         """Final norm + LM head: [..., d] -> [..., vocab] in the model dtype."""
         return linear(self.rms_norm(hidden, self.norm), self.head)
 
+    def project(self, normed: torch.Tensor) -> torch.Tensor:
+        """The LM head alone, on hidden states the final norm has already normed."""
+        return linear(normed, self.head)
+
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin [batch or 1, n, 1, head_dim] for positions [batch or 1, n]."""
         freqs = positions.to(self.device, torch.float32)[..., None] * self.inv_freq
