@@ -10,11 +10,21 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from playground.charts import beam, contrastive, eagle, entropy_map, grammar, samplers, speculative, stage_warnings
+from playground.charts import (
+    beam,
+    contrastive,
+    eagle,
+    entropy_map,
+    grammar,
+    lens,
+    samplers,
+    speculative,
+    stage_warnings,
+)
 from playground.charts.common import View
 
 # in the order the page shows their views
-FAMILIES = (grammar, beam, contrastive, eagle, stage_warnings, samplers, speculative, entropy_map)
+FAMILIES = (grammar, lens, beam, contrastive, eagle, stage_warnings, samplers, speculative, entropy_map)
 
 
 def strategy_views(trace: dict[str, Any], step: int | None = None) -> list[View]:

@@ -55,6 +55,7 @@ class Page:
     compare_tab: gr.Tab
     main: Side
     step: gr.Slider
+    lens: gr.Button
     view_slots: ViewSlots
     trace_file: gr.File
     png: gr.Button

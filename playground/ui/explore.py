@@ -14,6 +14,7 @@ from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handle
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, Side, ViewSlots
+from playground.whatif.lens import lens
 from strategies.forcing import parse_path
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def tab(page: Page) -> None:
     with page.main.step_slot:
         page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                               info="Drag, click a token or a bar above to inspect that step.")
+        page.lens = gr.Button("Read every layer at this step (logit lens)", size="sm", elem_id="pg-lens")
     # a strategy's own views sit right under the text, where a person reads the run
     assert page.main.view_slot is not None
     with page.main.view_slot:
@@ -131,6 +133,17 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     # a click while the last one is still drawing is not dropped: the latest click wins
     main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *step_outputs],
                     trigger_mode="always_last", **QUIET)
+    def on_lens(trace: dict[str, Any] | None, k: Any, theme: str, progress: Any = None) -> Iterator[Any]:
+        """The logit lens of the shown step, added to the run's trace and drawn with its views."""
+        record = lens(store, trace or {}, clamp_step(trace, k) if trace else k, progress=events.progress(progress))
+        kept = [r for r in (trace or {}).get("lens") or [] if r.get("step") != record["step"]]
+        trace = {**(trace or {}), "lens": [*kept, record]}
+        yield keyed({page.trace: trace, page.trace_file: write_trace_json(trace),
+                     **slots.step_updates(trace, record["step"], theme)})
+
+    page.lens.click(handler(on_lens, 3, True, status=main.status), [page.trace, page.step, page.theme],
+                    [page.trace, page.trace_file, *slots.components, main.status], show_progress="minimal",
+                    api_visibility="private")
     page.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
                    [page.trace, page.step, page.theme],
                    page.png_files, api_visibility="private")
