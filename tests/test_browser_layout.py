@@ -135,7 +135,7 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         page.evaluate("() => document.getElementById('pg-generate').click()")
         wait_done(page)
         for slot in slots:
-            page.wait_for_selector(f"{slot} .js-plotly-plot", state="attached", timeout=30_000)
+            page.wait_for_selector(f"{slot} .js-plotly-plot", state="attached", timeout=90_000)
         page.wait_for_timeout(700)
         shown = [s for s in [*slots, "#pg-view-html"] if page.locator(s).is_visible()]
         assert shown == [], f"shown beside the distribution when the run came after the slides view: {shown}"
