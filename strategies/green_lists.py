@@ -73,11 +73,17 @@ def green_mask(token_id: int, vocab_size: int, gamma: float, key: int = DEFAULT_
     return _green_mask(int(token_id), int(vocab_size), float(gamma), int(key), scheme)
 
 
+@lru_cache(maxsize=65536)
+def _self_green(token_id: int, vocab_size: int, gamma: float, key: int) -> bool:
+    return bool(_green_mask.__wrapped__(token_id, vocab_size, gamma, key, "selfhash")[token_id])
+
+
 def is_green(prev_id: int | None, token_id: int, vocab_size: int, gamma: float, key: int = DEFAULT_KEY,
              scheme: str = "lefthash") -> bool:
     """Whether ``token_id`` is green after ``prev_id`` (lefthash), or in its own list (selfhash,
-    where ``prev_id`` is not read)."""
-    seed_token = token_id if scheme == "selfhash" else prev_id
-    if seed_token is None:
+    where ``prev_id`` is not read; the answer is cached per token, not the list)."""
+    if scheme == "selfhash":
+        return _self_green(int(token_id), int(vocab_size), float(gamma), int(key))
+    if prev_id is None:
         raise ValueError("lefthash needs the token before the one scored")
-    return bool(green_mask(seed_token, vocab_size, gamma, key, scheme)[token_id])
+    return bool(green_mask(prev_id, vocab_size, gamma, key, scheme)[token_id])

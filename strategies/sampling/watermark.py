@@ -49,8 +49,7 @@ class Watermark(TransformBase):
         ranked = logits_row.sort(dim=-1, descending=True).indices[:SELFHASH_CANDIDATES].tolist()
         green = torch.zeros(vocab, dtype=torch.bool)
         for token in ranked:
-            if green_mask(token, vocab, self.gamma, self.key, self.scheme)[token]:
-                green[token] = True
+            green[token] = is_green(None, token, vocab, self.gamma, self.key, self.scheme)
         return green
 
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
