@@ -120,6 +120,16 @@ def test_a_runs_trace_carries_the_stages_records_and_they_agree_with_the_detecto
                                                       abs=1e-6)
 
 
+def test_the_stage_draws_nothing_from_the_runs_generator(toy):
+    generator = torch.Generator().manual_seed(9)
+    start = generator.get_state()
+    for scheme in ("lefthash", "selfhash"):
+        chain = build_sampler_chain(SamplerParams(watermark_delta=2.0, watermark_scheme=scheme), generator, toy)
+        record = record_chain(chain, torch.randn(1, 64), torch.tensor([[1, 2]]))
+        accept_chosen(chain, record, torch.tensor([3]), forced=False)
+    assert torch.equal(generator.get_state(), start)
+
+
 def test_presets_put_the_watermark_last_before_the_stages_that_pick():
     for names in PRESETS.values():
         assert names[-3:] == ("watermark", "mirostat", "adaptive_p")
