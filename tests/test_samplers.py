@@ -267,7 +267,7 @@ def test_noop_values_drop_out_and_presets_order_the_stages():
     every = dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05, repetition_penalty=1.1, typical_p=0.9,
                  epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=1.0, xtc_probability=0.5, dry_multiplier=0.8,
                  dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=5.0, no_repeat_ngram_size=3, word_bias="w1",
-                 top_h=0.5, p_less=True, adaptive_p_target=0.3)
+                 top_h=0.5, p_less=True, adaptive_p_target=0.3, watermark_delta=2.0)
     for preset, names in PRESETS.items():
         chain = build_sampler_chain(SamplerParams(order=preset, **every), torch.Generator(), WordLM())
         assert tuple(t.name for t in chain) == names
@@ -275,8 +275,9 @@ def test_noop_values_drop_out_and_presets_order_the_stages():
     native = ("penalty", "dry", "top_nsigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
     assert tuple(n for n in PRESETS["llama.cpp"] if n in native) == native
     assert PRESETS["llama.cpp"][-2:] == PRESETS["transformers"][-2:] == ("mirostat", "adaptive_p")
-    # transformers 5.x: temperature, then TopHLogitsWarper, then top-k, top-p, min-p, typical, epsilon, eta
-    hf = ("temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon", "eta")
+    # transformers 5.x: temperature, then TopHLogitsWarper, then top-k, top-p, min-p, typical, epsilon, eta;
+    # the watermark after all of them
+    hf = ("temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "watermark")
     assert tuple(n for n in PRESETS["transformers"] if n in hf) == hf
 
 

@@ -1,4 +1,4 @@
-"""``python -m playground run|list|sample|score``: the engine from the command line.
+"""``python -m playground run|list|sample|score|detect``: the engine from the command line.
 
 Strategy flags come from the chosen strategy's Params (``playground.cli.flags``). Bad input exits
 with status 2 and one line naming the value and the allowed range.
@@ -9,6 +9,7 @@ import sys
 from typing import Sequence
 
 from playground.cli import whatif
+from playground.cli.detect import cmd_detect
 from playground.cli.run import cmd_list, cmd_run
 from playground.errors import InvalidRequest
 
@@ -16,7 +17,7 @@ from playground.errors import InvalidRequest
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m playground {run,list,sample,score} [options]   (run --help for the options)")
+        print("usage: python -m playground {run,list,sample,score,detect} [options]   (run --help for the options)")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     try:
@@ -24,9 +25,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list()
         if command == "run":
             return cmd_run(rest)
+        if command == "detect":
+            return cmd_detect(rest)
         if command in whatif.COMMANDS:
             return whatif.COMMANDS[command](rest)
-        print(f"error: command must be run, list, sample or score, got {command!r}", file=sys.stderr)
+        print(f"error: command must be run, list, sample, score or detect, got {command!r}", file=sys.stderr)
         return 2
     except InvalidRequest as err:
         print(f"error: {err}", file=sys.stderr)

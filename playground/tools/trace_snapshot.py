@@ -30,6 +30,7 @@ STAGES_ON: dict[str, dict[str, Any]] = {
     "dynamic_temperature": {"dynatemp_min": 0.5, "dynatemp_max": 1.5}, "mirostat": {"mirostat_tau": 3.0},
     "no_repeat_ngram": {"no_repeat_ngram_size": 2}, "word_bias": {"word_bias": "the=-2, a"},
     "top_h": {"top_h": 0.6}, "p_less": {"p_less": True}, "adaptive_p": {"adaptive_p_target": 0.3},
+    "watermark": {"watermark_delta": 2.0},
 }
 TOY_ONLY = ("word_bias",)  # toy's vocabulary spells no English word
 

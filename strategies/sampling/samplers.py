@@ -2,17 +2,26 @@
 
 ``SamplerParams`` extends the shared ``ChainParams`` (penalty, temperature, top-k, top-p, min-p)
 with typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature, mirostat v2, no-repeat n-gram,
-bias by word, top-H, p-less and adaptive-p. Each has a no-op value at which it drops out of the chain.
+bias by word, top-H, p-less, adaptive-p and the green-list watermark. Each has a no-op value at which
+it drops out of the chain.
 
 ``order`` names the stages in the order they run, or a preset:
 - ``transformers``: the order ``generate`` applies its processors and warpers in (sequence bias,
   repetition penalty, no-repeat n-gram; then temperature, top-k, top-p, min-p, typical, epsilon,
   eta; top-H right after temperature, where transformers 5.x puts ``TopHLogitsWarper``), the stages
-  it lacks placed beside their kin (p-less beside min-p);
+  it lacks placed beside their kin (p-less beside min-p); the watermark after every stage that
+  reshapes or cuts, where ``generate`` appends its ``WatermarkLogitsProcessor`` ("after all logits
+  processing"), and before mirostat and adaptive-p, which pick the token;
 - ``llama.cpp``: llama.cpp's default sampler chain
   ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature``, with mirostat and adaptive-p
   last (there they pick the token, so they must end the chain) and the stages it lacks beside their
-  kin (top-H beside typical, p-less beside min-p).
+  kin (top-H beside typical, p-less beside min-p). llama.cpp has no watermark: it goes after temperature,
+  last before the stages that pick, as in the transformers order, so that delta raises the green odds
+  of the very distribution drawn from by e^delta (the paper's analysis) rather than being divided by
+  the temperature or cut by a truncation after it.
+With temperature 0 (greedy) and the watermark on, the watermark moves just before temperature
+(``watermark_before_greedy``): temperature 0 keeps the argmax of what it receives, and the green bias
+must be able to change that argmax, as in transformers' greedy search.
 Stages an order leaves out follow the listed ones, in the transformers order.
 
 Each stage is registered on its class (strategies/stages.py): the parameters below it reads, whether
@@ -31,8 +40,9 @@ import torch
 
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
+from strategies.green_lists import DEFAULT_KEY, SCHEMES
 from strategies.params import param
-from strategies.sampling import adaptive, truncations  # noqa: F401  (their stages register themselves)
+from strategies.sampling import adaptive, truncations, watermark  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
 from strategies.stages import STAGES, TransformBase, stages_on
@@ -40,10 +50,10 @@ from strategies.stages import STAGES, TransformBase, stages_on
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
                      "top_h", "top_k", "top_p", "min_p", "p_less", "typical_p", "epsilon", "eta", "top_nsigma",
-                     "xtc", "mirostat", "adaptive_p"),
+                     "xtc", "watermark", "mirostat", "adaptive_p"),
     "llama.cpp": ("word_bias", "penalty", "no_repeat_ngram", "dry", "top_nsigma", "top_k", "typical_p", "top_h",
                   "top_p", "min_p", "p_less", "xtc", "epsilon", "eta", "dynamic_temperature", "temperature",
-                  "mirostat", "adaptive_p"),
+                  "watermark", "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
 
@@ -112,6 +122,17 @@ class SamplerParams(ChainParams):
                                      low=-1.0, high=1.0, noop=-1.0, step=0.01)
     adaptive_p_decay: float = param(0.9, "Adaptive-p: decay of the running average (history about 1/(1 − decay) "
                                     "tokens). A forced token does not move it.", low=0.0, high=0.99, step=0.01)
+    watermark_delta: float = param(0.0, "Watermark (Kirchenbauer et al. 2023): add delta to the logits of a green "
+                                   "list drawn from the key and the previous token; a detector that knows the key "
+                                   "counts the green tokens. 0 = off.", low=0.0, high=100.0, noop=0.0, step=0.1,
+                                   ui_max=10.0)
+    watermark_gamma: float = param(0.25, "Watermark: the green list's share of the vocabulary.", low=0.0, high=1.0,
+                                   low_open=True, high_open=True, step=0.05)
+    watermark_scheme: str = param("lefthash", "Watermark: lefthash (the previous token seeds the green list) or "
+                                  "selfhash (each of the 40 top candidates seeds its own), as transformers names them.",
+                                  choices=SCHEMES)
+    watermark_key: int = param(DEFAULT_KEY, "Watermark: the secret key that seeds the green lists (transformers' "
+                               "default key).", low=0, high=2**31 - 1, step=1)
     order: str = param("transformers", "Order of the stages: transformers, llama.cpp, or stage names "
                        "comma-separated (stages left out follow in the transformers order).")
 
@@ -123,9 +144,22 @@ class SamplerParams(ChainParams):
         object.__setattr__(self, "word_bias", self.word_bias.strip())
         if self.adaptive_p_target < 0:
             object.__setattr__(self, "adaptive_p_target", -1.0)
+        object.__setattr__(self, "order", watermark_before_greedy(self.order, self.temperature, self.watermark_delta))
         if self.dynatemp_min > self.dynatemp_max:
             raise InvalidRequest(f"dynatemp_min must be at most dynatemp_max ({self.dynatemp_max:g}), "
                                  f"got {self.dynatemp_min:g}")
+
+
+def watermark_before_greedy(order: str, temperature: float, delta: float) -> str:
+    """``order`` with the watermark moved just before temperature when temperature is 0 (greedy) and the
+    watermark is on: temperature 0 keeps only the argmax of what it receives, so a watermark after it
+    could change nothing, while transformers' greedy search takes the argmax after its watermark."""
+    names = order.split(",")
+    if temperature != 0 or delta == 0 or names.index("watermark") < names.index("temperature"):
+        return order
+    names.remove("watermark")
+    names.insert(names.index("temperature"), "watermark")
+    return ",".join(names)
 
 
 def extra_stages_on(p: SamplerParams) -> list[str]:

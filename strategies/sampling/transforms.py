@@ -2,8 +2,8 @@
 strategies/stages.py.
 
 The stages beyond these keep the same contract: truncations.py (typical-p, epsilon, eta, top-nσ,
-XTC, top-H, p-less), repeats.py (DRY, no-repeat n-gram, word bias) and adaptive.py (dynamic
-temperature, mirostat, adaptive-p).
+XTC, top-H, p-less), repeats.py (DRY, no-repeat n-gram, word bias), adaptive.py (dynamic
+temperature, mirostat, adaptive-p) and watermark.py (the green-list watermark).
 The decisions of the stages here:
 
 - penalty: ``penalty``; ``touched`` [batch] (distinct ids penalised); ``ids`` [batch, vocab] bool;
