@@ -83,6 +83,7 @@ SURPRISING, UNSURE, CONFIDENT = RED_500, AMBER_500, GREEN_500  # p = 0, 0.5, 1
 # Speculative decoding and EAGLE (speculative.py, eagle.py)
 ACCEPTED = GREEN_600  # a draft the target accepted; the tokens a round kept
 REJECTED = RED_600  # a draft the target rejected
+GREEN_LISTED, RED_LISTED = GREEN_600, RED_600  # a token in its step's watermark green list, or not
 ADDED = BLUE_600  # the target's own token of a round (resampled or bonus); the mean tau
 UNUSED = SLATE_400  # a draft never checked (after a rejection), or discarded (after the end)
 TARGET = BLUE_800  # the target model's probability

@@ -20,11 +20,12 @@ from playground.charts import (
     samplers,
     speculative,
     stage_warnings,
+    watermark,
 )
 from playground.charts.common import View
 
 # in the order the page shows their views
-FAMILIES = (grammar, lens, beam, contrastive, eagle, stage_warnings, samplers, speculative, entropy_map)
+FAMILIES = (grammar, lens, beam, contrastive, eagle, stage_warnings, samplers, watermark, speculative, entropy_map)
 
 
 def strategy_views(trace: dict[str, Any], step: int | None = None) -> list[View]:

@@ -16,18 +16,23 @@ so turning the watermark on changes no other stage's draws.
 Decision: ``delta``, ``gamma``, ``scheme``, ``key``; ``green`` [batch, vocab] (the tokens biased);
 ``green_mass_before`` and ``green_mass_after`` [batch] (their probability on the logits received and
 returned). ``accept`` adds ``chosen_green`` [batch]: whether the chosen token is green as the
-detector counts it (for selfhash, in its own list, wherever it ranked).
+detector counts it (for selfhash, in its own list, wherever it ranked); and the detector's running
+count over the run's tokens so far: ``scored`` and ``green_count`` [batch] and their ``z``
+(strategies/watermark_detect.py ``z_score``), so the z after the last step is what ``detect`` finds on
+the prompt's ids and the run's tokens (the prompt not scored, its last token seeding the first list).
+Forced tokens count too: the text holds them.
 
 With an empty context there is no previous token: nothing is biased, as transformers skips the step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from strategies.green_lists import SELFHASH_CANDIDATES, green_mask, is_green
 from strategies.stages import Decision, Outcome, TransformBase, stage
+from strategies.watermark_detect import z_score
 
 
 @stage("watermark", params={"delta": "watermark_delta", "gamma": "watermark_gamma", "scheme": "watermark_scheme",
@@ -40,6 +45,8 @@ class Watermark(TransformBase):
     gamma: float
     scheme: str
     key: int
+    # the run's "scored" and "green" so far, [batch]: state, advanced by accept
+    counts: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
 
     def _green_row(self, logits_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
         """[vocab] bool (CPU): the tokens of one row that get the bias."""
@@ -55,7 +62,8 @@ class Watermark(TransformBase):
     def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
         green = torch.zeros_like(logits, dtype=torch.bool)
         out = logits.clone()
-        if context.shape[-1] >= 1:
+        seeded = context.shape[-1] >= 1
+        if seeded:
             for r, ids in enumerate(context.tolist()):
                 row = self._green_row(logits[r], ids).to(logits.device)
                 green[r] = row
@@ -64,7 +72,7 @@ class Watermark(TransformBase):
         before = (logits.float().softmax(-1) * green).sum(-1)
         after = (out.float().softmax(-1) * green).sum(-1)
         return out, {"delta": self.delta, "gamma": self.gamma, "scheme": self.scheme, "key": self.key,
-                     "green": green, "green_mass_before": before, "green_mass_after": after}
+                     "green": green, "green_mass_before": before, "green_mass_after": after, "seeded": seeded}
 
     def accept(self, outcome: Outcome) -> Decision:
         vocab = outcome.received.shape[-1]
@@ -73,4 +81,13 @@ class Watermark(TransformBase):
             flags = [is_green(None, c, vocab, self.gamma, self.key, self.scheme) for c in chosen]
         else:
             flags = [bool(outcome.decision["green"][r, c]) for r, c in enumerate(chosen)]
-        return {"chosen_green": torch.tensor(flags, dtype=torch.bool)}
+        green = torch.tensor(flags, dtype=torch.bool)
+        # lefthash scores a token only after a token that seeds its list (the step saw a context)
+        counted = self.scheme == "selfhash" or bool(outcome.decision["seeded"])
+        zeros = torch.zeros(len(chosen), dtype=torch.long)
+        scored = self.counts.get("scored", zeros) + int(counted)
+        green_count = self.counts.get("green", zeros) + (green.long() if counted else 0)
+        self.counts.update(scored=scored, green=green_count)
+        z = [z_score(int(g), int(n), self.gamma) if n else float("nan") for g, n in zip(green_count, scored)]
+        return {"chosen_green": green, "scored": scored.clone(), "green_count": green_count.clone(),
+                "z": torch.tensor(z, dtype=torch.float64)}

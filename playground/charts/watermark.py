@@ -1,0 +1,111 @@
+"""The green-list watermark of a run, drawn from the watermark stage's records (strategies/sampling/
+watermark.py): the detector's running z-score over the run's tokens, each token green or red, with
+the detection threshold; and each step's green mass before and after the bias against the step's
+entropy, where a step with one dominant token leaves the bias nothing to move. Nothing is recomputed:
+z, the counts, the masses and the flags are the stage's record of each step; the entropy is the step's
+``raw_entropy``. Pure: no torch, no gradio.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from playground.charts.common import TOKEN_MARKS, View, add_caption, show_token
+from playground.charts.palette import CHOSEN, GREEN_LISTED, GUIDE, RED_LISTED, TEMPLATE
+
+THRESHOLD = 4.0  # the paper's detection threshold: z > 4 is a one-sided p-value under 3.2e-5
+
+
+def records(trace: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """(step index, the step, its watermark decision) of every step the stage recorded."""
+    out = []
+    for i, step in enumerate(trace.get("steps") or []):
+        for stage in step.get("stages") or ():
+            if stage.get("name") == "watermark" and stage.get("decision"):
+                out.append((i, step, stage["decision"]))
+    return out
+
+
+def _labels(trace: dict[str, Any], steps: list[int]) -> list[str]:
+    tokens = trace.get("tokens") or []
+    return [show_token(tokens[i]["text"]) if i < len(tokens) else "" for i in steps]
+
+
+def z_figure(trace: dict[str, Any], recs: list[tuple[int, dict[str, Any], dict[str, Any]]],
+             selected: int | None = None) -> go.Figure:
+    steps = [i for i, _, _ in recs]
+    decisions = [d for _, _, d in recs]
+    labels = _labels(trace, steps)
+    greens = [bool(d.get("chosen_green")) for d in decisions]
+    last = decisions[-1]
+    fig = go.Figure(go.Scatter(
+        x=steps, y=[d.get("z") for d in decisions], mode="lines+markers", name="z after the token",
+        line=dict(color=GUIDE, width=1.5),
+        marker=dict(size=9, color=[GREEN_LISTED if g else RED_LISTED for g in greens]),
+        customdata=[[label, "green" if g else "red", d.get("green_count"), d.get("scored")]
+                    for label, g, d in zip(labels, greens, decisions)],
+        hovertemplate="step %{x} <b>%{customdata[0]}</b> (%{customdata[1]})<br>z %{y:.2f}: %{customdata[2]} green "
+                      "of %{customdata[3]} scored<extra></extra>"))
+    fig.add_hline(y=THRESHOLD, line=dict(color=GUIDE, dash="dash", width=1),
+                  annotation_text=f"z = {THRESHOLD:g}: detected", annotation_position="top left")
+    if selected is not None and selected in steps:
+        k = steps.index(selected)
+        fig.add_trace(go.Scatter(x=[selected], y=[decisions[k].get("z")], mode="markers", name=f"step {selected}",
+                                 marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=3)),
+                                 hoverinfo="skip", showlegend=False))
+    z = last.get("z")
+    verdict = "no z yet" if z is None else (f"z = {z:.2f}, " + ("watermarked" if z > THRESHOLD else "not detected"))
+    scheme = f"δ {last.get('delta', 0):g}, γ {last.get('gamma', 0):g}, {last.get('scheme', '')}"
+    fig.update_layout(template=TEMPLATE, height=340, margin=dict(t=80, b=60), showlegend=False,
+                      title=dict(text=f"Watermark ({scheme}): {verdict} after {len(steps)} tokens"),
+                      xaxis=dict(title_text="step"), yaxis=dict(title_text="z-score", zeroline=True))
+    expected = last.get("gamma", 0) * (last.get("scored") or 0)
+    add_caption(fig, f"the detector's z over the tokens so far, (green − γ·scored) / √(scored·γ(1−γ)); each token "
+                     f"green or red as its step's list has it: {last.get('green_count')} green of "
+                     f"{last.get('scored')} scored, {expected:.1f} expected without a watermark")
+    return fig
+
+
+def mass_figure(trace: dict[str, Any], recs: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> go.Figure:
+    steps = [i for i, _, _ in recs]
+    labels = _labels(trace, steps)
+    entropy = [s.get("raw_entropy") for _, s, _ in recs]
+    before = [d.get("green_mass_before") for _, _, d in recs]
+    after = [d.get("green_mass_after") for _, _, d in recs]
+    greens = [bool(d.get("chosen_green")) for _, _, d in recs]
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for h, b, a in zip(entropy, before, after):
+        xs += [h, h, None]
+        ys += [b, a, None]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=GUIDE, width=1), hoverinfo="skip",
+                             name="before → after"))
+    fig.add_trace(go.Scatter(x=entropy, y=before, mode="markers", name="green mass before the bias",
+                             marker=dict(size=6, color="rgba(0,0,0,0)", line=dict(color=GUIDE, width=1.5)),
+                             hoverinfo="skip"))
+    fig.add_trace(go.Scatter(
+        x=entropy, y=after, mode="markers", name="after (the token: green or red)",
+        marker=dict(size=9, color=[GREEN_LISTED if g else RED_LISTED for g in greens]),
+        customdata=[[i, label, b] for i, label, b in zip(steps, labels, before)],
+        hovertemplate="step %{customdata[0]} <b>%{customdata[1]}</b><br>entropy %{x:.2f} nats<br>green mass "
+                      "%{customdata[2]:.3f} → %{y:.3f}<extra></extra>"))
+    low = sum(1 for h in entropy if h is not None and h < 0.5)
+    fig.update_layout(template=TEMPLATE, height=360, margin=dict(t=90, b=60),
+                      title=dict(text="Where the watermark could act: green mass against the step's entropy"),
+                      xaxis=dict(title_text="the model's entropy at the step (nats)", rangemode="tozero"),
+                      yaxis=dict(title_text="green mass", range=[0, 1.02]),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    add_caption(fig, f"each step's green-list mass before (ring) and after (dot) the bias; at low entropy one token "
+                     f"holds the mass and the bias moves little: {low} of {len(steps)} steps under 0.5 nats; "
+                     f"{TOKEN_MARKS}")
+    return fig
+
+
+def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    recs = records(trace)
+    if not recs:
+        return []
+    return [View("Watermark z-score", z_figure(trace, recs, step)),
+            View("Watermark and entropy", mass_figure(trace, recs))]

@@ -1,0 +1,42 @@
+"""The watermark's views in a real browser: a watermarked toy run shows its running z-score and its green
+masses under the text, one point per token, on a desktop page and a phone's, inside the page's width.
+Playwright drives Debian's Chromium; where there is none these skip (and fail under CI=true)."""
+from __future__ import annotations
+
+import pytest
+
+from playground.ui.components import share_query
+from tests.browser import tokens, wait_done
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+
+VIEWS_JS = """() => {
+  const out = {};
+  for (const gd of document.querySelectorAll('[id^=pg-view-] .js-plotly-plot')) {
+    const title = gd.layout?.title?.text || '';
+    if (!title.startsWith('Watermark') && !title.startsWith('Where the watermark')) continue;
+    const box = gd.getBoundingClientRect();
+    out[title.startsWith('Watermark') ? 'z' : 'mass'] = {
+      title, points: gd.data[title.startsWith('Watermark') ? 0 : 2].x.length, left: box.left, right: box.right};
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("size", [(1500, 1000), (390, 844)], ids=["desktop", "phone"])
+def test_a_watermarked_run_shows_its_z_score_and_green_masses(browser, url, size):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    try:
+        page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 3, 8,
+                                                      {"watermark_delta": 2.0}, "greedy", {}, run="generate"))
+        wait_done(page)
+        page.wait_for_function(f"() => Object.keys(({VIEWS_JS})()).length === 2", timeout=60_000)
+        found = page.evaluate(VIEWS_JS)
+        n = len(tokens(page))
+        assert found["z"]["points"] == found["mass"]["points"] == n > 0
+        assert "δ 2, γ 0.25, lefthash" in found["z"]["title"]
+        for view in found.values():
+            assert view["left"] >= -1 and view["right"] <= size[0] + 1
+    finally:
+        page.close()

@@ -1,0 +1,56 @@
+"""The watermark's views (playground/charts/watermark.py) and the running count they draw: the stage's
+z after the last step is the detector's on the prompt and the run's tokens, forced tokens included;
+the z-score chart and the green-mass chart draw the stage's records and nothing else."""
+import pytest
+
+from playground.charts.palette import GREEN_LISTED, RED_LISTED
+from playground.charts.views import strategy_views
+from playground.charts.watermark import THRESHOLD, mass_figure, records, views, z_figure
+from playground.engine import Request, run
+from strategies.watermark_detect import detect
+
+
+@pytest.mark.parametrize("scheme", ["lefthash", "selfhash"])
+@pytest.mark.parametrize("forced", [{}, {2: 9}])
+def test_the_running_count_ends_at_the_detectors_z(store, toy, scheme, forced):
+    trace = run(store, Request("toy", "sampling", "1 2", {"watermark_delta": 3.0, "watermark_scheme": scheme,
+                                                          "watermark_gamma": 0.5}, seed=4, max_new_tokens=8,
+                               forced=forced)).to_dict()
+    recs = records(trace)
+    assert len(recs) == len(trace["tokens"]) >= 5  # the toy may end at its end-of-text token
+    ids = trace["prompt_ids"] + [t["id"] for t in trace["tokens"]]
+    found = detect(ids, toy.vocab_size, 0.5, scheme=scheme, context=len(trace["prompt_ids"]))
+    last = recs[-1][2]
+    assert (last["scored"], last["green_count"]) == (found.scored, found.green)
+    assert last["z"] == pytest.approx(found.z, rel=1e-5)
+    # every step's count is the detector's on the text so far
+    for k, (_, _, d) in enumerate(recs):
+        so_far = detect(ids[:len(trace["prompt_ids"]) + k + 1], toy.vocab_size, 0.5, scheme=scheme,
+                        context=len(trace["prompt_ids"]))
+        assert d["green_count"] == so_far.green and d["chosen_green"] == bool(so_far.marks[-1].green)
+
+
+def test_the_charts_draw_the_records(store):
+    trace = run(store, Request("toy", "sampling", "1 2", {"watermark_delta": 2.0}, seed=7,
+                               max_new_tokens=10)).to_dict()
+    recs = records(trace)
+    fig = z_figure(trace, recs, selected=3)
+    line = fig.data[0]
+    assert list(line.y) == [d["z"] for _, _, d in recs] and list(line.x) == list(range(len(trace["tokens"])))
+    assert list(line.marker.color) == [GREEN_LISTED if d["chosen_green"] else RED_LISTED for _, _, d in recs]
+    assert any(s.type == "line" and s.y0 == THRESHOLD == s.y1 for s in fig.layout.shapes)
+    assert f"after {len(recs)} tokens" in fig.layout.title.text
+    assert f"{recs[-1][2]['green_count']} green of {recs[-1][2]['scored']} scored" in fig.layout.annotations[-1].text
+    mass = mass_figure(trace, recs)
+    after = next(t for t in mass.data if t.name.startswith("after"))
+    assert list(after.x) == [s["raw_entropy"] for _, s, _ in recs]
+    assert list(after.y) == [d["green_mass_after"] for _, _, d in recs]
+    before = next(t for t in mass.data if t.name.startswith("green mass before"))
+    assert list(before.y) == [d["green_mass_before"] for _, _, d in recs]
+    assert [v.title for v in views(trace, 3)] == ["Watermark z-score", "Watermark and entropy"]
+    assert "Watermark z-score" in [v.title for v in strategy_views(trace, 3)]
+
+
+def test_no_watermark_no_views(store):
+    trace = run(store, Request("toy", "sampling", "1 2", {}, seed=7, max_new_tokens=4)).to_dict()
+    assert records(trace) == [] and views(trace) == []
