@@ -28,16 +28,16 @@ ROW_TOP = 3  # each row's own top tokens
 def lens_record(logits: torch.Tensor, chosen: int, piece: Callable[[int], str], columns: int = COLUMNS,
                 row_top: int = ROW_TOP) -> dict[str, Any]:
     """The record of one step's lens; ``logits`` [layers + 1, vocab] (row 0: the embeddings)."""
-    logp = logits.float().log_softmax(-1)
+    logits = logits.float()
+    logp = logits.log_softmax(-1)
     probs = logp.exp()
     n = min(columns, logp.shape[-1])
-    ids = [int(i) for i in logp[-1].topk(n).indices]
+    ids = [int(i) for i in logits[-1].topk(n).indices]
     if chosen not in ids:
         ids.append(chosen)
     cols = torch.tensor(ids, device=logp.device)
-    chosen_logp = logp[:, chosen]
-    ranks = (logp > chosen_logp[:, None]).sum(-1) + 1
-    entropy = -(probs * logp.nan_to_num(neginf=0.0)).sum(-1)
+    ranks = (logits > logits[:, chosen, None]).sum(-1) + 1  # over the logits: the same order as p's
+    entropy = -torch.special.xlogy(probs, probs).sum(-1)  # a token of probability 0 adds 0
     top_p, top_i = probs.topk(min(row_top, logp.shape[-1]), dim=-1)
     rows = []
     for layer in range(logp.shape[0]):
