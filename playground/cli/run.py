@@ -17,6 +17,7 @@ from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
 from playground.serving.budget import Budget
 from strategies.forcing import parse_force
+from strategies.loops import LOOP_REASON
 from strategies.params import describe
 from strategies.registry import all_strategies, get_strategy
 
@@ -50,7 +51,22 @@ def cmd_run(argv: Sequence[str]) -> int:
     if args.html or args.png:
         _write_chart(data, args)
     print(trace.to_json(indent=2) if args.json else trace.text)
+    if not args.json:
+        for line in loop_lines(data):
+            print(line)
     return 0
+
+
+def loop_lines(trace: dict[str, Any]) -> list[str]:
+    """One line per loop the run recorded (strategies/loops.py), and why the run ended when a loop ended it."""
+    lines = []
+    for loop in trace.get("loops") or []:
+        tokens = "token" if loop["period"] == 1 else "tokens"
+        lines.append(f"[loop] {loop['period']} {tokens} x {loop['repeats']} from step {loop['start']} "
+                     f"(found at step {loop['found_at']}): {loop['text']!r}")
+    if trace.get("finish_reason") == LOOP_REASON:
+        lines.append(f"[loop] the run stopped at step {len(trace['tokens']) - 1}: loop_stop")
+    return lines
 
 
 def _write_chart(data: dict[str, Any], args: argparse.Namespace) -> None:
