@@ -1,5 +1,6 @@
 """Loops: the definition on hand-made token lists, the detector in the sampling loop (toy, forced tokens),
-its knobs and the CLI's lines, and Gemma 3 270M's greedy loop (int4), with and without DRY."""
+its knobs and the CLI's lines, the other decoders and sample many on their finished texts, and Gemma 3
+270M's greedy loop (int4), with and without DRY."""
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from playground.cli import main
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from playground.whatif.sample_many import sample_many
 from strategies.loops import LOOP_REASON, LoopDetector, find_loops, is_primitive
 from strategies.sampling.samplers import SamplerParams
 from strategies.sampling.sampling import GreedyParams
@@ -116,3 +118,27 @@ def test_gemma_greedy_loop_is_found_and_stopped(store, gemma):
                                                           "loop_repeats": 2}, **base))
     assert dry.extra["loops"] == [] and len(dry.tokens) == 64
 
+
+@pytest.mark.parametrize("strategy, params, seed", [
+    ("stochastic_beam", {"temperature": 3.0}, 1),  # this seed's best sequence says ' happily happily'
+    ("beam", {}, 0), ("sample_beam", {"temperature": 3.0}, 1),
+    ("speculative", {"temperature": 3.0, "draft": "toy-small"}, 1), ("speculative", {"draft": "eagle"}, 1),
+    ("contrastive", {"temperature": 3.0}, 1)])
+def test_the_other_decoders_record_the_loops_of_their_final_text(store, toy, strategy, params, seed):
+    trace = run(store, Request("toy", strategy, "1 2", {**params, "loop_repeats": 2}, seed=seed, max_new_tokens=24))
+    assert trace.extra["loops"] == [lp.to_dict(toy.decode) for lp in find_loops(trace.token_ids, 2)]
+    if strategy == "stochastic_beam":
+        assert [(lp["start"], lp["period"], lp["text"]) for lp in trace.extra["loops"]] == [(3, 1, "happily")]
+    plain = run(store, Request("toy", strategy, "1 2", params, seed=seed, max_new_tokens=24))
+    assert "loops" not in plain.extra and plain.token_ids == trace.token_ids
+
+
+def test_sample_many_lists_each_outcomes_loops_and_refuses_loop_stop(store, toy):
+    req = Request("toy", "sampling", "1 2", {"temperature": 3.0, "loop_repeats": 2}, seed=0, max_new_tokens=12)
+    result = sample_many(store, req, 40)
+    assert result["batched"]
+    for outcome in result["outcomes"]:
+        assert outcome["loops"] == [lp.to_dict(toy.decode) for lp in find_loops(outcome["ids"], 2)]
+    assert any(outcome["loops"] for outcome in result["outcomes"] if outcome["count"])
+    with pytest.raises(InvalidRequest, match="sample many takes no loop_stop"):
+        sample_many(store, Request("toy", "greedy", "1 2", {"loop_repeats": 2, "loop_stop": True}), 5)
