@@ -11,8 +11,8 @@ decoders feed the generated tokens, never the prompt):
 - It is found at the step where its k-th copy ends, the first step at which it is whole: at step t
   (the index of the token just fed), the periods p = n, n + 1, ..., (t + 1) // k are tried shortest
   first, and the first whose last k·p tokens are k copies of a primitive span makes a loop with
-  ``start`` = t + 1 - k·p and ``found_at`` = t. A span that is not primitive is skipped (with n = 1
-  that never happens: its own shorter period would have been found first).
+  ``start`` = t + 1 - k·p and ``found_at`` = t. A span that is not primitive is skipped, so with
+  n >= 2 a run of one token never counts (with n = 1 its shorter period is found first anyway).
 - A loop that keeps going extends its record instead of adding new ones: while each new token equals
   the token p before it, its ``length`` (tokens from ``start`` on that keep the period, at least k·p)
   grows, and ``repeats`` is ``length // p``, its whole copies. Meanwhile no other loop is looked for.
