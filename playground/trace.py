@@ -5,6 +5,10 @@ read it, the CLI prints it. Probabilities are stored rounded to ``DIGITS``
 significant digits so that the JSON stays small and byte-stable across runs.
 Strategy-specific sections (``beam``, ``rounds``, contrastive fields of a
 candidate) are plain JSON-ready dicts built by the strategy that owns them.
+Two ride in ``extra`` when a request asks for them: ``loops`` (the loops of the
+text: start, period, repeats, length, found_at, ids, text; strategies/loops.py)
+and ``watch`` (the watched tokens ``[{id, text}]``; each step's ``watch`` holds
+their ``raw_prob``, ``raw_rank``, ``prob``, ``rank``; strategies/watch.py).
 """
 from __future__ import annotations
 
@@ -146,7 +150,7 @@ class Trace:
     tokens: list[Token] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
-    finish_reason: str = ""  # "eos", "length", "stopped"
+    finish_reason: str = ""  # "eos", "length", "stopped", "loop" (loop_stop), ...
     beam: dict[str, Any] | None = None
     rounds: list[dict[str, Any]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)

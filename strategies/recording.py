@@ -13,6 +13,7 @@ import torch
 from playground.seam import LanguageModel
 from playground.trace import Candidate, Stage, Step, Token, Trace, rnd
 from strategies.stages import truncates
+from strategies.watch import watch_record
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -49,10 +50,12 @@ def candidate_ids(raw_probs: torch.Tensor, final_probs: torch.Tensor, chosen: in
 
 def make_step(lm: LanguageModel, position: int, stages: list[torch.Tensor], stage_names: list[str], chosen: int,
               top_n: int, noise: torch.Tensor | None = None,
-              decisions: list[dict[str, Any]] | None = None) -> tuple[Step, Token]:
+              decisions: list[dict[str, Any]] | None = None, watch: torch.Tensor | None = None
+              ) -> tuple[Step, Token]:
     """``stages`` are [vocab] logits: the raw ones, then after each transform (``stage_names``);
     ``decisions[i]`` is what stage i decided on ``stages[i]`` (one row of a ChainRecord); a stage
-    without one records its kept flags only."""
+    without one records its kept flags only. ``watch``: the ids of a watch-list ([w], strategies/watch.py),
+    whose probabilities and ranks the step records under ``watch``."""
     raw, final = stages[0], stages[-1]
     raw_logp = raw.float().log_softmax(-1)
     raw_probs = raw_logp.exp()
@@ -86,9 +89,11 @@ def make_step(lm: LanguageModel, position: int, stages: list[torch.Tensor], stag
                                   int(alive.sum()), decision_record(decision, ids, idx), truncates(name)))
     final_ent, raw_ent = entropy_of(final_logp, final_probs), entropy_of(raw_logp, raw_probs)
     # per step, for the entropy map: the spread of the surprisal, and how many tokens the chain left
-    extra = {"varentropy": rnd(float(varentropy_of(final_logp, final_probs, final_ent))),
-             "raw_varentropy": rnd(float(varentropy_of(raw_logp, raw_probs, raw_ent))),
-             "kept_count": int(torch.isfinite(final).sum())}
+    extra: dict[str, Any] = {"varentropy": rnd(float(varentropy_of(final_logp, final_probs, final_ent))),
+                             "raw_varentropy": rnd(float(varentropy_of(raw_logp, raw_probs, raw_ent))),
+                             "kept_count": int(torch.isfinite(final).sum())}
+    if watch is not None:
+        extra["watch"] = watch_record(raw_probs, final_probs, watch)
     step = Step(position=position, chosen=int(chosen), candidates=candidates, stages=recorded,
                 entropy=float(final_ent), raw_entropy=float(raw_ent), extra=extra)
     token = Token(int(chosen), lm.piece(int(chosen)), float(final_logp[chosen]), float(raw_logp[chosen]))

@@ -19,6 +19,7 @@ from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
 from playground.serving.budget import Budget
 from playground.whatif.lens import lens
 from strategies.forcing import parse_force
+from strategies.loops import LOOP_REASON
 from strategies.params import describe
 from strategies.registry import all_strategies, get_strategy
 
@@ -55,9 +56,23 @@ def cmd_run(argv: Sequence[str]) -> int:
         _write_chart(data, args)
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else trace.text)
     if not args.json:
+        for line in loop_lines(data):
+            print(line)
         for record in data.get("lens") or ():
             print(lens_table(record))
     return 0
+
+
+def loop_lines(trace: dict[str, Any]) -> list[str]:
+    """One line per loop the run recorded (strategies/loops.py), and why the run ended when a loop ended it."""
+    lines = []
+    for loop in trace.get("loops") or []:
+        tokens = "token" if loop["period"] == 1 else "tokens"
+        lines.append(f"[loop] {loop['period']} {tokens} x {loop['repeats']} from step {loop['start']} "
+                     f"(found at step {loop['found_at']}): {loop['text']!r}")
+    if trace.get("finish_reason") == LOOP_REASON:
+        lines.append(f"[loop] the run stopped at step {len(trace['tokens']) - 1}: loop_stop")
+    return lines
 
 
 def lens_table(record: dict[str, Any]) -> str:

@@ -2,7 +2,9 @@
 exact probabilities under the strategy's distribution, a chi-square test and the total variation.
 
 An outcome is the first ``max_new_tokens`` tokens of a run, or fewer when it ends at an EOS (with a
-budget as long as the run's, that is the whole text).
+budget as long as the run's, that is the whole text). With loop detection on (``loop_repeats``), each
+outcome lists the loops of its tokens (strategies/loops.py); ``loop_stop`` is refused, as it would end
+some runs early where the batched draw and the exact reference do not.
 
 How the samples are drawn:
 
@@ -49,6 +51,7 @@ import torch
 from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
+from strategies.loops import find_loops
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
 from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
 from strategies.sampling.samplers import extra_stages_on
@@ -412,6 +415,9 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
                              "stochastic_beam or sample_beam instead")
     if req.forced:
         raise InvalidRequest("sample many takes no forced tokens; put the prefix in the prompt instead")
+    if getattr(params, "loop_stop", False) and getattr(params, "loop_repeats", 0):
+        raise InvalidRequest("sample many takes no loop_stop: its outcomes are whole runs of the token budget; "
+                             "leave loop_repeats on to see each outcome's loops")
     lm, seeds = ctx.lm, list(range(req.seed, req.seed + n))
     grammar, order = ctx.grammar, getattr(params, "order", "")
     started = time.perf_counter()
@@ -441,7 +447,8 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     return {"model": lm.key, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
             "prompt_ids": list(ctx.prompt_ids), "seed": req.seed, "n": n, "tokens": ctx.max_new_tokens,
             "batched": use_batch, "reference": _reference_name(spec.name, chain, grammar is not None),
-            "outcomes": _outcomes(lm, tally, exact, n),
+            "outcomes": _outcomes(lm, tally, exact, n, getattr(params, "loop_repeats", 0),
+                                  getattr(params, "loop_min_span", 1)),
             "chi_square": test, "tv_distance": tv, "tau": MIN_EXPECTED / n, "grammar": gap,
             "timing": {"seconds": round(seconds, 3), "sampling_seconds": round(sampled - started, 3),
                        "samples_per_second": round(n / (sampled - started), 2) if sampled > started else None}}
@@ -459,9 +466,11 @@ def _reference_name(strategy: str, chain: list | None, grammar: bool = False) ->
     return "the chained distribution the selector draws from"
 
 
-def _outcomes(lm: Any, tally: Tally, exact: dict[Outcome, float], n: int) -> list[dict[str, Any]]:
+def _outcomes(lm: Any, tally: Tally, exact: dict[Outcome, float], n: int, loop_repeats: int = 0,
+              loop_min_span: int = 1) -> list[dict[str, Any]]:
     """Sampled and enumerated outcomes, most frequent first. ``probability``: the enumerated one, else
-    the sampled outcome's own (the sum of its tokens' log-probabilities), else None."""
+    the sampled outcome's own (the sum of its tokens' log-probabilities), else None. With ``loop_repeats``
+    (2 or more), each outcome's ``loops``."""
     rows = []
     for ids in set(tally.counts) | set(exact):
         logprob = exact.get(ids, tally.logprobs.get(ids))
@@ -470,5 +479,7 @@ def _outcomes(lm: Any, tally: Tally, exact: dict[Outcome, float], n: int) -> lis
                      "count": count, "frequency": count / n,
                      "probability": None if logprob is None else math.exp(logprob),
                      "seeds": tally.seeds.get(ids, [])})
+        if loop_repeats:
+            rows[-1]["loops"] = [loop.to_dict(lm.decode) for loop in find_loops(ids, loop_repeats, loop_min_span)]
     rows.sort(key=lambda r: (-r["count"], -(r["probability"] or 0.0), r["ids"]))
     return rows

@@ -59,7 +59,8 @@ from strategies.beam.beam_trace import (
 from strategies.beam.prune import PruneRules, prune
 from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
-from strategies.params import Params, param
+from strategies.loops import LoopParams, record_loops
+from strategies.params import param
 from strategies.recording import finish
 from strategies.registry import register
 from strategies.sampling.grammar import Grammar, constrain_rows, ends_whole
@@ -70,8 +71,8 @@ MAX_BEAMS = 16
 
 
 @dataclass(frozen=True)
-class BeamParams(Params):
-    """Beam width, the finishing rule, and the pruning knobs."""
+class BeamParams(LoopParams):
+    """Beam width, the finishing rule, and the pruning knobs; loops are looked for on the best path."""
 
     num_beams: int = param(4, "Hypotheses kept per step (k). 1 = greedy.", low=1, high=MAX_BEAMS, noop=1, step=1)
     finishing: str = param(
@@ -471,5 +472,6 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
             search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids), "beam")
     reason = end_reason(trace, lm, best, ctx.grammar, reached_limit=len(run.records) >= ctx.max_new_tokens)
+    record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace

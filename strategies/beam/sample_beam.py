@@ -39,6 +39,7 @@ from strategies.beam.beam_trace import (
 from strategies.beam.stochastic_beam import SELECTOR, cpu_generator, gumbel_top_k, largest_children, perturb_children
 from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
+from strategies.loops import record_loops
 from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
@@ -188,6 +189,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     winner = prefixes[tree.nodes[best]["tree"]] if best is not None else Prefix()
     trace.steps = winner.steps + best_path_steps(lm, tree, records, best, len(ctx.prompt_ids), "beam")
     reason = end_reason(trace, lm, best, ctx.grammar)
+    record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
     yield trace
 

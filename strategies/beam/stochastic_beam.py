@@ -38,7 +38,8 @@ from strategies.beam.beam import MAX_BEAMS
 from strategies.beam.beam_trace import StepRecord, best_path_steps, end_reason, publish, record_step
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
-from strategies.params import Params, param
+from strategies.loops import LoopParams, record_loops
+from strategies.params import param
 from strategies.recording import finish
 from strategies.registry import register
 from strategies.sampling.grammar import constrain_rows, ends_whole, grammar_stage
@@ -47,7 +48,9 @@ SELECTOR = "gumbel-top-k"
 
 
 @dataclass(frozen=True)
-class StochasticBeamParams(Params):
+class StochasticBeamParams(LoopParams):
+    """The sample's size and temperature; loops are looked for on the best sequence."""
+
     num_beams: int = param(4, "Sequences sampled without replacement (k). 1 = one exact sample, as ancestral "
                            "sampling would draw.", low=1, high=MAX_BEAMS, noop=1, step=1)
     temperature: float = param(1.0, "Sample sequences from softmax(logits / T). 1 = the model's own "
@@ -152,6 +155,7 @@ def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterato
     publish(trace, lm, tree, best, finished, search.counters(), **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, search.records)}, best, len(ctx.prompt_ids), SELECTOR)
     reached = len(search.records) >= ctx.max_new_tokens  # else every prefix came to a grammar's dead end
+    record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, end_reason(trace, lm, best, ctx.grammar, reached), search.passes)
     yield trace
 

@@ -30,6 +30,7 @@ from strategies.context import DecodeContext
 from strategies.contrastive.amateurs import Amateur, make_amateur
 from strategies.contrastive.scoring import ContrastiveScores, contrastive_scores, pick_greedy
 from strategies.forcing import annotate, choose
+from strategies.loops import LoopParams, record_loops
 from strategies.params import param
 from strategies.recording import finish, make_step
 from strategies.registry import register
@@ -40,8 +41,9 @@ SELECTORS = ("greedy", "multinomial", "gumbel")
 
 
 @dataclass(frozen=True)
-class ContrastiveParams(ChainParams):
-    """The contrastive knobs; the inherited chain knobs act on the contrastive scores."""
+class ContrastiveParams(LoopParams, ChainParams):
+    """The contrastive knobs; the inherited chain knobs act on the contrastive scores; loops are looked for
+    on the finished text."""
 
     amateur: str = param("early_exit", "The amateur: 'early_exit' (a premature layer of the expert, "
                          "DoLa), 'window' (the expert seeing only the last tokens), or another model's key "
@@ -128,7 +130,10 @@ def _decode_step(ctx: DecodeContext, params: ContrastiveParams, chain: list, sel
 
 
 def _finish(trace: Trace, ctx: DecodeContext, amateur: Amateur, started: float, reason: str,
-            passes: int) -> Trace:
+            passes: int, params: LoopParams | None = None) -> Trace:
+    """Text, reason and timing; with ``params`` (the run's last trace), the loops of the text too."""
+    if params is not None:
+        record_loops(trace, params, ctx.lm.decode)
     finish(trace, ctx, started, reason, passes)
     trace.timing.extra.update(amateur_forward_passes=amateur.forward_passes,
                               amateur_tokens_processed=amateur.tokens_processed)
@@ -162,7 +167,7 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
         trace.steps.append(step)
         trace.tokens.append(token)
         if token_id in lm.eos_ids:
-            yield _finish(trace, ctx, amateur, started, "eos", passes)
+            yield _finish(trace, ctx, amateur, started, "eos", passes, params)
             return
         if grammar is not None and grammar.stopped():
             reason = GRAMMAR_REASON
@@ -174,4 +179,4 @@ def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace
         context = torch.cat([context, new], dim=1)
         out = lm.forward(new, out.cache, hidden=amateur.needs_hidden)
         passes += 1
-    yield _finish(trace, ctx, amateur, started, reason, passes)
+    yield _finish(trace, ctx, amateur, started, reason, passes, params)

@@ -34,6 +34,7 @@ forcing a prefix is the run whose prompt holds it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -41,11 +42,13 @@ import torch
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from strategies.green_lists import DEFAULT_KEY, SCHEMES
+from strategies.loops import LoopStopParams
 from strategies.params import param
 from strategies.sampling import adaptive, truncations, watermark  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
 from strategies.stages import STAGES, TransformBase, stages_on
+from strategies.watch import WatchParams
 
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
@@ -56,6 +59,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
                   "watermark", "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
+# the knobs that watch a run rather than shape its distribution: they belong to no stage of the chain
+WATCHING_FIELDS = frozenset(f.name for cls in (LoopStopParams, WatchParams) for f in dataclasses.fields(cls))
 
 
 def expand_order(order: str) -> str:
@@ -72,8 +77,9 @@ def expand_order(order: str) -> str:
 
 
 @dataclass(frozen=True)
-class SamplerParams(ChainParams):
-    """Every stage of the sampling chain (see the module docstring for the order)."""
+class SamplerParams(LoopStopParams, WatchParams, ChainParams):
+    """Every stage of the sampling chain (see the module docstring for the order), and the knobs that
+    watch the run: loops (strategies/loops.py; one may end the run) and a watch-list (strategies/watch.py)."""
 
     typical_p: float = param(1.0, "Locally typical: keep the tokens whose surprise is closest to the entropy, "
                              "up to this mass; it can cut the most probable token (when its surprise is far "

@@ -2,31 +2,71 @@
 
 One KV-cached loop serves all three: the model runs once on the prompt, then
 once per new token; after every token the trace is yielded so the caller can
-stream it and stop between steps.
+stream it and stop between steps. All three can watch their tokens for loops
+(strategies/loops.py: recorded in the trace's ``loops``, and with ``loop_stop``
+the run ends at the first one) and follow a watch-list (strategies/watch.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
-from strategies.params import Params
+from strategies.loops import LOOP_REASON, LoopDetector, LoopStopParams, loop_detector
 from strategies.recording import finish, make_step
 from strategies.registry import register
 from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
 from strategies.sampling.samplers import SamplerParams, build_sampler_chain
+from strategies.watch import WatchParams, watch_heading, watch_ids
 
 
-def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True
-               ) -> Iterator[Trace]:
+@dataclass
+class Watchers:
+    """What a run watches besides the chain: a loop detector (None: off) and whether a loop ends the run;
+    the watch-list's token ids ([w], None: off)."""
+
+    loops: LoopDetector | None = None
+    stop_at_loop: bool = False
+    watch: torch.Tensor | None = None
+
+    def see(self, trace: Trace, token_id: int, decode: Callable[[list[int]], str]) -> bool:
+        """Feed the step's token to the loop detector and write the loops into the trace; True when a loop
+        was found at this step and it ends the run."""
+        if self.loops is None:
+            return False
+        found = self.loops.add(token_id)
+        if found is not None or self.loops.running is not None:
+            trace.extra["loops"] = [loop.to_dict(decode) for loop in self.loops.loops]
+        return found is not None and self.stop_at_loop
+
+
+def watchers(ctx: DecodeContext, params: LoopStopParams | WatchParams, trace: Trace) -> Watchers:
+    """The run's Watchers from its params; the trace gets ``loops`` (empty so far) when loops are watched
+    for, and ``watch`` (the watched tokens) when a watch-list is given."""
+    out = Watchers()
+    if isinstance(params, LoopStopParams):
+        out.loops, out.stop_at_loop = loop_detector(params), params.loop_stop
+        if out.loops is not None:
+            trace.extra["loops"] = []
+    if isinstance(params, WatchParams) and params.watch:
+        ids = watch_ids(ctx.lm, params.watch)
+        trace.extra["watch"] = watch_heading(ctx.lm, ids)
+        out.watch = torch.tensor(ids, device=ctx.lm.device)
+    return out
+
+
+def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True,
+               watch: Watchers | None = None) -> Iterator[Trace]:
     """The per-step loop: chain the last logits, select (or take a forced token), record, feed it back.
 
     ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
+    ``watch``: loops looked for after every token (a loop that ends the run: finish reason "loop", at the
+    step where it was found) and a watch-list recorded at every step.
     With a grammar stage in the chain, the run ends when the text is whole and the grammar allows
     nothing more ("grammar complete"), or when it allows no token at all ("grammar: no token allowed").
     """
@@ -38,6 +78,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
     passes, reason = 1, "length"
     names = [t.name for t in chain]
+    watch = watch or Watchers()
     for i in range(ctx.max_new_tokens):
         record = record_chain(chain, out.logits[:, -1], context)
         if grammar is not None and grammar.dead(record.decisions[chain.index(grammar)]):
@@ -49,7 +90,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         accept_chosen(chain, record, torch.tensor([token_id], device=record.logits[-1].device), bool(forced))
         stages, decisions = record.row(0)
         step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
-                                None if noise is None else noise[0], decisions)
+                                None if noise is None else noise[0], decisions, watch.watch)
         annotate(step, forced, lm)
         trace.steps.append(step)
         trace.tokens.append(token)
@@ -60,6 +101,9 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
             return
         if grammar is not None and grammar.stopped():
             reason = GRAMMAR_REASON
+            break
+        if watch.see(trace, token_id, lm.decode):
+            reason = LOOP_REASON
             break
         finish(trace, ctx, started, "running", passes)
         yield trace
@@ -74,15 +118,15 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
 
 
 @dataclass(frozen=True)
-class GreedyParams(Params):
-    """Greedy has no knobs: it always takes the argmax."""
+class GreedyParams(LoopStopParams, WatchParams):
+    """Greedy always takes the argmax; its knobs watch the run: loops (one may end it) and a watch-list."""
 
 
 @register("greedy", GreedyParams, "Take the most probable token at every step.")
 def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
     chain = with_grammar([], grammar_stage(ctx))
     trace = ctx.new_trace("greedy", params.to_dict(), [t.name for t in chain] + ["greedy"])
-    yield from chain_loop(ctx, trace, chain, Greedy())
+    yield from chain_loop(ctx, trace, chain, Greedy(), watch=watchers(ctx, params, trace))
 
 
 @register("sampling", SamplerParams,
@@ -92,7 +136,7 @@ def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
-    yield from chain_loop(ctx, trace, chain, Multinomial(generator))
+    yield from chain_loop(ctx, trace, chain, Multinomial(generator), watch=watchers(ctx, params, trace))
 
 
 @register("gumbel", SamplerParams,
@@ -101,4 +145,4 @@ def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
-    yield from chain_loop(ctx, trace, chain, GumbelMax(generator))
+    yield from chain_loop(ctx, trace, chain, GumbelMax(generator), watch=watchers(ctx, params, trace))

@@ -41,6 +41,7 @@ from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext, OutOfTime
+from strategies.loops import LoopParams, record_loops
 from strategies.params import param
 from strategies.recording import finish
 from strategies.registry import register
@@ -66,8 +67,9 @@ from strategies.speculative.verify import Verdict, rejection, topk
 MAX_GAMMA = 16
 
 @dataclass(frozen=True)
-class SpeculativeParams(ChainParams):
-    """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier."""
+class SpeculativeParams(LoopParams, ChainParams):
+    """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier; loops are looked
+    for on the text the rounds committed."""
 
     draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
                        "'prompt_lookup' (copy from the prompt, no model), 'eagle' (the model's trained EAGLE "
@@ -353,6 +355,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     except GrammarLimit:
         _totals(trace, decoder, draft, tally, None, trace.timing.seconds, GRAMMAR_LIMIT)
         raise
+    record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, reason, decoder.target_passes)
     reference()
     yield trace

@@ -18,6 +18,7 @@ import torch
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext, OutOfTime
+from strategies.loops import record_loops
 from strategies.recording import finish, make_step
 from strategies.speculative.baseline import STOPPED
 from strategies.speculative.baseline import reference as plain_reference
@@ -148,6 +149,7 @@ def eagle_rounds(ctx: DecodeContext, params: Any, trace: Trace, chain: list, nam
     except GeneratorExit:  # Stop: the page keeps this trace as it is
         totals(None, STOPPED)
         raise
+    record_loops(trace, params, ctx.lm.decode)
     finish(trace, ctx, started, reason, decoder.target_passes)
     measured()
     yield trace
