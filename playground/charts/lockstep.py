@@ -40,13 +40,13 @@ def lockstep_figure(record: dict[str, Any], selected: int | None = None) -> go.F
     if selected is not None and 0 <= selected < len(steps):
         fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
     summary = record["summary"]
-    fig.update_layout(template=TEMPLATE, height=380, margin=dict(t=100, b=110),
-                      title=dict(text=f"A {a} against B {b}: mean KL(A‖B) {summary['mean_kl_ab']:.3g} nats, "
+    fig.update_layout(template=TEMPLATE, height=400, margin=dict(t=120, b=110),
+                      title=dict(text=f"A {a} against B {b}<br>mean KL(A‖B) {summary['mean_kl_ab']:.3g} nats · "
                                       f"argmax agrees at {summary['agreement']:.0%} of {summary['tokens']} steps"),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
     fig.update_xaxes(tickvals=x, ticktext=labels, tickangle=-45)
     fig.update_yaxes(title_text="KL (nats)", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(title_text="total variation", range=[0, 1], showgrid=False, secondary_y=True)
+    fig.update_yaxes(title_text="total variation", rangemode="tozero", showgrid=False, secondary_y=True)
     largest = ", ".join(f"step {t} ({labels[t]})" for t in summary["largest"][:3])
     add_caption(fig, f"each step: the two models' distributions for the text's next token; KL both ways (left "
                      f"axis), total variation (right); max KL(A‖B) {summary['max_kl_ab']:.3g}; largest at "

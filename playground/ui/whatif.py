@@ -13,11 +13,14 @@ from typing import TYPE_CHECKING, Any, Iterator
 import gradio as gr
 import plotly.graph_objects as go
 
+from playground.charts.lockstep import lockstep_figure, step_figure
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
 from playground.charts.whatif import sample_figure, sample_table_html, score_html
 from playground.engine import Request
 from playground.errors import InvalidRequest
+from playground.models import OFFLINE
+from playground.models.dtypes import DTYPES
 from playground.ui import events
 from playground.ui.events import (
     MODEL_EVENT,
@@ -31,6 +34,7 @@ from playground.ui.events import (
     text_js,
 )
 from playground.ui.export import write_sample_many_json
+from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
 
@@ -76,6 +80,20 @@ def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.
     return (token_html(trace, k), *step_figures(trace, k))
 
 
+def lockstep_view(store: ModelStore, model: str, model_b: str, dtype_a: str, dtype_b: str, text: str,
+                  prompt: str = "", system: str = "", chat: bool | None = None, trace: dict[str, Any] | None = None,
+                  progress: Progress | None = None) -> tuple[dict[str, Any], int]:
+    """(the lockstep record, the step of largest KL(A||B)). An empty ``text`` takes the Explore run's
+    (``trace``): its text after its prompt, read by its model as A."""
+    if not str(text or "").strip():
+        if not trace or not trace.get("text"):
+            raise InvalidRequest("paste a text, or generate a run first: the two models read its text")
+        text, prompt, model = trace["text"], trace.get("prompt", ""), trace["model"]
+    record = lockstep(store, text, model, model_b or model, dtype_a, dtype_b, prompt, system, chat,
+                      progress=progress)
+    return record, record["summary"]["largest"][0]
+
+
 def grammar_value(kind: Any, text: Any) -> dict[str, str] | None:
     """The sidebar's grammar controls as a Request's grammar: None for "none" or an empty text."""
     kind = str(kind or "none").strip()
@@ -110,6 +128,14 @@ class WhatIf:
     score_summary: gr.HTML
     score_plots: list[gr.Plot]
     score_trace: gr.State
+    pair_model: gr.Dropdown
+    pair_dtypes: list[gr.Dropdown]
+    pair_text: gr.Textbox
+    pair_run: gr.Button
+    pair_plot: gr.Plot
+    pair_step: gr.Slider
+    pair_step_plot: gr.Plot
+    pair_record: gr.State
 
 
 def layout() -> WhatIf:
@@ -135,8 +161,28 @@ def layout() -> WhatIf:
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
         score_plots = [plot_component(empty_figure("Score a text to see its steps"), show_label=False,
                                       elem_id=f"pg-whatif-score-{i}") for i in range(3)]
+    with gr.Accordion("Two models in lockstep: where do they part?", open=False, elem_id="pg-pair"):
+        gr.Markdown("The sidebar's model (A) and model B read the same text, one pass each: per step the KL "
+                    "divergence both ways, the total variation and where their argmax differs. B may be A in other "
+                    "weights (float32 against int4 shows what 4-bit weights do). An empty text box takes the "
+                    "Explore run's text.", elem_classes=["pg-summary"])
+        with gr.Row():
+            pair_model = gr.Dropdown(list(OFFLINE), value=None, allow_custom_value=True,
+                                     label="Model B (empty: the sidebar's)", elem_id="pg-pair-model")
+            pair_dtypes = [gr.Dropdown(list(DTYPES), value=value, label=f"Weights of {side}",
+                                       elem_id=f"pg-pair-dtype-{side.lower()}")
+                           for side, value in (("A", "float32"), ("B", "int4"))]
+        pair_text = gr.Textbox("", label="Text both read (empty: the Explore run's)", lines=2, elem_id="pg-pair-text")
+        pair_run = gr.Button("Read in lockstep", variant="primary", elem_id="pg-pair-run")
+        pair_plot = plot_component(empty_figure("Read a text in lockstep to see where the models part"),
+                                   show_label=False, elem_id="pg-pair-plot")
+        pair_step = gr.Slider(0, 1, value=0, step=1, label="Step: both distributions side by side", visible=False,
+                              elem_id="pg-pair-step")
+        pair_step_plot = plot_component(empty_figure(""), show_label=False, visible=False,
+                                        elem_id="pg-pair-step-plot")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
-                  score_summary, score_plots, gr.State(None))
+                  score_summary, score_plots, gr.State(None), pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
+                  pair_step, pair_step_plot, gr.State(None))
 
 
 def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
@@ -180,4 +226,27 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                       [page.model, page.prompt, page.system, page.chat, w.score_text, page.theme, *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+    def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
+                dtype_a: str, dtype_b: str, text: str, theme: str, progress: Any = None) -> Iterator[Any]:
+        record, k = lockstep_view(store, model, str(model_b or ""), dtype_a, dtype_b, text, prompt, system,
+                                  chat_flag(model, chat), trace, events.progress(progress))
+        n = len(record["steps"])
+        yield keyed({w.pair_plot: plot_value(lockstep_figure(record, k), theme), w.pair_record: record,
+                     w.pair_step: gr.update(maximum=max(1, n - 1), value=k, visible=True),
+                     w.pair_step_plot: gr.update(value=plot_value(step_figure(record, k), theme), visible=True)})
+
+    def on_pair_step(record: dict[str, Any] | None, k: Any, theme: str) -> Any:
+        if not record or not record.get("steps"):
+            return keyed({})
+        k = min(max(int(k or 0), 0), len(record["steps"]) - 1)
+        return keyed({w.pair_plot: plot_value(lockstep_figure(record, k), theme),
+                      w.pair_step_plot: plot_value(step_figure(record, k), theme)})
+
+    w.pair_run.click(handler(on_pair, 10, True),
+                     [page.model, page.prompt, page.system, page.chat, page.trace, w.pair_model, *w.pair_dtypes,
+                      w.pair_text, page.theme],
+                     [w.pair_plot, w.pair_record, w.pair_step, w.pair_step_plot], api_name="lockstep",
+                     api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+    w.pair_step.input(on_pair_step, [w.pair_record, w.pair_step, page.theme], [w.pair_plot, w.pair_step_plot],
+                      trigger_mode="always_last", **QUIET)
     w.score_tokens.click(on_score_click, [w.score_trace, page.theme], [w.score_tokens, *w.score_plots], **QUIET)

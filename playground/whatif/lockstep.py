@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from playground.engine import MAX_PROMPT_CHARS
+from playground.engine import MAX_PROMPT_CHARS, in_dtype
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from playground.models.dtypes import check_dtype
@@ -35,11 +35,9 @@ SHOWN = 8  # each model's top tokens kept per step (the side-by-side distributio
 
 
 def _model(store: ModelStore, key: str, dtype: str, progress: Progress | None) -> Any:
+    """``key`` in the weights ``dtype`` resolves to for it (auto: as a run's, playground.engine.in_dtype)."""
     check_dtype(dtype)
-    lm = store.get(key, progress)
-    if dtype != "auto" and dtype != lm.weights:
-        lm = lm.with_weights(dtype, progress)
-    return lm
+    return in_dtype(store.get(key, progress), dtype, progress)
 
 
 @torch.inference_mode()
