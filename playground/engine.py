@@ -44,6 +44,9 @@ class Request:
     dtype: str = "float32"
     # the text must follow this grammar: {"kind": json|regex|choices|lark, "text": ...} (or a GrammarSpec)
     grammar: Any = None
+    # steps whose every layer the run reads (the logit lens, strategies/lens.py), recorded in the trace's
+    # ``lens`` by the strategies that decode token by token (greedy, sampling, gumbel)
+    lens: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         check_dtype(self.dtype)
@@ -59,6 +62,11 @@ class Request:
                 shown = value if not isinstance(value, float) or math.isfinite(value) else str(value)
                 raise InvalidRequest(f"{name} must be an integer in [{low}, {high}], got {shown}")
             object.__setattr__(self, name, int(value))
+        lens = tuple(self.lens or ())
+        for step in lens:
+            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < self.max_new_tokens:
+                raise InvalidRequest(f"a lens step must be an integer in [0, {self.max_new_tokens - 1}], got {step!r}")
+        object.__setattr__(self, "lens", tuple(sorted(set(lens))))
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise InvalidRequest("prompt must not be empty")
         if len(self.prompt) > MAX_PROMPT_CHARS:
@@ -93,7 +101,7 @@ def prepare(store: ModelStore, req: Request, progress: Progress | None = None, h
     grammar = compile_grammar(req.grammar, lm) if req.grammar is not None else None
     ctx = DecodeContext(lm=lm, prompt=req.prompt, prompt_ids=prompt_ids, seed=req.seed,
                         max_new_tokens=req.max_new_tokens, top_n=req.top_n, load_model=load, forced=forced,
-                        grammar=grammar, progress=progress,
+                        grammar=grammar, progress=progress, lens=frozenset(req.lens),
                         extra={"weights_check": weights_record(lm.check, lm.weights, passed_over, lm.one_pass_gap)})
     return spec, params, ctx
 

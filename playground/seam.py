@@ -96,9 +96,10 @@ class LanguageModel(Protocol):
         """Final norm + LM head on an intermediate hidden state -> float32 logits."""
         ...
 
-    def layer_logits(self, states: tuple[torch.Tensor, ...], row: int = 0, position: int = -1) -> torch.Tensor:
+    def layer_logits(self, states: tuple[torch.Tensor, ...], row: int = 0, position: int = -1,
+                     last: torch.Tensor | None = None) -> torch.Tensor:
         """The logit lens: each of a forward's hidden states at one position read as the model reads its
-        last one -> float32 logits [len(states), vocab]; the last row is the forward's own logits."""
+        last one -> float32 logits [len(states), vocab]; ``last``: the forward's own logits, its last row."""
         ...
 
     def truncated(self, num_layers: int) -> LanguageModel:

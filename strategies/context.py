@@ -73,6 +73,7 @@ class DecodeContext:
     grammar: Any = None  # a CompiledGrammar the text must follow (strategies.sampling.grammar), or None
     progress: Callable[[float, str], None] | None = None  # (fraction, message): hears one-off set-up steps
     announce: bool = False  # the consumer takes announcements (``announcement``) between the tokens' traces
+    lens: frozenset[int] = frozenset()  # steps whose every layer a token-by-token decoder reads (strategies/lens.py)
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A fresh generator seeded from the request (offset separates independent streams)."""

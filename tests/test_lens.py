@@ -121,4 +121,34 @@ def test_the_cli_prints_the_lens_and_puts_it_in_the_json():
     text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "logit lens at step 2" in text.stdout and text.stdout.count("\n") > 8
     bad = subprocess.run(cmd[:-1] + ["7"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "step must be an integer in [0, 2], got 7" in bad.stderr
+    assert bad.returncode == 2 and "a lens step must be an integer in [0, 2], got 7" in bad.stderr
+
+
+# --- read in the run: the step's own forward's hidden states, no second pass ----------------------------
+
+@pytest.mark.parametrize("model, dtype", [("smollm2-135m", "float32"), ("gemma3-270m", "int4")])
+def test_the_run_reads_its_steps_layers_as_it_decodes(store, model, dtype):
+    req = dict(model=model, strategy="sampling", prompt="The capital of France is", params={"temperature": 0.8},
+               seed=5, max_new_tokens=6, dtype=dtype)
+    plain = run(store, Request(**req)).to_dict()
+    read = run(store, Request(**req, lens=(4, 0))).to_dict()
+    assert [r["step"] for r in read["lens"]] == [0, 4]
+    # reading the layers changes nothing else in the run
+    without = {k: v for k, v in read.items() if k not in ("lens", "timing")}
+    assert without == {k: v for k, v in plain.items() if k != "timing"}
+    for rec in read["lens"]:
+        step = read["steps"][rec["step"]]
+        raw = {c["id"]: c["raw_prob"] for c in step["candidates"]}
+        last = rec["rows"][-1]
+        shared = [(raw[c["id"]], p) for c, p in zip(rec["columns"], last["probs"]) if c["id"] in raw]
+        assert len(shared) >= 5 and all(recorded == p for recorded, p in shared)  # the step's own forward
+        assert rec["chosen"]["id"] == step["chosen"] and rec["position"] == len(read["prompt_ids"]) + rec["step"]
+    if dtype == "int4":  # a lean forward's one pass is its steps: the what-if reads the same rows
+        after = lens(store, plain, 4)
+        assert [r["probs"] for r in after["rows"]] == [r["probs"] for r in read["lens"][1]["rows"]]
+
+
+def test_lens_steps_out_of_range_are_refused():
+    for bad in ((6,), (-1,), ("2",)):
+        with pytest.raises(InvalidRequest, match=r"a lens step must be an integer in \[0, 5\]"):
+            Request("toy", "greedy", "1 2", {}, max_new_tokens=6, lens=bad)

@@ -45,13 +45,17 @@ def cmd_run(argv: Sequence[str]) -> int:
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
                   max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
                   top_n=args.top_n, forced=parse_force(args.force), dtype=args.dtype,
-                  grammar=grammar_of_args(args))
+                  grammar=grammar_of_args(args), lens=tuple(args.lens))
     budget = Budget(seconds=args.time_budget)
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)
     data = trace.to_dict()
-    if args.lens:
-        data["lens"] = [lens(store, data, step) for step in args.lens]
+    # greedy, sampling and gumbel read the layers of the steps asked for as they decode them; for the
+    # other strategies, and a step past a run's end, the what-if reads them after (or says why not)
+    read = {r["step"] for r in data.get("lens") or ()}
+    missing = [step for step in dict.fromkeys(args.lens) if step not in read]
+    if missing:
+        data["lens"] = [*(data.get("lens") or ()), *(lens(store, data, step) for step in missing)]
     if args.html or args.png:
         _write_chart(data, args)
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else trace.text)

@@ -318,7 +318,8 @@ class LM:
         return logits.float()
 
     @torch.inference_mode()
-    def layer_logits(self, states: tuple[torch.Tensor, ...], row: int = 0, position: int = -1) -> torch.Tensor:
+    def layer_logits(self, states: tuple[torch.Tensor, ...], row: int = 0, position: int = -1,
+                     last: torch.Tensor | None = None) -> torch.Tensor:
         """The logit lens: every hidden state at ``states[i][row, position]`` read through the final norm
         and the LM head, as the model reads its last one -> float32 logits [len(states), vocab].
 
@@ -326,18 +327,21 @@ class LM:
         comes normed (transformers' convention, which the lean forwards keep), so it goes through the head
         alone, on its own: its row is the forward's own logits at that position. The others share one
         product: the norm, then the head (the lean forwards' weights where they run: int4 or bfloat16).
+        ``last`` ([vocab]): the forward's own logits at that position, taken as the last row as they are
+        (transformers' head over a pass's many rows rounds a row otherwise than over one).
         """
         inner = torch.stack([s[row, position] for s in states[:-1]])
-        last = states[-1][row, position][None]
+        final = states[-1][row, position][None]
         if self.fast is not None:
-            return torch.cat([self.fast.logits(inner), self.fast.project(last)]).float()
+            head_row = self.fast.project(final) if last is None else last[None]
+            return torch.cat([self.fast.logits(inner).float(), head_row.float()])
         _, _, norm = self.decoder_parts()
         head = self.model.get_output_embeddings()
-        logits = torch.cat([head(norm(inner)), head(last)])
+        read = head(norm(inner)) if last is not None else head(torch.cat([norm(inner), final]))
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         if cap:
-            logits = torch.tanh(logits / cap) * cap
-        return logits.float()
+            read = torch.tanh(read / cap) * cap
+        return read.float() if last is None else torch.cat([read.float(), last[None].float()])
 
     def truncated(self, num_layers: int) -> "LM":
         """The first ``num_layers`` layers + final norm + LM head as a model of its own.

@@ -13,9 +13,11 @@ from typing import Callable, Iterator
 
 import torch
 
+from playground.seam import ModelOutput
 from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
+from strategies.lens import lens_record
 from strategies.loops import LOOP_REASON, LoopDetector, LoopStopParams, loop_detector
 from strategies.recording import finish, make_step
 from strategies.registry import register
@@ -74,7 +76,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     grammar = grammar_of(chain)
     started = ctx.clock.now()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
-    out = lm.forward(context)
+    out = lm.forward(context, hidden=0 in ctx.lens)
     trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
     passes, reason = 1, "length"
     names = [t.name for t in chain]
@@ -94,6 +96,8 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
         annotate(step, forced, lm)
         trace.steps.append(step)
         trace.tokens.append(token)
+        if i in ctx.lens:
+            read_layers(ctx, trace, out, token_id)
         if stop_at_eos and token_id in lm.eos_ids:
             reason = "eos"
             finish(trace, ctx, started, reason, passes)
@@ -111,10 +115,22 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
             break
         new = torch.tensor([[token_id]], device=lm.device)
         context = torch.cat([context, new], dim=1)
-        out = lm.forward(new, out.cache)
+        out = lm.forward(new, out.cache, hidden=i + 1 in ctx.lens)
         passes += 1
     finish(trace, ctx, started, reason, passes)
     yield trace
+
+
+def read_layers(ctx: DecodeContext, trace: Trace, out: ModelOutput, token_id: int) -> None:
+    """The logit lens of the step just recorded, from the hidden states its own forward returned (no second
+    pass): added to the trace's ``lens``, off the decoder's clock (reading, not decoding)."""
+    with ctx.clock.held():
+        step = len(trace.tokens) - 1
+        if out.hidden_states is None:  # a model that gives none: nothing to read
+            return
+        record = lens_record(ctx.lm.layer_logits(out.hidden_states, last=out.logits[0, -1]), token_id, ctx.lm.piece)
+        trace.extra.setdefault("lens", []).append({"step": step, "position": len(ctx.prompt_ids) + step,
+                                                   "model": trace.model, **record})
 
 
 @dataclass(frozen=True)
