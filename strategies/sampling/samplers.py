@@ -220,5 +220,6 @@ def extra_stages_on(p: SamplerParams) -> list[str]:
 def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None,
                         lm: LanguageModel | None = None) -> list[TransformBase]:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
-    ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
+    ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias, its ``eos_ids``
+    SynthID's running score."""
     return [STAGES[name].build(p, generator, lm) for name in stages_on(p, p.order.split(","))]
