@@ -104,7 +104,8 @@ def decision_record(decision: dict[str, Any], ids: list[int], idx: torch.Tensor)
     """A stage's decision as JSON over the step's candidates: numbers stay numbers (what the stage
     computed rounded, its own settings, the plain numbers, as given so that a threshold of
     0.5000001 stays above 0.5; -inf and NaN as null); a per-token [vocab] float tensor becomes one
-    value per candidate; a per-token bool tensor becomes the candidate ids where it is true."""
+    value per candidate; a per-token bool tensor becomes the candidate ids where it is true; a
+    per-token [vocab, k] tensor becomes a list of k values per candidate (SynthID's g-values per layer)."""
     out: dict[str, Any] = {}
     for key, value in decision.items():
         if not isinstance(value, torch.Tensor):
@@ -113,6 +114,9 @@ def decision_record(decision: dict[str, Any], ids: list[int], idx: torch.Tensor)
             out[key] = [i for i, hit in zip(ids, value[idx].tolist()) if hit]
         elif value.dim() == 1:
             out[key] = [rnd(v) for v in value[idx].tolist()]
+        elif value.dim() == 2:
+            rows = value[idx].tolist()
+            out[key] = [[rnd(v) for v in row] for row in rows] if value.is_floating_point() else rows
         elif value.dtype == torch.bool:
             out[key] = bool(value)
         elif value.is_floating_point():

@@ -267,7 +267,7 @@ def test_noop_values_drop_out_and_presets_order_the_stages():
     every = dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05, repetition_penalty=1.1, typical_p=0.9,
                  epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=1.0, xtc_probability=0.5, dry_multiplier=0.8,
                  dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=5.0, no_repeat_ngram_size=3, word_bias="w1",
-                 top_h=0.5, p_less=True, adaptive_p_target=0.3, watermark_delta=2.0)
+                 top_h=0.5, p_less=True, adaptive_p_target=0.3, watermark_delta=2.0, synthid_keys="1,2")
     for preset, names in PRESETS.items():
         chain = build_sampler_chain(SamplerParams(order=preset, **every), torch.Generator(), WordLM())
         assert tuple(t.name for t in chain) == names

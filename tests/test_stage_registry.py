@@ -19,6 +19,7 @@ from tests.word_lm import WordLM
 
 FROM_PARAMS = sorted(n for n, s in STAGES.items() if s.params)
 CONTEXT = torch.zeros(1, 1, dtype=torch.long)
+STRING_VALUES = {"word_bias": "w1=-2", "synthid_keys": "1,2"}  # a value that turns each text switch on
 
 
 def away_from_noop(name: str) -> list:
@@ -29,7 +30,7 @@ def away_from_noop(name: str) -> list:
     if isinstance(noop, bool):
         return [not noop]
     if isinstance(noop, str):
-        return ["w1=-2"]
+        return [STRING_VALUES[name]]
     step = f.metadata.get("step") or 0.1
     values = [noop + step, noop - step, (noop + high) / 2, (noop + low) / 2]
     return [type(noop)(v) for v in values if low <= v <= high and v != noop]

@@ -371,7 +371,8 @@ def test_stages_move_up_and_down_without_typing_names():
     assert move_stage(order, "temperature", 1).split(",") == list(PRESETS["llama.cpp"])
     first = PRESETS["transformers"][0]
     assert move_stage("transformers", first, -1).split(",") == list(PRESETS["transformers"])  # stays first
-    assert move_stage("not a stage list", "xtc", 1).split(",")[-4:] == ["watermark", "xtc", "mirostat", "adaptive_p"]
+    assert move_stage("not a stage list", "xtc", 1).split(",")[-5:] == ["watermark", "xtc", "synthid", "mirostat",
+                                                                       "adaptive_p"]
 
 
 def test_distribution_switches_between_model_entering_and_final_bars(chain_trace):

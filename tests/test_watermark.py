@@ -130,9 +130,9 @@ def test_the_stage_draws_nothing_from_the_runs_generator(toy):
     assert torch.equal(generator.get_state(), start)
 
 
-def test_presets_put_the_watermark_last_before_the_stages_that_pick():
+def test_presets_put_the_watermark_last_before_synthid_and_the_stages_that_pick():
     for names in PRESETS.values():
-        assert names[-3:] == ("watermark", "mirostat", "adaptive_p")
+        assert names[-4:] == ("watermark", "synthid", "mirostat", "adaptive_p")
     llama = PRESETS["llama.cpp"]
     assert llama.index("watermark") == llama.index("temperature") + 1
     hf = PRESETS["transformers"]

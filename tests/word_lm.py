@@ -1,4 +1,5 @@
-"""Shared by the sampler and chart tests: just enough of the model seam for make_step, DRY and word bias."""
+"""Shared by the sampler and chart tests: just enough of the model seam for make_step, DRY, word bias and
+SynthID (its end-of-sequence ids)."""
 from __future__ import annotations
 
 
@@ -6,6 +7,8 @@ class WordLM:
     """Token ``i``'s text is ``form.format(i)``; the tokenizer maps words '<letter><id>' back to ids."""
 
     key = "fake"
+    eos_ids: frozenset[int] = frozenset()
+    eos_ids: frozenset[int] = frozenset()
 
     def __init__(self, form: str = " w{}"):
         self.form = form

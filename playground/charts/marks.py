@@ -95,7 +95,8 @@ STAGE_MARKS: dict[str, Mark] = {
 STAGE_SUMMARIES = {"temperature": "T {t:g}",  # waterfall titles of the stages that draw no mark
                    "dynamic_temperature": "T {t:.3g} · H/log N {normalized:.2f}",
                    "adaptive_p": "aims at p {adapted:.3f} · average {average:.3f}",
-                   "watermark": "δ {delta:g} · green mass {green_mass_before:.2f} → {green_mass_after:.2f}"}
+                   "watermark": "δ {delta:g} · green mass {green_mass_before:.2f} → {green_mass_after:.2f}",
+                   "synthid": "{depth} layers · expected g {g_mass_before:.2f} → {g_mass_after:.2f}"}
 
 
 def stages_of(step: dict[str, Any]) -> list[dict[str, Any]]:

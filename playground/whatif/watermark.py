@@ -1,5 +1,6 @@
 """Was this text watermarked? The green-list detector (strategies/watermark_detect.py) on a text
-written after a prompt, tokenized by the model that would have written it.
+written after a prompt, tokenized by the model that would have written it; or SynthID Text's scores
+(strategies/synthid_detect.py) on the text alone, as its stage never reads the prompt.
 
 The context is the one ``score`` uses (playground/whatif/score.py ``split_context``): the prompt as a
 run encodes it (the chat template's assistant header for a chat model), or with no prompt the start
@@ -14,9 +15,11 @@ from typing import Any
 
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
-from playground.whatif.score import split_context
+from playground.whatif.score import split_context, text_ids
 from strategies.params import check_value, field_kind
 from strategies.sampling.samplers import SamplerParams
+from strategies.sampling.synthid import parse_keys
+from strategies.synthid_detect import detect as detect_synthid
 from strategies.watermark_detect import detect
 
 SETTINGS = ("watermark_gamma", "watermark_scheme", "watermark_key")
@@ -58,3 +61,47 @@ def detection_summary(result: dict[str, Any]) -> str:
         f"{result['gamma']:g} expected without a watermark)",
         f"{result['scheme']}, key {result['key']}, {result['model']} ({result['vocab_size']:,} tokens)",
         f"green tokens in [brackets]: {marked}"])
+
+
+SYNTHID_SETTINGS = ("synthid_keys", "synthid_ngram_len", "synthid_context_history_size", "synthid_sampling_table_size",
+                    "synthid_sampling_table_seed")
+
+
+def detect_synthid_text(store: ModelStore, model: str, text: str, keys: Any, ngram_len: Any = 5,
+                        history_size: Any = None, table_size: Any = None, table_seed: Any = None,
+                        progress: Progress | None = None) -> dict[str, Any]:
+    """SynthID's scores as JSON: ``mean``, ``weighted_mean``, ``scored``, ``depth`` and ``marks`` (one per token
+    of the text: id, text, g_values, counted, and the running mean and weighted_mean), with the settings.
+    The settings are checked against the sampler's own parameters (their ranges and messages)."""
+    defaults = SamplerParams()
+    values = [keys, ngram_len, *(getattr(defaults, name) if v is None else v
+                                 for name, v in zip(SYNTHID_SETTINGS[2:], (history_size, table_size, table_seed)))]
+    settings = SamplerParams(**dict(zip(SYNTHID_SETTINGS, values)))  # each value, and the keys' format and count
+    if not settings.synthid_keys:
+        raise InvalidRequest("synthid_keys must name the keys the text was watermarked with, got none")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("text must not be empty")
+    lm = store.get(model, progress)
+    ids = text_ids(lm, text)
+    found = detect_synthid(ids, parse_keys(settings.synthid_keys), settings.synthid_ngram_len,
+                           settings.synthid_sampling_table_size, settings.synthid_sampling_table_seed,
+                           settings.synthid_context_history_size, lm.eos_ids)
+    out = found.to_dict()
+    out["marks"] = [{**m, "text": lm.piece(m["id"])} for m in out["marks"]]
+    return {"model": lm.key, "watermark": "synthid", "keys": settings.synthid_keys,
+            "context_history_size": settings.synthid_context_history_size,
+            "sampling_table_size": settings.synthid_sampling_table_size,
+            "sampling_table_seed": settings.synthid_sampling_table_seed, "vocab_size": lm.vocab_size, **out}
+
+
+def synthid_summary(result: dict[str, Any]) -> str:
+    """A few lines for a person: the two scores against the 0.5 of a text without the watermark, and the
+    text with each counted token's share of g = 1 bits."""
+    marked = "".join(f"{m['text']}[{sum(m['g_values']) / len(m['g_values']):.1f}]" if m["counted"] else m["text"]
+                     for m in result["marks"])
+    return "\n".join([
+        f"SynthID: mean g-value {result['mean']:.3f}, weighted mean {result['weighted_mean']:.3f} over "
+        f"{result['scored']} tokens and {result['depth']} layers (about 0.5 without the watermark; higher is "
+        f"watermarked)",
+        f"keys {result['keys']}, ngram_len {result['ngram_len']}, {result['model']} ({result['vocab_size']:,} tokens)",
+        f"each counted token's mean g-value in [brackets]: {marked}"])

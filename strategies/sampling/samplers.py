@@ -2,7 +2,7 @@
 
 ``SamplerParams`` extends the shared ``ChainParams`` (penalty, temperature, top-k, top-p, min-p)
 with typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature, mirostat v2, no-repeat n-gram,
-bias by word, top-H, p-less, adaptive-p and the green-list watermark. Each has a no-op value at which
+bias by word, top-H, p-less, adaptive-p, the green-list watermark and SynthID Text. Each has a no-op value at which
 it drops out of the chain.
 
 ``order`` names the stages in the order they run, or a preset:
@@ -11,16 +11,19 @@ it drops out of the chain.
   eta; top-H right after temperature, where transformers 5.x puts ``TopHLogitsWarper``), the stages
   it lacks placed beside their kin (p-less beside min-p); the watermark after every stage that
   reshapes or cuts, where ``generate`` appends its ``WatermarkLogitsProcessor`` ("after all logits
-  processing"), and before mirostat and adaptive-p, which pick the token;
+  processing"), and before mirostat and adaptive-p, which pick the token; SynthID right after it, where
+  ``generate`` appends its ``SynthIDTextWatermarkLogitsProcessor`` (the same slot, and the paper's: the
+  tournament draws from the distribution that would be sampled, after top-k and temperature, so that
+  averaged over keys the token's distribution is exactly that one);
 - ``llama.cpp``: llama.cpp's default sampler chain
   ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature``, with mirostat and adaptive-p
   last (there they pick the token, so they must end the chain) and the stages it lacks beside their
   kin (top-H beside typical, p-less beside min-p). llama.cpp has no watermark: it goes after temperature,
   last before the stages that pick, as in the transformers order, so that delta raises the green odds
   of the very distribution drawn from by e^delta (the paper's analysis) rather than being divided by
-  the temperature or cut by a truncation after it.
-With temperature 0 (greedy) and the watermark on, the watermark moves just before temperature
-(``watermark_before_greedy``): temperature 0 keeps the argmax of what it receives, and the green bias
+  the temperature or cut by a truncation after it; SynthID follows it for the same reason.
+With temperature 0 (greedy), each watermark that is on moves just before temperature
+(``watermarks_before_greedy``): temperature 0 keeps the argmax of what it receives, and the watermark
 must be able to change that argmax, as in transformers' greedy search.
 Stages an order leaves out follow the listed ones, in the transformers order.
 
@@ -41,10 +44,17 @@ import torch
 
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
+from strategies.g_values import (
+    DEFAULT_HISTORY_SIZE,
+    DEFAULT_NGRAM_LEN,
+    DEFAULT_TABLE_SEED,
+    DEFAULT_TABLE_SIZE,
+    MAX_TABLE_SIZE,
+)
 from strategies.green_lists import DEFAULT_KEY, SCHEMES
 from strategies.loops import LoopStopParams
 from strategies.params import param
-from strategies.sampling import adaptive, truncations, watermark  # noqa: F401  (their stages register themselves)
+from strategies.sampling import adaptive, synthid, truncations, watermark  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
 from strategies.stages import STAGES, TransformBase, stages_on
@@ -53,14 +63,16 @@ from strategies.watch import WatchParams
 PRESETS: dict[str, tuple[str, ...]] = {
     "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
                      "top_h", "top_k", "top_p", "min_p", "p_less", "typical_p", "epsilon", "eta", "top_nsigma",
-                     "xtc", "watermark", "mirostat", "adaptive_p"),
+                     "xtc", "watermark", "synthid", "mirostat", "adaptive_p"),
     "llama.cpp": ("word_bias", "penalty", "no_repeat_ngram", "dry", "top_nsigma", "top_k", "typical_p", "top_h",
                   "top_p", "min_p", "p_less", "xtc", "epsilon", "eta", "dynamic_temperature", "temperature",
-                  "watermark", "mirostat", "adaptive_p"),
+                  "watermark", "synthid", "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
 # the knobs that watch a run rather than shape its distribution: they belong to no stage of the chain
 WATCHING_FIELDS = frozenset(f.name for cls in (LoopStopParams, WatchParams) for f in dataclasses.fields(cls))
+MAX_SYNTHID_KEYS = 64  # tournament layers; the paper uses 30
+MAX_NGRAM_LEN = 32
 
 
 def expand_order(order: str) -> str:
@@ -139,6 +151,22 @@ class SamplerParams(LoopStopParams, WatchParams, ChainParams):
                                   choices=SCHEMES)
     watermark_key: int = param(DEFAULT_KEY, "Watermark: the secret key that seeds the green lists (transformers' "
                                "default key).", low=0, high=2**31 - 1, step=1)
+    synthid_keys: str = param("", "SynthID Text (Dathathri et al. 2024): integer keys, comma-separated, one per "
+                              "tournament layer; tokens whose g-values (bits hashed from a key, the last "
+                              "ngram_len − 1 tokens and the token) are 1 win more often, while over keys the "
+                              "distribution stays the model's. Empty = off.", noop="")
+    synthid_ngram_len: int = param(DEFAULT_NGRAM_LEN, "SynthID: the n-gram that seeds a token's g-values: the token "
+                                   "and the ngram_len − 1 before it (5, as the paper and transformers).", low=2,
+                                   high=MAX_NGRAM_LEN, step=1, ui_max=10)
+    synthid_context_history_size: int = param(DEFAULT_HISTORY_SIZE, "SynthID: how many recent contexts are "
+                                              "remembered; a step whose context is one of them is not "
+                                              "watermarked (transformers' default 1024).", low=1, high=2**20,
+                                              step=1, ui_max=4096)
+    synthid_sampling_table_size: int = param(DEFAULT_TABLE_SIZE, "SynthID: size of the table of random bits the "
+                                             "hashes index (transformers' default 2^16).", low=2,
+                                             high=MAX_TABLE_SIZE, step=1)
+    synthid_sampling_table_seed: int = param(DEFAULT_TABLE_SEED, "SynthID: seed of that table (transformers' "
+                                             "default 0).", low=0, high=2**31 - 1, step=1)
     order: str = param("transformers", "Order of the stages: transformers, llama.cpp, or stage names "
                        "comma-separated (stages left out follow in the transformers order).")
 
@@ -150,22 +178,44 @@ class SamplerParams(LoopStopParams, WatchParams, ChainParams):
         object.__setattr__(self, "word_bias", self.word_bias.strip())
         if self.adaptive_p_target < 0:
             object.__setattr__(self, "adaptive_p_target", -1.0)
-        object.__setattr__(self, "order", watermark_before_greedy(self.order, self.temperature, self.watermark_delta))
+        object.__setattr__(self, "synthid_keys", checked_keys(self.synthid_keys))
+        on = {"watermark": self.watermark_delta != 0, "synthid": self.synthid_keys != ""}
+        object.__setattr__(self, "order", watermarks_before_greedy(self.order, self.temperature, on))
         if self.dynatemp_min > self.dynatemp_max:
             raise InvalidRequest(f"dynatemp_min must be at most dynatemp_max ({self.dynatemp_max:g}), "
                                  f"got {self.dynatemp_min:g}")
 
 
-def watermark_before_greedy(order: str, temperature: float, delta: float) -> str:
-    """``order`` with the watermark moved just before temperature when temperature is 0 (greedy) and the
-    watermark is on: temperature 0 keeps only the argmax of what it receives, so a watermark after it
-    could change nothing, while transformers' greedy search takes the argmax after its watermark."""
+def watermarks_before_greedy(order: str, temperature: float, on: dict[str, bool]) -> str:
+    """``order`` with each watermark that is ``on`` moved just before temperature when temperature is 0
+    (greedy): temperature 0 keeps only the argmax of what it receives, so a watermark after it could change
+    nothing, while transformers' greedy search takes the argmax after its watermark."""
     names = order.split(",")
-    if temperature != 0 or delta == 0 or names.index("watermark") < names.index("temperature"):
+    if temperature != 0:
         return order
-    names.remove("watermark")
-    names.insert(names.index("temperature"), "watermark")
+    for name in ("watermark", "synthid"):
+        if on[name] and names.index(name) > names.index("temperature"):
+            names.remove(name)
+            names.insert(names.index("temperature"), name)
     return ",".join(names)
+
+
+def checked_keys(text: str) -> str:
+    """SynthID's keys, comma-separated integers in [0, 2^63 - 1], at most MAX_SYNTHID_KEYS, written back
+    without spaces; empty (off) stays empty."""
+    parts = [k.strip() for k in text.split(",")]
+    if parts == [""]:
+        return ""
+    try:
+        keys = [int(k) for k in parts]
+    except ValueError:
+        keys = []
+    if not keys or any(not 0 <= k < 2**63 for k in keys):
+        raise InvalidRequest(f"synthid_keys must be integers in [0, 2^63 - 1], comma-separated, got {text!r:.200}")
+    if len(keys) > MAX_SYNTHID_KEYS:
+        raise InvalidRequest(f"synthid_keys must hold 1 to {MAX_SYNTHID_KEYS} keys (one per tournament layer), "
+                             f"got {len(keys)}")
+    return ",".join(str(k) for k in keys)
 
 
 def extra_stages_on(p: SamplerParams) -> list[str]:
@@ -176,5 +226,6 @@ def extra_stages_on(p: SamplerParams) -> list[str]:
 def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None,
                         lm: LanguageModel | None = None) -> list[TransformBase]:
     """The stages of ``p`` in its order, no-ops left out; fresh objects, so state lives with one run.
-    ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias."""
+    ``generator`` feeds XTC's coin; ``lm`` (``piece``, ``tokenizer``, ``key``) serves DRY and word bias, its ``eos_ids``
+    SynthID's running score."""
     return [STAGES[name].build(p, generator, lm) for name in stages_on(p, p.order.split(","))]
