@@ -5,7 +5,7 @@ import pytest
 
 from playground.charts.palette import GREEN_LISTED, RED_LISTED
 from playground.charts.views import strategy_views
-from playground.charts.watermark import THRESHOLD, mass_figure, records, views, z_figure
+from playground.charts.watermark import THRESHOLD, mass_figure, records, synthid_figure, views, z_figure
 from playground.engine import Request, run
 from strategies.watermark_detect import detect
 
@@ -54,3 +54,19 @@ def test_the_charts_draw_the_records(store):
 def test_no_watermark_no_views(store):
     trace = run(store, Request("toy", "sampling", "1 2", {}, seed=7, max_new_tokens=4)).to_dict()
     assert records(trace) == [] and views(trace) == []
+
+
+def test_the_synthid_view_draws_its_records(store):
+    trace = run(store, Request("toy", "sampling", "1 2", {"synthid_keys": "1,2,3,4"}, seed=1,
+                               max_new_tokens=10)).to_dict()
+    recs = records(trace, "synthid")
+    assert len(recs) == len(trace["tokens"]) and records(trace) == []
+    fig = synthid_figure(trace, recs)
+    mean = next(t for t in fig.data if t.name == "mean score")
+    assert list(mean.y) == [d["mean"] for _, _, d in recs]
+    weighted = next(t for t in fig.data if t.name == "weighted mean")
+    assert list(weighted.y) == [d["weighted_mean"] for _, _, d in recs]
+    points = next(t for t in fig.data if t.name == "the token's mean g-value")
+    assert list(points.y) == [d["chosen_g_mean"] for _, _, d in recs]
+    assert list(points.marker.symbol) == ["circle" if d["counted"] else "circle-open" for _, _, d in recs]
+    assert [v.title for v in views(trace)] == ["SynthID scores"]

@@ -1,9 +1,10 @@
-"""The green-list watermark of a run, drawn from the watermark stage's records (strategies/sampling/
+"""The watermarks of a run, drawn from their stages' records. The green list (strategies/sampling/
 watermark.py): the detector's running z-score over the run's tokens, each token green or red, with
 the detection threshold; and each step's green mass before and after the bias against the step's
 entropy, where a step with one dominant token leaves the bias nothing to move. Nothing is recomputed:
 z, the counts, the masses and the flags are the stage's record of each step; the entropy is the step's
-``raw_entropy``. Pure: no torch, no gradio.
+``raw_entropy``. SynthID (strategies/sampling/synthid.py): the running mean and weighted-mean scores
+and each token's mean g-value, against 0.5. Pure: no torch, no gradio.
 """
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from playground.charts.palette import CHOSEN, GREEN_LISTED, GUIDE, RED_LISTED, T
 THRESHOLD = 4.0  # the paper's detection threshold: z > 4 is a one-sided p-value under 3.2e-5
 
 
-def records(trace: dict[str, Any]) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
-    """(step index, the step, its watermark decision) of every step the stage recorded."""
+def records(trace: dict[str, Any], name: str = "watermark") -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """(step index, the step, the stage's decision) of every step the stage ``name`` recorded."""
     out = []
     for i, step in enumerate(trace.get("steps") or []):
         for stage in step.get("stages") or ():
-            if stage.get("name") == "watermark" and stage.get("decision"):
+            if stage.get("name") == name and stage.get("decision"):
                 out.append((i, step, stage["decision"]))
     return out
 
@@ -103,9 +104,53 @@ def mass_figure(trace: dict[str, Any], recs: list[tuple[int, dict[str, Any], dic
     return fig
 
 
+def synthid_figure(trace: dict[str, Any], recs: list[tuple[int, dict[str, Any], dict[str, Any]]],
+                   selected: int | None = None) -> go.Figure:
+    """SynthID's running scores: the mean g-value of the scored tokens so far and its weighted form (the
+    stage's records), each token's own mean g-value as a point, against 0.5, a text without the watermark."""
+    steps = [i for i, _, _ in recs]
+    decisions = [d for _, _, d in recs]
+    labels = _labels(trace, steps)
+    fig = go.Figure()
+    for key, name, dash in (("mean", "mean score", "solid"), ("weighted_mean", "weighted mean", "dot")):
+        fig.add_trace(go.Scatter(x=steps, y=[d.get(key) for d in decisions], mode="lines", name=name,
+                                 line=dict(color=GUIDE, dash=dash, width=2), hoverinfo="skip"))
+    counted = [bool(d.get("counted")) for d in decisions]
+    fig.add_trace(go.Scatter(
+        x=steps, y=[d.get("chosen_g_mean") for d in decisions], mode="markers", name="the token's mean g-value",
+        marker=dict(size=9, color=[GREEN_LISTED if (d.get("chosen_g_mean") or 0) > 0.5 else RED_LISTED
+                                   for d in decisions],
+                    symbol=["circle" if c else "circle-open" for c in counted]),
+        customdata=[[label, "scored" if c else "not scored"] for label, c in zip(labels, counted)],
+        hovertemplate="step %{x} <b>%{customdata[0]}</b><br>mean g-value %{y:.2f}, %{customdata[1]}<extra></extra>"))
+    fig.add_hline(y=0.5, line=dict(color=GUIDE, dash="dash", width=1), annotation_text="0.5: no watermark",
+                  annotation_position="bottom left")
+    if selected is not None and selected in steps:
+        k = steps.index(selected)
+        fig.add_trace(go.Scatter(x=[selected], y=[decisions[k].get("chosen_g_mean")], mode="markers",
+                                 marker=dict(size=18, color="rgba(0,0,0,0)", line=dict(color=CHOSEN, width=3)),
+                                 hoverinfo="skip", showlegend=False))
+    last = decisions[-1]
+    mean, scored = last.get("mean"), last.get("scored")
+    score = "no token scored yet" if mean is None else f"mean score {mean:.3f} over {scored} scored tokens"
+    fig.update_layout(template=TEMPLATE, height=340, margin=dict(t=90, b=60),
+                      title=dict(text=f"SynthID ({last.get('depth')} layers, n-gram {last.get('ngram_len')}): {score}"),
+                      xaxis=dict(title_text="step"), yaxis=dict(title_text="g-value", range=[-0.05, 1.05]),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    add_caption(fig, "tournament sampling favours tokens whose g-values (one random bit per layer, seeded by the "
+                     "key and the last n-gram) are 1: the scored tokens' mean climbs above 0.5, the mean a text "
+                     "without the watermark keeps; hollow: a token not scored (its n-gram reaches back past the text's "
+                     "start, or its context repeats one seen before)")
+    return fig
+
+
 def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    out = []
     recs = records(trace)
-    if not recs:
-        return []
-    return [View("Watermark z-score", z_figure(trace, recs, step)),
-            View("Watermark and entropy", mass_figure(trace, recs))]
+    if recs:
+        out += [View("Watermark z-score", z_figure(trace, recs, step)),
+                View("Watermark and entropy", mass_figure(trace, recs))]
+    synthid = records(trace, "synthid")
+    if synthid:
+        out.append(View("SynthID scores", synthid_figure(trace, synthid, step)))
+    return out
