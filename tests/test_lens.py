@@ -111,6 +111,7 @@ def test_the_chart_draws_the_record(store, toy):
     assert decade(0.0) == FLOOR and decade(0.01) == pytest.approx(math.log10(0.01))
 
 
+@pytest.mark.slow  # subprocesses
 def test_the_cli_prints_the_lens_and_puts_it_in_the_json():
     cmd = [sys.executable, "-m", "playground", "run", "--model", "toy", "--prompt", "1 2", "--max-new-tokens", "3",
            "--lens", "1", "--lens", "2"]

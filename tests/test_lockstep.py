@@ -79,6 +79,7 @@ def test_the_charts_draw_the_record(store):
     assert [list(t.y) for t in side.data] == [[c["p_a"] for c in cands], [c["p_b"] for c in cands]]
 
 
+@pytest.mark.slow  # subprocesses
 def test_the_cli_diff(tmp_path):
     html = tmp_path / "diff.html"
     out = subprocess.run([sys.executable, "-m", "playground", "diff", "--model-a", "toy", "--model-b", "toy-small",
