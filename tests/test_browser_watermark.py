@@ -40,3 +40,20 @@ def test_a_watermarked_run_shows_its_z_score_and_green_masses(browser, url, size
             assert view["left"] >= -1 and view["right"] <= size[0] + 1
     finally:
         page.close()
+
+
+def test_the_what_if_tab_detects_the_runs_watermark(page, url):
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 4, 8,
+                                                  {"watermark_delta": 3.0, "watermark_gamma": 0.5}, "greedy", {},
+                                                  run="generate"))
+    wait_done(page)
+    shown_tokens = tokens(page)
+    text = "".join(shown_tokens).replace("·", " ").strip()
+    page.get_by_role("tab", name="What if").click()
+    page.locator("#pg-whatif-text textarea").fill(text)
+    page.locator("#pg-whatif-detect").click()
+    page.wait_for_function("() => /z = /.test(document.getElementById('pg-whatif-detected')?.innerText || '')",
+                           timeout=60_000)
+    shown = page.locator("#pg-whatif-detected").inner_text()
+    assert "green of" in shown and "0.5 expected without a watermark" in shown and "lefthash" in shown
+    assert page.locator("#pg-whatif-detected span").count() == len(shown_tokens)  # one mark a token

@@ -70,3 +70,20 @@ def test_the_synthid_view_draws_its_records(store):
     assert list(points.y) == [d["chosen_g_mean"] for _, _, d in recs]
     assert list(points.marker.symbol) == ["circle" if d["counted"] else "circle-open" for _, _, d in recs]
     assert [v.title for v in views(trace)] == ["SynthID scores"]
+
+
+def test_the_what_if_detection_names_its_numbers_and_colours_the_tokens(store):
+    from playground.ui.whatif import watermark_view
+    from playground.whatif.watermark import detect_synthid_text, detect_text
+    params = {"watermark_delta": 3.0, "watermark_gamma": 0.5}
+    trace = run(store, Request("toy", "sampling", "1 2", params, seed=4, max_new_tokens=8)).to_dict()
+    html = watermark_view(store, "toy", trace["text"], params, "1 2")
+    found = detect_text(store, "toy", trace["text"], "1 2", gamma=0.5)
+    assert f"z = <b>{found['z']:.2f}</b>" in html and f"{found['green']} green of {found['scored']} scored" in html
+    assert html.count(GREEN_LISTED) == found["green"]
+    assert html.count(RED_LISTED) == found["scored"] - found["green"]
+    keys = {"synthid_keys": "5,6,7"}
+    html = watermark_view(store, "toy", "a time there lived happily ever", keys)
+    found = detect_synthid_text(store, "toy", "a time there lived happily ever", "5,6,7")
+    assert f"mean g-value <b>{found['mean']:.3f}</b>" in html
+    assert html.count("not scored") == sum(1 for m in found["marks"] if not m["counted"])

@@ -12,7 +12,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import TOKEN_MARKS, View, add_caption, show_token
+from playground.charts.common import TOKEN_MARKS, View, add_caption, escape, show_token
 from playground.charts.palette import CHOSEN, GREEN_LISTED, GUIDE, RED_LISTED, TEMPLATE
 
 THRESHOLD = 4.0  # the paper's detection threshold: z > 4 is a one-sided p-value under 3.2e-5
@@ -154,3 +154,32 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     if synthid:
         out.append(View("SynthID scores", synthid_figure(trace, synthid, step)))
     return out
+
+
+def detection_html(result: dict[str, Any]) -> str:
+    """A detection of a text (playground/whatif/watermark.py: the green list's or SynthID's) as HTML: the
+    verdict with its numbers, then the text, each scored token green or red (SynthID: by its mean g-value
+    against 0.5), a token not scored in the page's ink."""
+    def token(text: str, colour: str | None, tip: str) -> str:
+        style = f' style="color:{colour};font-weight:600"' if colour else ""
+        return f'<span title="{escape(tip)}"{style}>{escape(text, quote=False)}</span>'
+
+    if result.get("watermark") == "synthid":
+        head = (f"SynthID: mean g-value <b>{result['mean']:.3f}</b>, weighted mean {result['weighted_mean']:.3f} over "
+                f"{result['scored']} scored tokens and {result['depth']} layers (about 0.5 without the watermark)")
+        parts = []
+        for m in result["marks"]:
+            if m.get("counted") and m.get("g_values"):
+                g = sum(m["g_values"]) / len(m["g_values"])
+                parts.append(token(m["text"], GREEN_LISTED if g > 0.5 else RED_LISTED, f"mean g-value {g:.2f}"))
+            else:
+                parts.append(token(m["text"], None, "not scored"))
+    else:
+        verdict = "watermarked" if result["z"] > THRESHOLD else "no watermark found"
+        head = (f"{verdict}: z = <b>{result['z']:.2f}</b>, p = {result['p_value']:.3g} ({result['green']} green of "
+                f"{result['scored']} scored, {result['green_fraction']:.0%}; {result['gamma']:g} expected without a "
+                f"watermark; {escape(result['scheme'])}, key {result['key']})")
+        parts = [token(m["text"], None if m["green"] is None else GREEN_LISTED if m["green"] else RED_LISTED,
+                       "not scored" if m["green"] is None else "green" if m["green"] else "red")
+                 for m in result["marks"]]
+    return f'<div class="pg-detect"><p>{head}</p><p style="white-space:pre-wrap">{"".join(parts)}</p></div>'

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from playground.charts.lockstep import lockstep_figure, step_figure
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
+from playground.charts.watermark import detection_html
 from playground.charts.whatif import sample_figure, sample_table_html, score_html
 from playground.engine import Request
 from playground.errors import InvalidRequest
@@ -37,6 +38,7 @@ from playground.ui.export import write_sample_many_json
 from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
+from playground.whatif.watermark import detect_synthid_text, detect_text
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
@@ -94,6 +96,21 @@ def lockstep_view(store: ModelStore, model: str, model_b: str, dtype_a: str, dty
     return record, record["summary"]["largest"][0]
 
 
+def watermark_view(store: ModelStore, model: str, text: str, params: dict[str, Any], prompt: str = "",
+                   system: str = "", chat: bool | None = None, progress: Progress | None = None) -> str:
+    """The detection of ``text`` as HTML, with the watermark the sidebar's parameters name: SynthID when they
+    carry keys, else the green list (its gamma, scheme and key; the defaults for a strategy without them)."""
+    p = dict(params or {})
+    if str(p.get("synthid_keys") or "").strip():
+        result = detect_synthid_text(store, model, text, p["synthid_keys"], p.get("synthid_ngram_len", 5),
+                                     p.get("synthid_context_history_size"), p.get("synthid_sampling_table_size"),
+                                     p.get("synthid_sampling_table_seed"), progress=progress)
+    else:
+        result = detect_text(store, model, text, prompt, system, chat, p.get("watermark_gamma", 0.25),
+                             p.get("watermark_scheme", "lefthash"), p.get("watermark_key"), progress=progress)
+    return detection_html(result)
+
+
 def grammar_value(kind: Any, text: Any) -> dict[str, str] | None:
     """The sidebar's grammar controls as a Request's grammar: None for "none" or an empty text."""
     kind = str(kind or "none").strip()
@@ -128,6 +145,8 @@ class WhatIf:
     score_summary: gr.HTML
     score_plots: list[gr.Plot]
     score_trace: gr.State
+    detect_run: gr.Button
+    detect_result: gr.HTML
     pair_model: gr.Dropdown
     pair_dtypes: list[gr.Dropdown]
     pair_text: gr.Textbox
@@ -161,6 +180,9 @@ def layout() -> WhatIf:
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
         score_plots = [plot_component(empty_figure("Score a text to see its steps"), show_label=False,
                                       elem_id=f"pg-whatif-score-{i}") for i in range(3)]
+        detect_run = gr.Button("Detect a watermark (the sidebar's watermark settings)", size="sm",
+                               elem_id="pg-whatif-detect")
+        detect_result = gr.HTML(elem_id="pg-whatif-detected")
     with gr.Accordion("Two models in lockstep: where do they part?", open=False, elem_id="pg-pair"):
         gr.Markdown("The sidebar's model (A) and model B read the same text, one pass each: per step the KL "
                     "divergence both ways, the total variation and where their argmax differs. B may be A in other "
@@ -181,7 +203,7 @@ def layout() -> WhatIf:
         pair_step_plot = plot_component(empty_figure(""), show_label=False, visible=False,
                                         elem_id="pg-pair-step-plot")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
-                  score_summary, score_plots, gr.State(None), pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
+                  score_summary, score_plots, gr.State(None), detect_run, detect_result, pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
                   pair_step, pair_step_plot, gr.State(None))
 
 
@@ -226,6 +248,16 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                       [page.model, page.prompt, page.system, page.chat, w.score_text, page.theme, *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+    def on_detect(*values: Any, progress: Any = None) -> Iterator[Any]:
+        cfg = page.split_config(values[:len(config)])
+        text = values[len(config)]
+        yield keyed({w.detect_result: watermark_view(store, cfg["model"], text, cfg["params"], cfg["prompt"],
+                                                     cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
+                                                     events.progress(progress))})
+
+    w.detect_run.click(handler(on_detect, len(config) + 1, True), [*config, w.score_text], [w.detect_result],
+                       api_name="detect", api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+
     def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
                 dtype_a: str, dtype_b: str, text: str, theme: str, progress: Any = None) -> Iterator[Any]:
         record, k = lockstep_view(store, model, str(model_b or ""), dtype_a, dtype_b, text, prompt, system,
