@@ -142,3 +142,11 @@ def test_cli_detect_synthid_bad_input_exits_2_with_one_line(capsys, args, messag
     assert main(["detect", "--model", "toy", "--watermark", "synthid", "--text", "3 4 5 6 7", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and message in err
+
+
+def test_parity_with_transformers_masks_and_g_values_on_gemma_ids(gemma):
+    ids = gemma.encode("The sea is calm tonight. The tide is full, the moon lies fair. The sea is calm tonight.",
+                       chat=False)
+    eos = min(gemma.eos_ids)
+    assert_parity(ids + [eos] + ids[:6], KEYS, 5, 1024, eos)
+    assert_parity(ids, KEYS[:3], 4, 8, eos)

@@ -1,5 +1,5 @@
 """The watermark detector (strategies/watermark_detect.py, playground/whatif/watermark.py, the CLI's
-``detect``): the same counts, z and p-value as transformers' WatermarkDetector; a watermarked SmolLM2
+``detect``): the same counts, z and p-value as transformers' WatermarkDetector (toy, SmolLM2 and Gemma vocabularies); a watermarked SmolLM2
 text is found (z > 4) and the same prompt unwatermarked is not (z < 2); the CLI's JSON and refusals."""
 from __future__ import annotations
 
@@ -137,3 +137,13 @@ def test_run_flags_include_the_watermark_by_themselves():
     text = strategy_parser("sampling").format_help()
     for name in ("--watermark-delta", "--watermark-gamma", "--watermark-scheme", "--watermark-key"):
         assert name in text
+
+
+@pytest.mark.parametrize("scheme", ["lefthash", "selfhash"])
+def test_parity_with_transformers_detector_on_gemmas_vocabulary(gemma, scheme):
+    rng = random.Random(5)
+    config = gemma.model.config
+    ids = [rng.randrange(gemma.vocab_size) for _ in range(60)]
+    for ignore in (False, True):
+        assert_same(config, ids, 0.25, DEFAULT_KEY, scheme, ignore)
+        assert_same(config, ids + ids[:10], 0.5, 11, scheme, ignore)  # repeats
