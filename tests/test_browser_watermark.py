@@ -57,3 +57,16 @@ def test_the_what_if_tab_detects_the_runs_watermark(page, url):
     shown = page.locator("#pg-whatif-detected").inner_text()
     assert "green of" in shown and "0.5 expected without a watermark" in shown and "lefthash" in shown
     assert page.locator("#pg-whatif-detected span").count() == len(shown_tokens)  # one mark a token
+
+
+def test_a_synthid_run_shows_its_running_scores(page, url):
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 2, 10,
+                                                  {"synthid_keys": "5,6,7,8"}, "greedy", {}, run="generate"))
+    wait_done(page)
+    js = """() => { for (const gd of document.querySelectorAll('[id^=pg-view-] .js-plotly-plot')) {
+        const t = gd.layout?.title?.text || '';
+        if (t.startsWith('SynthID')) return {title: t, points: gd.data.find((d) => d.mode === 'markers').x.length}; }
+      return null; }"""
+    page.wait_for_function(f"() => ({js})() !== null", timeout=60_000)
+    view = page.evaluate(js)
+    assert "4 layers, n-gram 5" in view["title"] and view["points"] == len(tokens(page))
