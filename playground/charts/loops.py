@@ -1,0 +1,86 @@
+"""The loops a run recorded (strategies/loops.py), on a timeline over its steps: one row per loop, one
+band per copy of its span (a copy is ``period`` steps, from ``start`` on; a last part-copy, when the
+period held for some tokens past the whole copies, is paler), and a mark at ``found_at``, the step whose
+token completed the loop. The caption names each loop: its span's text, period, copies and steps.
+Every number is the trace's ``loops`` record; nothing is recomputed. Pure: no torch, no gradio.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from playground.charts.common import TOKEN_MARKS, View, add_caption, counted, show_token
+from playground.charts.palette import CHOSEN, LOOP, LOOP_FOUND, TEMPLATE, WHITE, rgba
+
+NAMED = 3  # the caption names this many loops, then counts the rest
+STOPPED = "loop"  # the finish reason of a run that loop_stop ended (strategies.loops.LOOP_REASON)
+
+
+def loops_of(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The trace's loop records, in the order found ([] when it has none or did not look)."""
+    return list(trace.get("loops") or [])
+
+
+def copies(loop: dict[str, Any]) -> list[tuple[int, int, bool]]:
+    """(first step, steps, whole?) of each copy: ``repeats`` whole copies of ``period`` steps from
+    ``start``, then the part-copy that makes up ``length``, if any."""
+    start, period, repeats, length = loop["start"], loop["period"], loop["repeats"], loop["length"]
+    out = [(start + c * period, period, True) for c in range(repeats)]
+    if length > repeats * period:
+        out.append((start + repeats * period, length - repeats * period, False))
+    return out
+
+
+def row_name(k: int, loop: dict[str, Any]) -> str:
+    return f"loop {k + 1}: {show_token(loop['text'])}"
+
+
+def loop_words(loop: dict[str, Any]) -> str:
+    """One loop in words: '«·a·time» (period 2) ×3 from step 0, found at step 5'."""
+    return (f"«{show_token(loop['text'])}» (period {loop['period']}) ×{loop['repeats']} from step {loop['start']}, "
+            f"found at step {loop['found_at']}")
+
+
+def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure:
+    loops = loops_of(trace)
+    names = [row_name(k, lp) for k, lp in enumerate(loops)]
+    fig = go.Figure()
+    for k, lp in enumerate(loops):
+        spans = copies(lp)
+        fig.add_trace(go.Bar(
+            y=[names[k]] * len(spans), x=[n for _, n, _ in spans], base=[s - 0.5 for s, _, _ in spans],
+            orientation="h", name=names[k], width=0.55, showlegend=False,
+            marker=dict(color=[rgba(LOOP, 0.75 if c % 2 == 0 else 0.5) if whole else rgba(LOOP, 0.2)
+                               for c, (_, _, whole) in enumerate(spans)], line=dict(color=LOOP, width=1.5)),
+            text=[str(c + 1) if whole else "" for c, (_, _, whole) in enumerate(spans)],
+            textposition="inside", insidetextanchor="middle",
+            customdata=[[s, s + n - 1, "copy " + str(c + 1) if whole else "part of a copy"]
+                        for c, (s, n, whole) in enumerate(spans)],
+            hovertemplate=f"<b>{show_token(lp['text'])}</b>: %{{customdata[2]}}, steps %{{customdata[0]}} to "
+                          f"%{{customdata[1]}}<br>period {lp['period']}, {lp['repeats']} whole copies, "
+                          f"{lp['length']} tokens<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        x=[lp["found_at"] for lp in loops], y=names, mode="markers", name="found (its last copy ended)",
+        marker=dict(symbol="diamond", size=13, color=LOOP_FOUND, line=dict(color=WHITE, width=1)),
+        hovertemplate="found at step %{x}<extra></extra>"))
+    if selected is not None:
+        fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
+    steps = len(trace.get("steps") or trace.get("tokens") or [])
+    stopped = trace.get("finish_reason") == STOPPED
+    title = (f"Loops: {len(loops)} found" if len(loops) != 1 else f"Loop: {loop_words(loops[0])}")
+    fig.update_layout(template=TEMPLATE, height=200 + 44 * len(loops), margin=dict(t=80, b=60), bargap=0.4,
+                      title=dict(text=title + (" · the run stopped there" if stopped else "")),
+                      xaxis=dict(title_text="step", range=[-0.7, max(steps, 1) - 0.3], dtick=max(1, steps // 20)),
+                      yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=names, automargin=True),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
+    named = "; ".join(f"{k + 1}: {loop_words(lp)}, {counted(lp['length'], 'token')}"
+                      for k, lp in enumerate(loops[:NAMED]))
+    more = f"; and {len(loops) - NAMED} more" if len(loops) > NAMED else ""
+    add_caption(fig, f"each band is one copy of the span, numbered; a paler band: the period held a little past the "
+                     f"whole copies; ◆ the step the loop was found. {named}{more}; {TOKEN_MARKS}")
+    return fig
+
+
+def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
+    return [View("Loops", loops_figure(trace, step))] if loops_of(trace) else []
