@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from playground.charts.common import TOKEN_MARKS, View, add_caption, counted, show_token
-from playground.charts.palette import CHOSEN, LOOP, LOOP_FOUND, TEMPLATE, WHITE, rgba
+from playground.charts.palette import CHOSEN, INK, LOOP, LOOP_FOUND, TEMPLATE, WHITE, rgba
 
 NAMED = 3  # the caption names this many loops, then counts the rest
 STOPPED = "loop"  # the finish reason of a run that loop_stop ended (strategies.loops.LOOP_REASON)
@@ -33,7 +33,9 @@ def copies(loop: dict[str, Any]) -> list[tuple[int, int, bool]]:
 
 
 def row_name(k: int, loop: dict[str, Any]) -> str:
-    return f"loop {k + 1}: {show_token(loop['text'])}"
+    """A loop's row: short, so a phone keeps its width for the steps (the span's text is in the title, the
+    caption and the hover)."""
+    return f"loop {k + 1}"
 
 
 def loop_words(loop: dict[str, Any]) -> str:
@@ -54,26 +56,25 @@ def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
             marker=dict(color=[rgba(LOOP, 0.75 if c % 2 == 0 else 0.5) if whole else rgba(LOOP, 0.2)
                                for c, (_, _, whole) in enumerate(spans)], line=dict(color=LOOP, width=1.5)),
             text=[str(c + 1) if whole else "" for c, (_, _, whole) in enumerate(spans)],
-            textposition="inside", insidetextanchor="middle",
+            textposition="inside", insidetextanchor="middle", textfont=dict(color=INK, size=14),
             customdata=[[s, s + n - 1, "copy " + str(c + 1) if whole else "part of a copy"]
                         for c, (s, n, whole) in enumerate(spans)],
             hovertemplate=f"<b>{show_token(lp['text'])}</b>: %{{customdata[2]}}, steps %{{customdata[0]}} to "
                           f"%{{customdata[1]}}<br>period {lp['period']}, {lp['repeats']} whole copies, "
                           f"{lp['length']} tokens<extra></extra>"))
     fig.add_trace(go.Scatter(
-        x=[lp["found_at"] for lp in loops], y=names, mode="markers", name="found (its last copy ended)",
+        x=[lp["found_at"] for lp in loops], y=names, mode="markers", name="found",
         marker=dict(symbol="diamond", size=13, color=LOOP_FOUND, line=dict(color=WHITE, width=1)),
-        hovertemplate="found at step %{x}<extra></extra>"))
+        hovertemplate="found at step %{x}: its last copy ended there<extra></extra>"))
     if selected is not None:
         fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
     steps = len(trace.get("steps") or trace.get("tokens") or [])
     stopped = trace.get("finish_reason") == STOPPED
     title = (f"Loops: {len(loops)} found" if len(loops) != 1 else f"Loop: {loop_words(loops[0])}")
-    fig.update_layout(template=TEMPLATE, height=200 + 44 * len(loops), margin=dict(t=80, b=60), bargap=0.4,
+    fig.update_layout(template=TEMPLATE, height=200 + 44 * len(loops), margin=dict(t=80, b=60), showlegend=False,
                       title=dict(text=title + (" · the run stopped there" if stopped else "")),
-                      xaxis=dict(title_text="step", range=[-0.7, max(steps, 1) - 0.3], dtick=max(1, steps // 20)),
-                      yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=names, automargin=True),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
+                      xaxis=dict(title_text="step", range=[-0.7, max(steps, 1) - 0.3], dtick=1 if steps <= 20 else None),
+                      yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=names))
     named = "; ".join(f"{k + 1}: {loop_words(lp)}, {counted(lp['length'], 'token')}"
                       for k, lp in enumerate(loops[:NAMED]))
     more = f"; and {len(loops) - NAMED} more" if len(loops) > NAMED else ""

@@ -54,18 +54,22 @@ def watch_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
                                  line=dict(color=colour, width=2.5), marker=dict(size=6, color=colour),
                                  customdata=hover, hovertemplate=template, legendgroup=label))
     if any(not w.get(key) for _, ws in rows for w in ws for key in ("prob", "raw_prob")):
-        fig.add_hline(y=floor, line=dict(color=GUIDE, dash="dot", width=1), annotation_text="0 (cut)",
-                      annotation_position="bottom right")
+        fig.add_hline(y=floor, line=dict(color=GUIDE, dash="dot", width=1))
+        # on a log axis an annotation's y is the exponent (a shape's is the value)
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=math.log10(floor), yanchor="bottom",
+                           text="0 (cut)", showarrow=False, font=dict(size=12))
     if selected is not None and selected in steps:
         fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
     fig.update_layout(template=TEMPLATE, height=380, margin=dict(t=90, b=60),
                       title=dict(text=f"Watch-list: {len(heading)} token{'s' if len(heading) != 1 else ''} over "
                                       f"{len(steps)} steps" + _at(heading, rows, selected)),
-                      xaxis=dict(title_text="step", rangemode="tozero"),
+                      xaxis=dict(title_text="step", rangemode="tozero", dtick=1 if len(steps) <= 20 else None),
                       yaxis=dict(title_text="probability (log)", type="log", exponentformat="power"),
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    same = all(w["prob"] == w["raw_prob"] for _, ws in rows for w in ws)
     add_caption(fig, "each watched token's probability after the chain (solid) and in the model's own distribution "
-                     "(dashed), as recorded at every step; " + _peaks(heading, rows) + f"; {TOKEN_MARKS}")
+                     "(dashed" + ("; the chain changed none of them, so it lies under the solid line" if same else "")
+                     + "), as recorded at every step; " + _peaks(heading, rows) + f"; {TOKEN_MARKS}")
     return fig
 
 
@@ -83,8 +87,11 @@ def _peaks(heading: list[dict[str, Any]], rows: list[tuple[int, list[dict[str, A
     """Each watched token's highest probability after the chain, where, and its rank there."""
     parts = []
     for j, tok in enumerate(heading):
-        i, w = max(((i, ws[j]) for i, ws in rows), key=lambda r: r[1]["prob"] or 0.0)
-        parts.append(f"{show_token(tok['text'])} {prob_brief(w['prob'] or 0.0)} at step {i} (rank {w['rank']:,})")
+        i, w = max(((i, ws[j]) for i, ws in rows), key=lambda r: (r[1]["prob"] or 0.0, -r[1]["rank"]))
+        if w["prob"]:
+            parts.append(f"{show_token(tok['text'])} {prob_brief(w['prob'])} at step {i} (rank {w['rank']:,})")
+        else:
+            parts.append(f"{show_token(tok['text'])} cut at every step (best rank {w['rank']:,}, step {i})")
     return "highest p: " + ", ".join(parts)
 
 
