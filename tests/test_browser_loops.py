@@ -21,7 +21,8 @@ VIEWS_JS = """() => {
   for (const gd of document.querySelectorAll('[id^=pg-view-] .js-plotly-plot')) {
     const title = gd.layout?.title?.text || '';
     const box = gd.getBoundingClientRect();
-    const where = {title, left: box.left, right: box.right};
+    const texts = [...gd.querySelectorAll('.annotation-text-g')].map((a) => a.getBoundingClientRect().right);
+    const where = {title, left: box.left, right: box.right, written: Math.max(box.left, ...texts)};
     if (title.startsWith('Loop')) {
       const bands = gd.data.filter((t) => t.type === 'bar');
       out.loops = {...where, copies: bands.map((t) => t.x.length),
@@ -58,6 +59,7 @@ def test_a_looping_run_shows_its_loop_and_its_watch_list(browser, url, toy, size
         assert found["watch"]["points"] == [4, 4, 4] and found["watch"]["dashed"] == 3
         for view in found.values():
             assert view["left"] >= -1 and view["right"] <= size[0] + 1
+            assert view["written"] <= view["right"] + 1  # the caption stays inside its chart
         marks = page.evaluate(MARKS_JS)
         assert [m["step"] for m in marks] == ["0", "1", "2", "3"]
         assert [m["copy"] for m in marks] == [True, False, True, False]
