@@ -1,8 +1,9 @@
 """Loops and the watch-list in a real browser: a toy run restored from a share link (greedy on "1 2" with " a"
 forced at step 2, so the toy writes " a time" twice: a loop of period 2 found at step 3, where loop_stop ends the
-run) shows the loops view, the loop's tokens marked in the text, the status line's words for the stop, and the
-watch-list view with one line per watched token, on a desktop page (light and dark) and a phone's, inside the
-page's width. Playwright drives Debian's Chromium; where there is none these skip (and fail under CI=true)."""
+run) shows the loops view, the loop's tokens marked in the text, the status line's words for the stop, the
+watch-list view with one line per watched token and the watched tokens' labels coloured in the distribution,
+on a desktop page (light and dark) and a phone's, inside the page's width. Playwright drives Debian's Chromium;
+where there is none these skip (and fail under CI=true)."""
 from __future__ import annotations
 
 import pytest
@@ -39,6 +40,9 @@ VIEWS_JS = """() => {
 MARKS_JS = """() => Array.from(document.querySelectorAll('#pg-text .pg-tok.pg-loop')).map((el) => ({
   step: el.dataset.step, copy: el.classList.contains('pg-loop-copy'), shadow: getComputedStyle(el).boxShadow}))"""
 
+TICKS_JS = """() => [...document.querySelectorAll('#pg-dist .xtick tspan')]
+  .filter((t) => (t.getAttribute('style') || '').includes('fill')).map((t) => t.textContent)"""
+
 
 @pytest.mark.parametrize("size, theme", [((1500, 1000), ""), ((1500, 1000), "dark"), ((390, 844), "")],
                          ids=["desktop", "desktop-dark", "phone"])
@@ -60,6 +64,8 @@ def test_a_looping_run_shows_its_loop_and_its_watch_list(browser, url, toy, size
         for view in found.values():
             assert view["left"] >= -1 and view["right"] <= size[0] + 1
             assert view["written"] <= view["right"] + 1  # the caption stays inside its chart
+        coloured = page.evaluate(TICKS_JS)  # the toy's 16 tokens all have a bar: every watched one is there
+        assert sorted(coloured) == sorted(["·a", "·time", "·there"])
         marks = page.evaluate(MARKS_JS)
         assert [m["step"] for m in marks] == ["0", "1", "2", "3"]
         assert [m["copy"] for m in marks] == [True, False, True, False]

@@ -9,12 +9,13 @@ import re
 
 import pytest
 
+from playground.charts.distribution import distribution_figure
 from playground.charts.loops import copies, loops_figure
 from playground.charts.loops import views as loop_views
 from playground.charts.palette import WATCHED
 from playground.charts.text import token_html
 from playground.charts.views import strategy_views
-from playground.charts.watch import floor_of, watch_figure, watched
+from playground.charts.watch import floor_of, watch_figure, watched, watched_colours
 from playground.charts.watch import views as watch_views
 from playground.engine import Request, run
 from playground.ui.handlers import status_html
@@ -122,3 +123,19 @@ def test_the_status_line_says_a_loop_stopped_the_run(store, toy, stop):
         assert "stopped: a loop of 2 tokens × 2 at step 3 («a time»)" in line
     else:
         assert "stopped: a loop" not in line and "finished at end-of-sequence" in line
+
+
+def test_the_distribution_marks_the_watched_tokens_in_their_colours(store, toy):
+    trace = looped(store, toy, stop=False)
+    colours = watched_colours(trace)
+    assert list(colours.values()) == list(WATCHED[:3])
+    step = trace["steps"][1]
+    fig = distribution_figure(trace, 1)
+    texts = list(fig.layout.xaxis.ticktext)
+    shown = sorted(step["candidates"], key=lambda c: (-c["prob"], -c["raw_prob"]))[:len(texts)]  # greedy: no chain
+    for c, tick in zip(shown, texts):
+        assert f'color:{colours[c["id"]]}' in tick if c["id"] in colours else "color:" not in tick
+    assert any(c["id"] in colours for c in shown)
+    assert "the watch-list's tokens" in fig.layout.annotations[-1].text
+    plain = dict(trace, watch=[])
+    assert not any("color:" in t for t in distribution_figure(plain, 1).layout.xaxis.ticktext)

@@ -26,6 +26,11 @@ def watched(trace: dict[str, Any]) -> tuple[list[dict[str, Any]], list[tuple[int
     return heading, rows
 
 
+def watched_colours(trace: dict[str, Any]) -> dict[int, str]:
+    """Watched token id -> its colour, the one its line has here and its label in the step's distribution."""
+    return {w["id"]: WATCHED[j % len(WATCHED)] for j, w in enumerate(trace.get("watch") or [])}
+
+
 def floor_of(rows: list[tuple[int, list[dict[str, Any]]]]) -> float:
     """Where a probability of 0 is drawn: the decade under the smallest recorded non-zero probability."""
     nonzero = [w[key] for _, ws in rows for w in ws for key in ("prob", "raw_prob") if w.get(key)]
@@ -40,7 +45,7 @@ def watch_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
     chosen = [show_token(tokens[i]["text"]) if i < len(tokens) else "" for i in steps]
     fig = go.Figure()
     for j, tok in enumerate(heading):
-        colour, label = WATCHED[j % len(WATCHED)], show_token(tok["text"])
+        colour, label = watched_colours(trace)[tok["id"]], show_token(tok["text"])
         ws = [r[j] for _, r in rows]
         hover = [[c, label, prob_brief(w["prob"] or 0.0), w["rank"], prob_brief(w["raw_prob"] or 0.0), w["raw_rank"]]
                  for c, w in zip(chosen, ws)]
