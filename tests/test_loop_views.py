@@ -10,7 +10,7 @@ import re
 import pytest
 
 from playground.charts.distribution import distribution_figure
-from playground.charts.loops import copies, loops_figure
+from playground.charts.loops import copies, loops_figure, span_text
 from playground.charts.loops import views as loop_views
 from playground.charts.palette import WATCHED
 from playground.charts.text import token_html
@@ -57,7 +57,21 @@ def test_a_part_copy_is_its_own_paler_band():
     assert copies(loop) == [(2, 3, True), (5, 3, True), (8, 2, False)]
     fig = loops_figure({"loops": [loop, dict(loop, start=20, length=6, found_at=25)], "steps": [{}] * 30})
     assert list(fig.data[0].x) == [3, 3, 2] and list(fig.data[1].x) == [3, 3]
-    assert fig.layout.title.text.startswith("Loops: 2 found")
+    assert fig.layout.title.text == "Loops: 2 found"
+    assert "a paler band" in fig.layout.annotations[-1].text
+    assert list(fig.data[0].customdata[2]) == [8, 9, "part of a copy", "x"]
+
+
+def test_a_long_span_is_cut_in_the_title_and_the_status_line():
+    loop = {"start": 0, "period": 14, "repeats": 3, "length": 42, "found_at": 41, "ids": list(range(14)),
+            "text": " the more you practice, the more you learn & <the> better"}
+    assert span_text(loop) == "·the more you practice, the more you le…"
+    assert span_text(loop, 80).endswith("learn &amp; <the> better".replace("<", "&lt;").replace(">", "&gt;"))
+    trace = {"loops": [loop], "steps": [{}] * 42, "finish_reason": "loop"}
+    assert loops_figure(trace).layout.title.text == (
+        "Loop: «·the more you practice, the more you le…» (period 14) ×3 from step 0, found at step 41 · the run "
+        "stopped there")
+    assert "stopped: a loop of 14 tokens × 3 at step 41 («·the more you practice" in status_html(trace, final=True)
 
 
 def test_the_watch_view_draws_the_records(store, toy):

@@ -10,7 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from playground.charts.common import TOKEN_MARKS, View, add_caption, counted, show_token
+from playground.charts.common import TOKEN_MARKS, View, add_caption, counted, escape, show_token, token_text
 from playground.charts.palette import CHOSEN, INK, LOOP, LOOP_FOUND, TEMPLATE, WHITE, rgba
 
 NAMED = 3  # the caption names this many loops, then counts the rest
@@ -38,9 +38,16 @@ def row_name(k: int, loop: dict[str, Any]) -> str:
     return f"loop {k + 1}"
 
 
-def loop_words(loop: dict[str, Any]) -> str:
-    """One loop in words: '«·a·time» (period 2) ×3 from step 0, found at step 5'."""
-    return (f"«{show_token(loop['text'])}» (period {loop['period']}) ×{loop['repeats']} from step {loop['start']}, "
+def span_text(loop: dict[str, Any], limit: int = 40) -> str:
+    """The loop's span as a chart writes a token, cut to ``limit`` characters with "…", escaped for a label or
+    HTML text (a 14-token sentence would stretch a title past its chart)."""
+    shown = token_text(loop["text"])
+    return escape(shown if len(shown) <= limit else shown[:limit - 1] + "…", quote=False)
+
+
+def loop_words(loop: dict[str, Any], limit: int = 40) -> str:
+    """One loop in words: '«a time» (period 2) ×3 from step 0, found at step 5'."""
+    return (f"«{span_text(loop, limit)}» (period {loop['period']}) ×{loop['repeats']} from step {loop['start']}, "
             f"found at step {loop['found_at']}")
 
 
@@ -57,11 +64,11 @@ def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
                                for c, (_, _, whole) in enumerate(spans)], line=dict(color=LOOP, width=1.5)),
             text=[str(c + 1) if whole else "" for c, (_, _, whole) in enumerate(spans)],
             textposition="inside", insidetextanchor="middle", textfont=dict(color=INK, size=14),
-            customdata=[[s, s + n - 1, "copy " + str(c + 1) if whole else "part of a copy"]
+            customdata=[[s, s + n - 1, "copy " + str(c + 1) if whole else "part of a copy", show_token(lp["text"])]
                         for c, (s, n, whole) in enumerate(spans)],
-            hovertemplate=f"<b>{show_token(lp['text'])}</b>: %{{customdata[2]}}, steps %{{customdata[0]}} to "
-                          f"%{{customdata[1]}}<br>period {lp['period']}, {lp['repeats']} whole copies, "
-                          f"{lp['length']} tokens<extra></extra>"))
+            hovertemplate="<b>%{customdata[3]}</b>: %{customdata[2]}, steps %{customdata[0]} to "
+                          "%{customdata[1]}<br>"
+                          f"period {lp['period']}, {lp['repeats']} whole copies, {lp['length']} tokens<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=[lp["found_at"] for lp in loops], y=names, mode="markers", name="found",
         marker=dict(symbol="diamond", size=13, color=LOOP_FOUND, line=dict(color=WHITE, width=1)),
@@ -70,16 +77,21 @@ def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
         fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
     steps = len(trace.get("steps") or trace.get("tokens") or [])
     stopped = trace.get("finish_reason") == STOPPED
-    title = (f"Loops: {len(loops)} found" if len(loops) != 1 else f"Loop: {loop_words(loops[0])}")
+    if len(loops) == 1:
+        title = f"Loop: {loop_words(loops[0])}" + (" · the run stopped there" if stopped else "")
+    else:
+        title = f"Loops: {len(loops)} found" + (" · the last one stopped the run" if stopped else "")
     fig.update_layout(template=TEMPLATE, height=200 + 44 * len(loops), margin=dict(t=80, b=60), showlegend=False,
-                      title=dict(text=title + (" · the run stopped there" if stopped else "")),
+                      title=dict(text=title),
                       xaxis=dict(title_text="step", range=[-0.7, max(steps, 1) - 0.3], dtick=1 if steps <= 20 else None),
                       yaxis=dict(autorange="reversed", categoryorder="array", categoryarray=names))
-    named = "; ".join(f"{k + 1}: {loop_words(lp)}, {counted(lp['length'], 'token')}"
+    named = "; ".join(f"{k + 1}: {loop_words(lp, 80)}, {counted(lp['length'], 'token')}"
                       for k, lp in enumerate(loops[:NAMED]))
     more = f"; and {len(loops) - NAMED} more" if len(loops) > NAMED else ""
-    add_caption(fig, f"each band is one copy of the span, numbered; a paler band: the period held a little past the "
-                     f"whole copies; ◆ the step the loop was found. {named}{more}; {TOKEN_MARKS}")
+    part = any(lp["length"] > lp["repeats"] * lp["period"] for lp in loops)
+    add_caption(fig, "each band is one copy of the span, numbered"
+                     + ("; a paler band: the period held for a part-copy more" if part else "")
+                     + f"; ◆ the step the loop was found. {named}{more}; {TOKEN_MARKS}")
     return fig
 
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import plotly.graph_objects as go
 
-from playground.charts.common import counted, escape, token_text
+from playground.charts.common import counted, escape
+from playground.charts.loops import span_text
 from playground.charts.overview import most_uncertain_step, overview_figure
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
@@ -146,7 +147,7 @@ def loop_stopped_text(trace: dict[str, Any]) -> str:
         return "stopped: a loop"
     last = loops[-1]
     return (f"stopped: a loop of {counted(last['period'], 'token')} × {last['repeats']} at step {last['found_at']} "
-            f"(«{escape(token_text(last['text']))}»)")
+            f"(«{span_text(last)}»)")
 
 
 def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
