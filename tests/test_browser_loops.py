@@ -58,7 +58,7 @@ def test_a_looping_run_shows_its_loop_and_its_watch_list(browser, url, toy, size
         page.wait_for_function(f"() => Object.keys(({VIEWS_JS})()).length === 2", timeout=60_000)
         found = page.evaluate(VIEWS_JS)
         assert found["loops"]["copies"] == [2] and found["loops"]["found"] == [3]
-        assert "(period 2) ×2 from step 0, found at step 3" in found["loops"]["title"].replace("<br>", " ")  # a phone wraps it
+        assert found["loops"]["title"].replace("<br>", " ") == "Loop: «a time» (period 2) ×2 · it stopped the run"
         assert found["watch"]["names"] == ["·a", "·time", "·there"]  # one line per watched token
         assert found["watch"]["points"] == [4, 4, 4] and found["watch"]["dashed"] == 3
         for view in found.values():

@@ -47,7 +47,7 @@ def test_the_loop_view_draws_the_records(store, toy):
     assert list(found.x) == [loop["found_at"]]
     assert any(s.type == "line" and s.x0 == 1 == s.x1 for s in fig.layout.shapes)  # the selected step
     words = f"(period {loop['period']}) ×{loop['repeats']} from step {loop['start']}, found at step {loop['found_at']}"
-    assert words in fig.layout.title.text
+    assert fig.layout.title.text == "Loop: «a time» (period 2) ×2"
     assert words in fig.layout.annotations[-1].text
     assert [v.title for v in loop_views(trace, 1)] == ["Loops"]
 
@@ -66,11 +66,11 @@ def test_a_long_span_is_cut_in_the_title_and_the_status_line():
     loop = {"start": 0, "period": 14, "repeats": 3, "length": 42, "found_at": 41, "ids": list(range(14)),
             "text": " the more you practice, the more you learn & <the> better"}
     assert span_text(loop) == "·the more you practice, the more you le…"
-    assert span_text(loop, 80).endswith("learn &amp; <the> better".replace("<", "&lt;").replace(">", "&gt;"))
     trace = {"loops": [loop], "steps": [{}] * 42, "finish_reason": "loop"}
     assert loops_figure(trace).layout.title.text == (
-        "Loop: «·the more you practice, the more you le…» (period 14) ×3 from step 0, found at step 41 · the run "
-        "stopped there")
+        "Loop: «·the more you practice, the m…» (period 14) ×3 · it stopped the run")
+    assert "«·the more you practice, the more you learn &amp; &lt;the&gt; better» (period 14) ×3 from step 0, found " \
+        "at step 41, 42 tokens" in loops_figure(trace).layout.annotations[-1].text
     assert "stopped: a loop of 14 tokens × 3 at step 41 («·the more you practice" in status_html(trace, final=True)
 
 

@@ -45,10 +45,11 @@ def span_text(loop: dict[str, Any], limit: int = 40) -> str:
     return escape(shown if len(shown) <= limit else shown[:limit - 1] + "…", quote=False)
 
 
-def loop_words(loop: dict[str, Any], limit: int = 40) -> str:
-    """One loop in words: '«a time» (period 2) ×3 from step 0, found at step 5'."""
-    return (f"«{span_text(loop, limit)}» (period {loop['period']}) ×{loop['repeats']} from step {loop['start']}, "
-            f"found at step {loop['found_at']}")
+def loop_words(loop: dict[str, Any], limit: int = 40, steps: bool = True) -> str:
+    """One loop in words: '«a time» (period 2) ×3 from step 0, found at step 5' (without ``steps``, up to the
+    copies: a title's room)."""
+    return (f"«{span_text(loop, limit)}» (period {loop['period']}) ×{loop['repeats']}"
+            + (f" from step {loop['start']}, found at step {loop['found_at']}" if steps else ""))
 
 
 def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figure:
@@ -60,8 +61,8 @@ def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
         fig.add_trace(go.Bar(
             y=[names[k]] * len(spans), x=[n for _, n, _ in spans], base=[s - 0.5 for s, _, _ in spans],
             orientation="h", name=names[k], width=0.55, showlegend=False,
-            marker=dict(color=[rgba(LOOP, 0.75 if c % 2 == 0 else 0.5) if whole else rgba(LOOP, 0.2)
-                               for c, (_, _, whole) in enumerate(spans)], line=dict(color=LOOP, width=1.5)),
+            marker=dict(color=[rgba(LOOP, 0.7 if whole else 0.2) for _, _, whole in spans],
+                        line=dict(color=LOOP, width=2)),  # the outlines part the copies
             text=[str(c + 1) if whole else "" for c, (_, _, whole) in enumerate(spans)],
             textposition="inside", insidetextanchor="middle", textfont=dict(color=INK, size=14),
             customdata=[[s, s + n - 1, "copy " + str(c + 1) if whole else "part of a copy", show_token(lp["text"])]
@@ -72,13 +73,13 @@ def loops_figure(trace: dict[str, Any], selected: int | None = None) -> go.Figur
     fig.add_trace(go.Scatter(
         x=[lp["found_at"] for lp in loops], y=names, mode="markers", name="found",
         marker=dict(symbol="diamond", size=13, color=LOOP_FOUND, line=dict(color=WHITE, width=1)),
-        hovertemplate="found at step %{x}: its last copy ended there<extra></extra>"))
+        hovertemplate="found at step %{x}: its last copy ended there<extra></extra>", cliponaxis=False))
     if selected is not None:
         fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
     steps = len(trace.get("steps") or trace.get("tokens") or [])
     stopped = trace.get("finish_reason") == STOPPED
     if len(loops) == 1:
-        title = f"Loop: {loop_words(loops[0])}" + (" · the run stopped there" if stopped else "")
+        title = f"Loop: {loop_words(loops[0], 30, steps=False)}" + (" · it stopped the run" if stopped else "")
     else:
         title = f"Loops: {len(loops)} found" + (" · the last one stopped the run" if stopped else "")
     fig.update_layout(template=TEMPLATE, height=200 + 44 * len(loops), margin=dict(t=80, b=60), showlegend=False,
