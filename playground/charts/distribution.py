@@ -13,7 +13,9 @@ draws the record, over the distribution the stage received.
   markers and the line sits on them; the marker is filled where the stage kept the token;
 - the grammar stage (structured decoding) truncates too: the bars show what it received, the tokens
   it does not allow (not in its recorded ``allowed``) are crossed and their labels struck through,
-  and a token it forced (the only one allowed) says so in the title.
+  and a token it forced (the only one allowed) says so in the title;
+- a token of the watch-list (the trace's ``watch``) has a bold label in its line's colour in the
+  Watch-list view (charts/watch.py).
 
 Token text is model output: it is escaped before it goes into plotly labels (plotly reads a subset
 of HTML tags in labels and decodes entities). Pure: no torch, no gradio.
@@ -56,6 +58,7 @@ from playground.charts.palette import (
     RAW,
     TEMPLATE,
 )
+from playground.charts.watch import watched_colours
 
 
 def step_summary(trace: dict[str, Any], step: int) -> dict[str, Any]:
@@ -94,6 +97,9 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
         ticks[-1] = f"#{order.index(chosen_i) + 1} {ticks[-1]}"
     banned = disallowed_ids(s)  # not allowed by the grammar: struck through
     ticks = [f"<s>{t}</s>" if cands[i]["id"] in banned else t for t, i in zip(ticks, shown)]
+    colours = watched_colours(trace)  # the watch-list's tokens: bold, in their line's colour in the Watch-list view
+    ticks = [f'<b><span style="color:{colours[cands[i]["id"]]}">{t}</span></b>' if cands[i]["id"] in colours else t
+             for t, i in zip(ticks, shown)]
     bars = _Bars(cands, shown, bar_probs, ticks)
 
     fig = make_subplots(specs=[[{"secondary_y": True}]])
@@ -168,6 +174,8 @@ def distribution_caption(trace: dict[str, Any], step: int, basis: str = "chain")
     final = [as_prob(c["prob"]) for c in s["candidates"]]
     if stages_of(s) and any(abs(f - b) > 1e-6 for f, b in zip(final, bars)):  # drawn only where they differ
         parts.append(f"dashes: {selector_label(trace, s)}")
+    if trace.get("watch"):
+        parts.append("coloured bold labels: the watch-list's tokens")
     parts.append(f"H {num(s.get('raw_entropy'))} nats (model)")
     return "; ".join(parts) + " · " + TOKEN_MARKS
 

@@ -126,6 +126,11 @@ FIGHTING_BAND = rgba(RED_500, 0.10)  # the band below LOW_Z
 GRAMMAR_FORCED = VIOLET_600  # a step where the grammar allowed one token, and its mark in the text
 DISALLOWED = RED_700  # the cross on a token the grammar does not allow
 
+# Loops and the watch-list (loops.py, watch.py; the loop's mark in the text, assets/style.css)
+LOOP = TEAL_600  # a loop's copies and its mark over the text's tokens
+LOOP_FOUND = RED_600  # the step where a loop was found (its last copy ended there)
+WATCHED = (BLUE_600, ORANGE_500, GREEN_600, VIOLET_600, ROSE_600, CYAN_600, AMBER_700, SLATE_500)  # one per token
+
 # What if (whatif.py)
 SAMPLED, EXACT = TABLEAU_BLUE, TABLEAU_ORANGE  # sampled frequency, exact probability
 

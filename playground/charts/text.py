@@ -1,5 +1,6 @@
 """The generated text as HTML, each token coloured by the model's probability of it, with its tip
-(probability, rank, alternatives), the marks of forced tokens and DRY's repeat, and the colour key.
+(probability, rank, alternatives), the marks of forced tokens, DRY's repeat and the recorded loops, and the
+colour key.
 
 Token text is model output: every piece of it is escaped before it goes into HTML. Pure: no torch,
 no gradio.
@@ -39,6 +40,7 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         parts.append(f'<span class="pg-prompt">{escape(trace["prompt"])}</span>')
     last = len(tokens) - 1
     repeats = dry_span(trace, selected)
+    looped = loop_marks(trace)
     for i, tok in enumerate(tokens):
         p_raw = math.exp(tok["raw_logprob"]) if tok.get("raw_logprob") is not None else 0.0
         p = math.exp(tok["logprob"]) if tok.get("logprob") is not None else 0.0
@@ -53,6 +55,9 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
             tip += "\nforced by the grammar: the only token it allowed here"
         classes = ("pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
                    + (" pg-forced" if forced else "") + (" pg-grammar-forced" if by_grammar else ""))
+        if i in looped:
+            classes += " pg-loop" + (" pg-loop-copy" if looped[i][0] else "")
+            tip += "\n" + looped[i][1]
         text = escape(tok["text"]).replace("\n", "↵<br>")
         style = f"background:{prob_color(p_raw)}"
         if by_grammar and not forced:
@@ -83,6 +88,19 @@ def dry_span(trace: dict[str, Any], selected: int | None) -> dict[int, str]:
     return marks
 
 
+def loop_marks(trace: dict[str, Any]) -> dict[int, tuple[bool, str]]:
+    """Generated-token index -> (does a copy of the loop start here?, the tip's line) for every token of a
+    recorded loop (the trace's ``loops``: ``length`` tokens from ``start``, copies of ``period``)."""
+    marks: dict[int, tuple[bool, str]] = {}
+    for k, lp in enumerate(trace.get("loops") or []):
+        for i in range(lp["start"], lp["start"] + lp["length"]):
+            copy = (i - lp["start"]) // lp["period"] + 1
+            marks[i] = ((i - lp["start"]) % lp["period"] == 0,
+                        f"loop {k + 1} ({token_text(lp['text'])}, period {lp['period']}): copy {copy} of "
+                        f"{lp['repeats']}" + ("" if copy <= lp["repeats"] else " (part)"))
+    return marks
+
+
 def _token_tip(trace: dict[str, Any], i: int, tok: dict[str, Any], p: float, p_raw: float,
                step: dict[str, Any] | None, alternatives: int) -> str:
     lines = [f"step {i} · {token_text(tok['text'])}", f"model p {prob_brief(p_raw)} (the model's own distribution)",
@@ -108,4 +126,4 @@ def legend_html() -> str:
     return ('<div class="pg-legend"><span>model p of each token:</span><span>0</span>'
             f'<span class="pg-ramp" style="background:linear-gradient(90deg, {stops})"></span><span>1</span>'
             '<span class="pg-hint">hover a token for its rank and alternatives · click it to inspect that step'
-            ' · dashed underline: forced by a branch · dotted: forced by the grammar</span></div>')
+            ' · dashed underline: forced by a branch · dotted: forced by the grammar · bar over: a loop</span></div>')

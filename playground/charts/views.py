@@ -17,15 +17,18 @@ from playground.charts import (
     entropy_map,
     grammar,
     lens,
+    loops,
     samplers,
     speculative,
     stage_warnings,
+    watch,
     watermark,
 )
 from playground.charts.common import View
 
 # in the order the page shows their views
-FAMILIES = (grammar, lens, beam, contrastive, eagle, stage_warnings, samplers, watermark, speculative, entropy_map)
+FAMILIES = (grammar, lens, beam, contrastive, eagle, loops, watch, stage_warnings, samplers, watermark, speculative,
+            entropy_map)
 
 
 def strategy_views(trace: dict[str, Any], step: int | None = None) -> list[View]:

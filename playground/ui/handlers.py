@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import plotly.graph_objects as go
 
 from playground.charts.common import counted, escape
+from playground.charts.loops import span_text
 from playground.charts.overview import most_uncertain_step, overview_figure
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
@@ -42,6 +43,7 @@ from playground.ui.controls import strategies_in_order
 from playground.ui.events import current as current_run
 from playground.ui.events import stop_requested
 from playground.ui.pull import Pull
+from strategies.loops import LOOP_REASON
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, LIMIT_REASON
 from strategies.speculative.baseline import STOPPED as NOT_TIMED_STOPPED
@@ -112,7 +114,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              GRAMMAR_REASON: "finished: the grammar is complete",
              DEAD_END_REASON: "stopped: the grammar allows no token here",
              OUT_OF_TIME: stopped_text(trace.get("time_budget_seconds")),
-             LIMIT_REASON: f"stopped: {trace.get('grammar_limit') or 'the grammar reached a limit'}; the text so far stands"
+             LIMIT_REASON: f"stopped: {trace.get('grammar_limit') or 'the grammar reached a limit'}; the text so far stands",
+             LOOP_REASON: loop_stopped_text(trace),
              }.get(trace.get("finish_reason", ""), "generating…")
     if final and state == "generating…" and trace.get("finish_reason") not in ("", "running", None):
         state = f"ended: {trace['finish_reason']}"  # a reason this line has no words for
@@ -134,6 +137,17 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
              f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", counted(len(trace.get("tokens") or []), "token"),
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {escape(note)}" if note else "")]
     return '<div class="pg-status">' + " · ".join(parts) + "</div>"
+
+
+def loop_stopped_text(trace: dict[str, Any]) -> str:
+    """How a run that loop_stop ended is worded, from its last loop record: 'stopped: a loop of 2 tokens × 3
+    at step 5 («·a·time»)'."""
+    loops = trace.get("loops") or []
+    if not loops:
+        return "stopped: a loop"
+    last = loops[-1]
+    return (f"stopped: a loop of {counted(last['period'], 'token')} × {last['repeats']} at step {last['found_at']} "
+            f"(«{span_text(last)}»)")
 
 
 def default_decoder(store: ModelStore, budget: Budget | None = None) -> Decoder:
