@@ -39,6 +39,10 @@ def examples() -> list[Example]:
                 "the same prompt and seed, side by side: the sampler takes the other branch."),
         Example("Gemma · greedy loop", cfg(strategy="greedy", run="generate", **gemma),
                 "greedy decoding of a small base model repeats the same sentence."),
+        Example("Gemma · loop caught", cfg(strategy="greedy", params={"loop_repeats": 3, "loop_stop": True},
+                                           run="generate", **{**gemma, "max_new_tokens": 64}),
+                "the loop detector finds the sentence of 14 tokens written a third time and stops the run there "
+                "(its view: a band per copy, the step it was found)."),
         Example("Gemma · repetition penalty", cfg(strategy="sampling", params={"temperature": 0.0,
                                                                                "repetition_penalty": 1.3},
                                                   run="generate", **gemma),
@@ -67,6 +71,12 @@ def examples() -> list[Example]:
         Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
                                             run="generate", **{**hot, "max_new_tokens": 120}),
                 "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+        Example("SmolLM2 · watermark", cfg(strategy="sampling", prompt="Write a short story about a lighthouse keeper.",
+                                          params={"watermark_delta": 2.0}, run="generate",
+                                          **{**smol, "seed": 11, "max_new_tokens": 80}),
+                "each step adds 2 to the logits of a quarter of the vocabulary, drawn from the token before: green "
+                "tokens pile up and the detector's z climbs past 4 (its own chart); where one token holds the "
+                "mass the bias moves nothing (green mass against entropy)."),
         Example("SmolLM2 · EAGLE auto tree", cfg(strategy="speculative", prompt="Explain how a compass works.",
                                                  params={"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0},
                                                  run="generate", **{**smol, "max_new_tokens": 48}),
