@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from playground.engine import MAX_PROMPT_CHARS, in_dtype
+from playground.engine import in_dtype
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
 from playground.models.dtypes import check_dtype
 from playground.trace import rnd
-from playground.whatif.score import split_context
+from playground.whatif.score import check_texts, split_context
 from strategies.pairing import check_shared_tokenizer
 
 TOP_K = 10  # the top-K overlap's K
@@ -45,13 +45,7 @@ def lockstep(store: ModelStore, text: str, model_a: str, model_b: str, dtype_a: 
              dtype_b: str = "float32", prompt: str = "", system: str = "", chat: bool | None = None,
              top_k: int = TOP_K, progress: Progress | None = None) -> dict[str, Any]:
     """The lockstep record of ``text`` (after ``prompt``) read by A and B; see the module docstring."""
-    for name, value in (("text", text), ("prompt", prompt), ("system prompt", system)):
-        if not isinstance(value, str):
-            raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
-        if len(value) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")
-    if not text.strip():
-        raise InvalidRequest("text must not be empty: the two models read it")
+    check_texts(text, prompt, system, "text must not be empty: the two models read it")
     if not isinstance(top_k, int) or not 1 <= top_k <= 100:
         raise InvalidRequest(f"top_k must be an integer in [1, 100], got {top_k!r}")
     a = _model(store, model_a, dtype_a, progress)

@@ -44,6 +44,18 @@ def text_ids(lm: LM, text: str) -> list[int]:
     return [int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
+def check_texts(text: Any, prompt: Any, system: Any, empty: str = "text must not be empty") -> None:
+    """A text to read, its prompt and system prompt: strings within MAX_PROMPT_CHARS, the text not blank
+    (``empty``: the refusal's words)."""
+    for name, value in (("text", text), ("prompt", prompt), ("system prompt", system)):
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
+        if len(value) > MAX_PROMPT_CHARS:
+            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")
+    if not text.strip():
+        raise InvalidRequest(empty)
+
+
 def split_context(lm: LM, text: str, prompt: str, system: str, chat: bool | None) -> tuple[list[int], list[int], str]:
     """(context ids, scored ids, mode) for ``text`` after ``prompt``; mode is "chat" or "raw"."""
     ids = text_ids(lm, text)
@@ -69,13 +81,7 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
           ) -> Trace:
     """Teacher-force ``text`` (after ``prompt``) through ``model``; see the module docstring."""
     spec = GrammarSpec.from_dict(grammar)
-    for name, value in (("text", text), ("prompt", prompt), ("system prompt", system)):
-        if not isinstance(value, str):
-            raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
-        if len(value) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")
-    if not text.strip():
-        raise InvalidRequest("text must not be empty")
+    check_texts(text, prompt, system)
     lm = store.get(model, progress)
     compiled = None if spec is None else compile_grammar(spec, lm)
     context, scored, mode = split_context(lm, text, prompt, system, chat)
