@@ -64,9 +64,11 @@ def bench(store: ModelStore, model: str, dtype: str, repeats: int, tokens: int) 
     cache = lm.forward(ids).cache
     plain = timed(step(False), repeats)
     with_states = timed(step(True), repeats)
-    states = step(True)().hidden_states
+    out = step(True)()
+    states, own = out.hidden_states, out.logits[0, -1]
     chosen = int(trace["tokens"][k]["id"])
-    read = timed(lambda: lens_record(lm.layer_logits(states), chosen, lm.piece), repeats)
+    # as a run reads its step: the step's own logits are the last row
+    read = timed(lambda: lens_record(lm.layer_logits(states, last=own), chosen, lm.piece, spend=True), repeats)
     button = timed(lambda: lens(store, trace, k), repeats)
     print(f"{model:14s} {trace.get('dtype', dtype):8s} {lm.num_layers + 1:3d} rows, context {len(context)}: "
           f"step {plain * 1e3:7.1f} ms; with hidden states {with_states / plain:.2f}; "

@@ -1,5 +1,6 @@
 """The logit lens (strategies/lens.py, playground/whatif/lens.py, playground/charts/lens.py): the record on
-hand-made rows, the embeddings' row of the toy by hand from its weights, the last row equal to the run's
+hand-made rows (its buffers, the floor under subnormal probabilities), the head it reads int4's inner rows
+through, the embeddings' row of the toy by hand from its weights, the last row equal to the run's
 recorded raw distribution on SmolLM2 in float32 and Gemma 3 in int4, the chart drawn from the record,
 the CLI's --lens, and bad steps refused."""
 import json
@@ -57,6 +58,37 @@ def test_the_toys_embedding_row_by_hand(store, toy):
     assert rec["rows"][0]["probs"] == pytest.approx([float(probs[i]) for i in cols], rel=1e-5)
     assert rec["step"] == 2 and rec["position"] == len(ids) and rec["chosen"]["id"] == trace["tokens"][2]["id"]
 
+
+def test_the_record_leaves_its_rows_unless_told_to_spend_them():
+    logits = torch.tensor([[3.0, 1.0, 0.0, 2.0], [1.0, 0.0, 4.0, 3.0]])
+    kept = logits.clone()
+    first = lens_record(logits, 2, str)
+    assert torch.equal(logits, kept)
+    assert lens_record(logits, 2, str, spend=True) == first
+    assert not torch.equal(logits, kept)  # its buffer held the probabilities
+
+
+def test_a_probability_under_the_smallest_normal_float_is_zero():
+    # token 1 is 100 nats below token 0: p = e^-100 = 3.7e-44, a subnormal float32, recorded as 0;
+    # token 2 at 80 nats below is 1.8e-35, a normal float, recorded as it is
+    logits = torch.tensor([[0.0, -100.0, -80.0], [0.0, -100.0, -80.0]])
+    rec = lens_record(logits, 1, str, columns=3)
+    row = rec["rows"][-1]
+    assert row["chosen_prob"] == 0.0 and row["chosen_rank"] == 3
+    assert row["probs"] == pytest.approx([1.0, 0.0, math.exp(-80)], rel=1e-5)
+    assert row["entropy"] == pytest.approx(80 * math.exp(-80), rel=1e-3) and math.isfinite(row["entropy"])
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_lens_reads_int4_inner_rows_through_the_dense_head_only_where_bfloat16_is_native(monkeypatch, native):
+    from playground.models import dtypes
+    from playground.models.fast.layers import lens_head
+    monkeypatch.setattr(dtypes, "cpu_has_native_bf16", lambda *a: native)
+    dense = torch.zeros(4, 2, dtype=torch.bfloat16)
+    blocks = object()  # stands for the file's 4-bit head (an Int4Linear)
+    assert lens_head(blocks, dense) is (dense if native else blocks)
+    assert lens_head(dense, dense) is dense  # a dense head is read as it is
+    assert lens_head(blocks, dense.float()) is blocks  # a float32 head is the model's own: kept
 
 # transformers' float32 forward over the whole context in one pass sums in another order than the run's
 # cached steps did (30 layers: about 1e-5 relative on a probability); a lean forward's one pass is its

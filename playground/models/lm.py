@@ -326,7 +326,8 @@ class LM:
         ``states`` are a forward's ``hidden_states`` (the embeddings, then one per layer). Their last entry
         comes normed (transformers' convention, which the lean forwards keep), so it goes through the head
         alone, on its own: its row is the forward's own logits at that position. The others share one
-        product: the norm, then the head (the lean forwards' weights where they run: int4 or bfloat16).
+        product: the norm, then the head (the lean forwards' weights where they run: bfloat16, or over
+        int4's blocks the dense bfloat16 head where this CPU multiplies it faster: ``lens_head``).
         ``last`` ([vocab]): the forward's own logits at that position, taken as the last row as they are
         (transformers' head over a pass's many rows rounds a row otherwise than over one).
         """
@@ -334,7 +335,11 @@ class LM:
         final = states[-1][row, position][None]
         if self.fast is not None:
             head_row = self.fast.project(final) if last is None else last[None]
-            return torch.cat([self.fast.logits(inner).float(), head_row.float()])
+            rows = self.fast.lens_logits(inner)
+            out = torch.empty(len(states), rows.shape[-1], dtype=torch.float32, device=rows.device)
+            out[:-1] = rows  # one float32 buffer for the record, no concatenated copy
+            out[-1] = head_row[0]
+            return out
         _, _, norm = self.decoder_parts()
         head = self.model.get_output_embeddings()
         read = head(norm(inner)) if last is not None else head(torch.cat([norm(inner), final]))

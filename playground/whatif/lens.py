@@ -44,5 +44,6 @@ def lens(store: ModelStore, trace: dict[str, Any], step: Any, columns: int = COL
     out = lm.forward(torch.tensor([context], device=lm.device), hidden=True)
     if out.hidden_states is None:
         raise InvalidRequest(f"{lm.key} gave no hidden states: the logit lens cannot read its layers")
-    record = lens_record(lm.layer_logits(out.hidden_states), int(tokens[k]["id"]), lm.piece, columns)
+    record = lens_record(lm.layer_logits(out.hidden_states, last=out.logits[0, -1]), int(tokens[k]["id"]), lm.piece,
+                         columns, spend=True)
     return {"step": k, "position": len(context), "model": lm.key, "dtype": lm.weights, **record}

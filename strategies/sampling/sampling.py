@@ -128,7 +128,8 @@ def read_layers(ctx: DecodeContext, trace: Trace, out: ModelOutput, token_id: in
         step = len(trace.tokens) - 1
         if out.hidden_states is None:  # a model that gives none: nothing to read
             return
-        record = lens_record(ctx.lm.layer_logits(out.hidden_states, last=out.logits[0, -1]), token_id, ctx.lm.piece)
+        record = lens_record(ctx.lm.layer_logits(out.hidden_states, last=out.logits[0, -1]), token_id, ctx.lm.piece,
+                             spend=True)
         trace.extra.setdefault("lens", []).append({"step": step, "position": len(ctx.prompt_ids) + step,
                                                    "model": trace.model, **record})
 

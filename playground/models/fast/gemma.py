@@ -24,6 +24,7 @@ from playground.models.fast.layers import (
     LayerMatrices,
     LeanCache,
     Weight,
+    lens_head,
     linear,
     rebind,
     rotate_half,
@@ -62,6 +63,7 @@ class LeanGemma:
         self.embed_scale = base.embed_tokens.embed_scale.to(self.dtype)
         self.norm = _norm_weight(base.norm)
         self.head = model.lm_head.weight if head is None else head
+        self.lens_head = lens_head(self.head, model.lm_head.weight)
         rotary = base.rotary_emb
         self.inv_freq = {kind: getattr(rotary, f"{kind}_inv_freq").float() for kind in ("sliding_attention",
                                                                                           "full_attention")}
@@ -98,6 +100,10 @@ class LeanGemma:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return linear(self.rms_norm(hidden, self.norm), self.head)
+
+    def lens_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + the lens's head (``lens_head``) on many rows read off the clock."""
+        return linear(self.rms_norm(hidden, self.norm), self.lens_head)
 
     def project(self, normed: torch.Tensor) -> torch.Tensor:
         """The LM head alone, on hidden states the final norm has already normed."""

@@ -29,6 +29,7 @@ from playground.models.fast.layers import (
     LayerMatrices,
     LeanCache,
     Weight,
+    lens_head,
     linear,
     rebind,
     rotate_half,
@@ -63,6 +64,7 @@ class LeanLlama:
         self.embed = base.embed_tokens.weight
         self.norm = base.norm.weight
         self.head = model.lm_head.weight if head is None else head
+        self.lens_head = lens_head(self.head, model.lm_head.weight)
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.inv_freq = base.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(base.rotary_emb, "attention_scaling", 1.0))
@@ -98,6 +100,10 @@ class LeanLlama:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head: [..., d] -> [..., vocab] in the model dtype."""
         return linear(self.rms_norm(hidden, self.norm), self.head)
+
+    def lens_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm + the lens's head (``lens_head``) on many rows read off the clock."""
+        return linear(self.rms_norm(hidden, self.norm), self.lens_head)
 
     def project(self, normed: torch.Tensor) -> torch.Tensor:
         """The LM head alone, on hidden states the final norm has already normed."""
