@@ -25,6 +25,7 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
     "bench_exact.py": [r"verify 5 tokens .* ratio exact / one call \d+\.\d+",
                        r"one pass vs one token at a time: one call \S+, exact 0\n"],
     "bench_lens.py": [r"toy +float32 +3 rows, .* ratio lens / step \d+\.\d+; the page's button .* \d+\.\d+ steps"],
+    "bench_step.py": [r"step profile toy float32: step \d+\.\d+ ms, rest/step \d+\.\d+"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
     "bench_watch.py": [r"toy greedy *: .* watch / plain per-step ratio \d+\.\d+",
                        r"toy sampling *: .* watch / plain per-step ratio \d+\.\d+"],

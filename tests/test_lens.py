@@ -84,11 +84,14 @@ def test_the_lens_reads_int4_inner_rows_through_the_dense_head_only_where_bfloat
     from playground.models import dtypes
     from playground.models.fast.layers import lens_head
     monkeypatch.setattr(dtypes, "cpu_has_native_bf16", lambda *a: native)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     dense = torch.zeros(4, 2, dtype=torch.bfloat16)
     blocks = object()  # stands for the file's 4-bit head (an Int4Linear)
     assert lens_head(blocks, dense) is (dense if native else blocks)
     assert lens_head(dense, dense) is dense  # a dense head is read as it is
     assert lens_head(blocks, dense.float()) is blocks  # a float32 head is the model's own: kept
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # held to AVX2's kernels
+    assert lens_head(blocks, dense) is blocks
 
 # transformers' float32 forward over the whole context in one pass sums in another order than the run's
 # cached steps did (30 layers: about 1e-5 relative on a probability); a lean forward's one pass is its

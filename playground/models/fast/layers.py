@@ -236,11 +236,13 @@ def lens_head(head: Weight, dense: torch.Tensor) -> Weight:
     rows through the dense matrix cost about what reading it once costs, while the 4-bit kernel's cost
     grows with the rows (it computes in float32, one FMA per weight and row): Gemma 3's 262,144 x 640
     head over 18 rows, 109 ms in its two 4-bit planes and 24 ms dense (2 threads of an AMX CPU).
-    Without those instructions bfloat16 is emulated and slower than the kernel, so ``head`` stays."""
+    Without those instructions (or with torch held below its AVX-512 kernels, as ``ATEN_CPU_CAPABILITY``
+    holds it to show another CPU) bfloat16 is emulated and slower than the kernel, so ``head`` stays."""
     from playground.models.dtypes import cpu_has_native_bf16
     if isinstance(head, torch.Tensor) or dense.dtype != torch.bfloat16 or dense.device.type != "cpu":
         return head
-    return dense if cpu_has_native_bf16() else head
+    native = cpu_has_native_bf16() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+    return dense if native else head
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
