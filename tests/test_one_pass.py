@@ -114,6 +114,20 @@ def test_batched_rows_equal_each_row_alone(store, weights):
         assert torch.equal(lm.forward(torch.tensor([[token]]), alone).logits[0], batched[1][b])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_by_roll_is_rotate_half_bit_for_bit(dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 5, 9, 64, generator=gen) * 30).to(dtype)  # [batch, n, heads, head_dim]
+    x[0, 0, 0, :4] = 0.0  # zeros keep their sign as the reference gives it
+    angles = torch.randn(2, 5, 1, 64, generator=gen) * 100
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    reference = x * cos + layers.rotate_half(x) * sin
+    ours = layers.rope(x, cos, layers.signed_sin(sin))
+    assert ours.dtype == dtype
+    assert torch.equal(ours.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       reference.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
+
+
 def test_a_dense_product_of_many_rows_is_its_rows_one_at_a_time():
     torch.manual_seed(0)
     weight, x = torch.randn(96, 64).bfloat16(), torch.randn(1, 3 * layers.DENSE_ROWS + 5, 64).bfloat16()

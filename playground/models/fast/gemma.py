@@ -27,7 +27,8 @@ from playground.models.fast.layers import (
     lens_head,
     linear,
     rebind,
-    rotate_half,
+    rope,
+    signed_sin,
     stepwise_attention,
     tree_rows,
 )
@@ -128,8 +129,10 @@ class LeanGemma:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
         keys, values = cache.tensors()  # allocated by begin
-        ropes = {sliding: self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
-                 for sliding in (False, True)}
+        ropes = {}
+        for sliding in (False, True):
+            cos, sin = self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
+            ropes[sliding] = cos, signed_sin(sin)
         # One new token: one call (a local layer masks keys beyond its window). Several rows (a prompt, a
         # draft to verify, a tree) attend row by row, each as its one-token step would
         # (``stepwise_attention``), so a text's logits do not depend on how it was cut into passes.
@@ -149,8 +152,8 @@ class LeanGemma:
             qk = self.rms_norm(qkv[:, : self.heads + self.kv_heads], layer.qk_norm)  # per head, Q's and K's at once
             q, k = qk[:, : self.heads], qk[:, self.heads:]
             cos, sin = ropes[layer.sliding]
-            q = q * cos + rotate_half(q) * sin
-            keys[i, :, :, start:end] = k * cos + rotate_half(k) * sin
+            q = rope(q, cos, sin)
+            keys[i, :, :, start:end] = rope(k, cos, sin)
             values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
             step_mask = local.get if layer.sliding else None
             if lengths is None:

@@ -160,13 +160,22 @@ class Int4Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        flat = x.reshape(-1, self.in_features)
+        # conversions only where needed: a decode step calls this 4 times a layer, and a call that
+        # changes nothing still costs a dispatch (about a tenth of a small model's step in all)
+        if flat.dtype != torch.bfloat16:
+            flat = flat.to(torch.bfloat16)
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
         y = None
         for packed, scales_zeros in zip(self.packed, self.scales_zeros):
             part = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, packed, GROUP, scales_zeros)
             y = part if y is None else y.float() + part
         assert y is not None, "an Int4Linear has at least one plane"
-        y = y.float() if self.float_out else y.to(torch.bfloat16)
+        if self.float_out:
+            y = y.float()
+        elif y.dtype != torch.bfloat16:  # two planes add in float32
+            y = y.to(torch.bfloat16)
         return y.view(*shape[:-1], self.out_features)
 
     def dequantised(self) -> torch.Tensor:

@@ -32,7 +32,8 @@ from playground.models.fast.layers import (
     lens_head,
     linear,
     rebind,
-    rotate_half,
+    rope,
+    signed_sin,
     stepwise_attention,
     tree_rows,
 )
@@ -125,6 +126,7 @@ class LeanLlama:
         start, end, position_ids = cache.begin(ids, position_ids)
         keys, values = cache.tensors()  # allocated by begin
         cos, sin = self._rope(position_ids)
+        sin = signed_sin(sin)
         # One new token sees every cached key, so it needs no mask. Several rows (a prompt, a draft to
         # verify, a tree) attend row by row, each as its one-token step would (``stepwise_attention``),
         # so a text's logits do not depend on how it was cut into passes.
@@ -140,7 +142,7 @@ class LeanLlama:
             h = self.rms_norm(x, layer.input_norm)
             qkv = linear(h, layer.qkv).view(batch, n, self.heads + 2 * self.kv_heads, self.head_dim)
             qk = qkv[:, :, : self.heads + self.kv_heads]
-            qk = qk * cos + rotate_half(qk) * sin
+            qk = rope(qk, cos, sin)
             q = qk[:, :, : self.heads].transpose(1, 2)
             keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
             values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
