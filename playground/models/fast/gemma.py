@@ -129,6 +129,9 @@ class LeanGemma:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
         keys, values = cache.tensors()  # allocated by begin
+        # each layer's views, made once a pass: where this pass writes, and what a step reads
+        new_keys, new_values = keys[:, :, :, start:end].unbind(0), values[:, :, :, start:end].unbind(0)
+        seen_keys, seen_values = keys[:, :, :, :end].unbind(0), values[:, :, :, :end].unbind(0)
         ropes = {}
         for sliding in (False, True):
             cos, sin = self._rope(position_ids, "sliding_attention" if sliding else "full_attention")
@@ -153,11 +156,11 @@ class LeanGemma:
             q, k = qk[:, : self.heads], qk[:, self.heads:]
             cos, sin = ropes[layer.sliding]
             q = rope(q, cos, sin)
-            keys[i, :, :, start:end] = rope(k, cos, sin)
-            values[i, :, :, start:end] = qkv[:, self.heads + self.kv_heads:]
+            new_keys[i].copy_(rope(k, cos, sin))
+            new_values[i].copy_(qkv[:, self.heads + self.kv_heads:])
             step_mask = local.get if layer.sliding else None
             if lengths is None:
-                attn = F.scaled_dot_product_attention(q, keys[i, :, :, :end], values[i, :, :, :end],
+                attn = F.scaled_dot_product_attention(q, seen_keys[i], seen_values[i],
                                                       attn_mask=local[end] if layer.sliding else None,
                                                       scale=self.scaling, enable_gqa=True)
             else:

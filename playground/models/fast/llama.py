@@ -125,6 +125,9 @@ class LeanLlama:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
         keys, values = cache.tensors()  # allocated by begin
+        # each layer's views, made once a pass: where this pass writes, and what a step reads
+        new_keys, new_values = keys[:, :, :, start:end].unbind(0), values[:, :, :, start:end].unbind(0)
+        seen_keys, seen_values = keys[:, :, :, :end].unbind(0), values[:, :, :, :end].unbind(0)
         cos, sin = self._rope(position_ids)
         sin = signed_sin(sin)
         # One new token sees every cached key, so it needs no mask. Several rows (a prompt, a draft to
@@ -144,10 +147,10 @@ class LeanLlama:
             qk = qkv[:, :, : self.heads + self.kv_heads]
             qk = rope(qk, cos, sin)
             q = qk[:, :, : self.heads].transpose(1, 2)
-            keys[i, :, :, start:end] = qk[:, :, self.heads:].transpose(1, 2)
-            values[i, :, :, start:end] = qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2)
+            new_keys[i].copy_(qk[:, :, self.heads:].transpose(1, 2))
+            new_values[i].copy_(qkv[:, :, self.heads + self.kv_heads:].transpose(1, 2))
             if lengths is None:
-                attn = F.scaled_dot_product_attention(q, keys[i, :, :, :end], values[i, :, :, :end],
+                attn = F.scaled_dot_product_attention(q, seen_keys[i], seen_values[i],
                                                       enable_gqa=True)
             else:
                 attn = stepwise_attention(q, keys[i], values[i], lengths, gather, enable_gqa=True)
