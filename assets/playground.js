@@ -38,6 +38,24 @@
   setInterval(hook, 600);
 })();
 
+// A click on a step of the lockstep chart opens both models' distributions at that step: the point's x is
+// the step; the lockstep panel's hook turns the event into a Gradio event (see ui.whatif.PAIR_JS).
+(() => {
+  const hook = () => {
+    for (const gd of document.querySelectorAll('#pg-pair-plot .js-plotly-plot')) {
+      if (gd.dataset.pgPairHooked || typeof gd.on !== 'function') continue;
+      gd.dataset.pgPairHooked = '1';
+      gd.on('plotly_click', (ev) => {
+        const pt = ev && ev.points && ev.points[0];
+        const step = pt ? Math.round(Number(pt.x)) : NaN;
+        if (Number.isFinite(step)) window.dispatchEvent(new CustomEvent('pg-pair-select', {detail: step}));
+      });
+    }
+  };
+  new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
+  setInterval(hook, 600);
+})();
+
 // A number typed beyond a slider's range is set to the nearest end by the slider: say so beside it,
 // so a value the person typed is never changed silently.
 (() => {

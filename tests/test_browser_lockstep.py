@@ -1,6 +1,6 @@
 """Two models in lockstep in a real browser: after a toy run, the What-if tab's panel reads the run's text
 with toy (A) and toy-small (B), draws the KL per step with its step of largest divergence selected and
-both distributions side by side, and the step slider moves the side-by-side view. Playwright drives
+both distributions side by side, and the step slider and a click on a step's point move the side-by-side view. Playwright drives
 Debian's Chromium; where there is none these skip (and fail under CI=true)."""
 from __future__ import annotations
 
@@ -52,5 +52,16 @@ def test_the_runs_text_read_by_two_models(browser, url, size):
         box.press("Enter")
         page.wait_for_function("(s) => ((document.querySelector('#pg-pair-step-plot .js-plotly-plot')?.layout?.title"
                                "?.text) || '').startsWith(s)", arg=f"Step {other}:", timeout=30_000)
+        # ... and so does a click on a step's point of the chart (forwarded by assets/playground.js)
+        page.wait_for_function("() => document.querySelector('#pg-pair-plot .js-plotly-plot')?.dataset.pgPairHooked",
+                               timeout=10_000)
+        clicked = n - 1 if other != n - 1 else n - 2
+        point = page.locator("#pg-pair-plot .scatterlayer .trace").first.locator(".points path").nth(clicked)
+        point.scroll_into_view_if_needed()
+        box = point.bounding_box()
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.wait_for_function("(s) => ((document.querySelector('#pg-pair-step-plot .js-plotly-plot')?.layout?.title"
+                               "?.text) || '').startsWith(s)", arg=f"Step {clicked}:", timeout=30_000)
+        assert page.locator("#pg-pair-step input[type=number]").input_value() == str(clicked)
     finally:
         page.close()

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
     from playground.ui.components import Page
 
+# a click on a step of the lockstep chart, forwarded by assets/playground.js, as the hook's Gradio event
+PAIR_JS = "window.addEventListener('pg-pair-select', (e) => trigger('click', {step: e.detail}));"
 
 # --- handlers --------------------------------------------------------------------------------------
 
@@ -155,6 +157,7 @@ class WhatIf:
     pair_step: gr.Slider
     pair_step_plot: gr.Plot
     pair_record: gr.State
+    pair_hook: gr.HTML
 
 
 def layout() -> WhatIf:
@@ -202,9 +205,11 @@ def layout() -> WhatIf:
                               elem_id="pg-pair-step")
         pair_step_plot = plot_component(empty_figure(""), show_label=False, visible=False,
                                         elem_id="pg-pair-step-plot")
+        # a click on a step of the lockstep chart (assets/playground.js) opens that step's distributions
+        pair_hook = gr.HTML("", js_on_load=PAIR_JS, elem_id="pg-pair-hook")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
                   score_summary, score_plots, gr.State(None), detect_run, detect_result, pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
-                  pair_step, pair_step_plot, gr.State(None))
+                  pair_step, pair_step_plot, gr.State(None), pair_hook)
 
 
 def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
@@ -274,6 +279,16 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         return keyed({w.pair_plot: plot_value(lockstep_figure(record, k), theme),
                       w.pair_step_plot: plot_value(step_figure(record, k), theme)})
 
+    def on_pair_click(record: dict[str, Any] | None, theme: str, evt: gr.EventData) -> Any:
+        step = event_data(evt).get("step")
+        if not record or not record.get("steps") or not isinstance(step, int):
+            return keyed({})
+        k = min(max(step, 0), len(record["steps"]) - 1)
+        return keyed({w.pair_step: gr.update(value=k), w.pair_plot: plot_value(lockstep_figure(record, k), theme),
+                      w.pair_step_plot: plot_value(step_figure(record, k), theme)})
+
+    w.pair_hook.click(on_pair_click, [w.pair_record, page.theme], [w.pair_step, w.pair_plot, w.pair_step_plot],
+                      **QUIET)
     w.pair_run.click(handler(on_pair, 10, True),
                      [page.model, page.prompt, page.system, page.chat, page.trace, w.pair_model, *w.pair_dtypes,
                       w.pair_text, page.theme],
