@@ -8,6 +8,8 @@ from typing import Any, Literal, Protocol, TypedDict, Union
 import torch
 import torch.nn.functional as F
 
+from playground.models import dtypes
+
 CACHE_BLOCK = 256  # the cache grows in whole blocks, so a decode step never reallocates
 
 
@@ -238,10 +240,9 @@ def lens_head(head: Weight, dense: torch.Tensor) -> Weight:
     head over 18 rows, 109 ms in its two 4-bit planes and 24 ms dense (2 threads of an AMX CPU).
     Without those instructions (or with torch held below its AVX-512 kernels, as ``ATEN_CPU_CAPABILITY``
     holds it to show another CPU) bfloat16 is emulated and slower than the kernel, so ``head`` stays."""
-    from playground.models.dtypes import cpu_has_native_bf16
     if isinstance(head, torch.Tensor) or dense.dtype != torch.bfloat16 or dense.device.type != "cpu":
         return head
-    native = cpu_has_native_bf16() and torch.backends.cpu.get_cpu_capability() == "AVX512"
+    native = dtypes.cpu_has_native_bf16() and torch.backends.cpu.get_cpu_capability() == "AVX512"
     return dense if native else head
 
 
