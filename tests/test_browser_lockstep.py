@@ -1,6 +1,7 @@
 """Two models in lockstep in a real browser: after a toy run, the What-if tab's panel reads the run's text
 with toy (A) and toy-small (B), draws the KL per step with its step of largest divergence selected and
-both distributions side by side, and the step slider and a click on a step's point move the side-by-side view. Playwright drives
+both distributions side by side, the step slider and a click on a step's point move the side-by-side view,
+and its share link opens a page that reads the same lockstep again. Playwright drives
 Debian's Chromium; where there is none these skip (and fail under CI=true)."""
 from __future__ import annotations
 
@@ -63,5 +64,22 @@ def test_the_runs_text_read_by_two_models(browser, url, size):
         page.wait_for_function("(s) => ((document.querySelector('#pg-pair-step-plot .js-plotly-plot')?.layout?.title"
                                "?.text) || '').startsWith(s)", arg=f"Step {clicked}:", timeout=30_000)
         assert page.locator("#pg-pair-step input[type=number]").input_value() == str(clicked)
+        if size[1] < 900:
+            return
+        # the share link carries the lockstep: the opened page reads the same text with the same pair
+        page.locator("#pg-copy-link").click()
+        page.wait_for_function("() => /^http/.test((document.querySelector('#pg-link textarea') || "
+                               "document.querySelector('#pg-link input'))?.value || '')", timeout=20_000)
+        link = page.locator("#pg-link textarea, #pg-link input").first.input_value()
+        assert "pair_model=toy-small" in link and "pair_b=float32" in link and "pair_text=" in link
+        shared = browser.new_page(viewport={"width": size[0], "height": size[1]})
+        try:
+            shared.goto(link)
+            shared.wait_for_function("(id) => ((document.querySelector(`#${id} .js-plotly-plot`)?.layout?.title?.text)"
+                                     " || '').startsWith('A toy')", arg="pg-pair-plot", timeout=120_000)
+            again = shared.evaluate(PLOT_JS, "pg-pair-plot")
+            assert again["title"] == plot["title"] and again["kl"] == plot["kl"]
+        finally:
+            shared.close()
     finally:
         page.close()

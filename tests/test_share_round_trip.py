@@ -68,9 +68,9 @@ def generate(page, state: dict[int, Any]) -> Any:
     return page.sent[0]
 
 
-def copy_link(page, state: dict[int, Any]) -> str:
-    *config, _tree, _mode = page.link.inputs
-    return page.link.fn(*[state[id(c)] for c in config], None, "generate")["value"]
+def copy_link(page, state: dict[int, Any], pair_record: dict[str, Any] | None = None) -> str:
+    *config, _tree, _mode, _pair = page.link.inputs
+    return page.link.fn(*[state[id(c)] for c in config], None, "generate", pair_record)["value"]
 
 
 def written(outputs, frame) -> dict[int, Any]:
@@ -270,3 +270,33 @@ def test_the_link_of_an_eagle_auto_run_restores_the_tree_it_chose(page, monkeypa
     again = written(page.explore.outputs, replay[-1])
     replayed = again[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
     assert {k: v for k, v in replayed.items() if k != "timing"} == {k: v for k, v in trace.items() if k != "timing"}
+
+
+def test_a_lockstep_read_goes_into_the_link_and_comes_back_to_be_read_again(page, store):
+    from playground.whatif.lockstep import lockstep
+    record = lockstep(store, "upon a time", "toy", "toy-small", "float32", "float32", "once")
+    state = fresh_state(page)
+    by_elem = {getattr(c, "elem_id", None): c for c in page.link.inputs}
+    state[id(by_elem["pg-model"])], state[id(by_elem["pg-prompt"])] = "toy", "once"
+    assert "pair" not in copy_link(page, state)  # no lockstep read: none in the link
+    query = copy_link(page, state, record)
+    pairs = dict(parse_qsl(query.lstrip("?")))
+    assert (pairs["pair_model"], pairs["pair_a"], pairs["pair_b"], pairs["pair_text"]) == \
+        ("toy-small", "float32", "float32", "upon a time")
+    opened = open_link(page, query)
+    by_id = {getattr(c, "elem_id", None): opened[id(c)] for c in page.load.outputs if getattr(c, "elem_id", None)}
+    assert (by_id["pg-pair-model"], by_id["pg-pair-dtype-a"], by_id["pg-pair-dtype-b"], by_id["pg-pair-text"]) == \
+        ("toy-small", "float32", "float32", "upon a time")
+    run_flag = next(opened[id(c)] for c in page.load.outputs if isinstance(c, gr.Textbox) and not c.visible
+                    and opened[id(c)] and "lockstep" in str(opened[id(c)]))
+    assert run_flag == "generate,lockstep"  # the opened page runs, then reads the lockstep (page.RUN_JS)
+
+
+def test_a_lockstep_in_a_link_with_other_weights_or_too_long_a_text_is_left_out_with_a_warning():
+    cfg, warnings = share.decode({"pair_a": "float64", "pair_b": "int4", "pair_text": "x"})
+    assert cfg.pair_a == "" and any("float64" in w and "float32" in w for w in warnings)
+    cfg, warnings = share.decode({"pair_a": "float32", "pair_b": "int4", "pair_text": "x" * (MAX_PROMPT_CHARS + 1)})
+    assert cfg.pair_text == "" and any(str(MAX_PROMPT_CHARS + 1) in w for w in warnings)
+    with pytest.raises(InvalidRequest, match=f"lockstep's text must be at most {MAX_PROMPT_CHARS}"):
+        share.encode(dataclasses.replace(share.defaults(), pair_a="float32", pair_b="int4",
+                                         pair_text="x" * (MAX_PROMPT_CHARS + 1)))

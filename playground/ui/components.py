@@ -112,7 +112,8 @@ class Page:
                 *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
                 *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
-                self.grammar_text, self.branches.pending, self.dtype]
+                self.grammar_text, self.branches.pending, self.dtype, self.whatif.pair_model, *self.whatif.pair_dtypes,
+                self.whatif.pair_text, self.whatif.pair_box]
 
     def apply_config(self, cfg: share.Config, weights: bool = True) -> Updates:
         """{component: update} setting every control to ``cfg`` (a share link or an example), within
@@ -138,6 +139,13 @@ class Page:
             self.branches.pending: {"parent": forced, "branch": branch} if branch else None}
         if cfg.grammar_kind:
             out[self.grammar_box] = gr.update(open=True)
+        if cfg.pair_a:  # a lockstep: its panel filled in and open, read once restored (RUN_JS)
+            w = self.whatif
+            out.update({w.pair_model: cfg.pair_model or None, w.pair_dtypes[0]: cfg.pair_a,
+                        w.pair_dtypes[1]: cfg.pair_b or cfg.pair_a, w.pair_text: cfg.pair_text,
+                        w.pair_box: gr.update(open=True), self.run_flag: ",".join(filter(None, [cfg.run, "lockstep"]))})
+            if cfg.run != "compare":
+                out[self.tabs] = gr.Tabs(selected="whatif")
         if weights:
             out[self.dtype] = cfg.dtype
         return out
@@ -146,13 +154,16 @@ class Page:
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
-                branch: str = "", dtype: str = DEFAULT_DTYPE) -> str:
+                branch: str = "", dtype: str = DEFAULT_DTYPE, pair: dict[str, str] | None = None) -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
-    ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run).
+    ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run);
+    ``pair``: the lockstep read on the What-if tab (share.Config's ``pair_*`` fields), if any.
     Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
-    return share.encode(page_config(model, strategy, prompt, system, chat, seed, max_new_tokens, params,
-                                    compare_strategy, compare_params, run, forced, grammar_kind, grammar_text,
-                                    branch, dtype))
+    cfg = page_config(model, strategy, prompt, system, chat, seed, max_new_tokens, params, compare_strategy,
+                      compare_params, run, forced, grammar_kind, grammar_text, branch, dtype)
+    for key, value in (pair or {}).items():  # pair_model, pair_a, pair_b, pair_text
+        setattr(cfg, key, value)
+    return share.encode(cfg)
 
 
 def page_config(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,

@@ -64,8 +64,10 @@ HEADER = """<div class="pg-header">
 
 RUN_JS = """(run) => {
   const click = (id) => { const b = document.getElementById(id); if (b) b.click(); };
-  if (run === 'generate') setTimeout(() => click('pg-generate'), 50);
-  if (run === 'compare') setTimeout(() => click('pg-compare-run'), 250);
+  const modes = String(run || '').split(',');
+  if (modes.includes('generate')) setTimeout(() => click('pg-generate'), 50);
+  if (modes.includes('compare')) setTimeout(() => click('pg-compare-run'), 250);
+  if (modes.includes('lockstep')) setTimeout(() => click('pg-pair-run'), 400);
   return [];
 }"""
 
@@ -307,14 +309,25 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
         control.input(lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
 
 
+def lockstep_link(record: dict[str, Any] | None, model: str) -> dict[str, str] | None:
+    """The lockstep last read on the What-if tab as a link's ``pair_*`` fields (share.Config): model B
+    ("" when it is the page's model), both sides' weights and the text they read; None when none was read."""
+    if not record or not record.get("steps"):
+        return None
+    b = record["b"]["model"]
+    return {"pair_model": "" if b == model else b, "pair_a": record["a"]["dtype"], "pair_b": record["b"]["dtype"],
+            "pair_text": record.get("text", "")}
+
+
 def _wire_share(page: Page, demo: gr.Blocks) -> None:
     """Copy link, restore on load (and re-run where the link says so), and the examples."""
     def on_share(*values: Any) -> Any:
-        *config, tree, mode = values
+        *config, tree, mode, pair_record = values
         settings = page.split_config(config)
         branch = branches.share_steps(tree, settings["forced"])  # a branch shown: its parent comes with it
         try:
-            return gr.update(value=share_query(**settings, run=mode, branch=branch), visible=True)
+            return gr.update(value=share_query(**settings, run=mode, branch=branch,
+                                               pair=lockstep_link(pair_record, settings["model"])), visible=True)
         except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
             raise refusal(err) from None
 
@@ -330,7 +343,8 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
     page.explore_tab.select(lambda: "generate", None, page.mode, **QUIET)
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
-    page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode], page.link_box, **QUIET).then(
+    page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode, page.whatif.pair_record],
+                    page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
 
     def hide_link() -> Any:

@@ -11,7 +11,8 @@ refused with the value and the limit, never cut. It names the forced tokens of a
 the steps where that branch parts from its parent (``branch=3``): the parent is the same run with the
 other forced steps, so the restore runs the parent, then the branch under it. It also names the
 grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second
-strategy. Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
+strategy, and the What-if tab's lockstep (``pair_model``, ``pair_a``, ``pair_b``, ``pair_text``: the opened
+page reads it once restored). Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
 is dropped with a warning, so an old link still opens. No gradio.
@@ -59,6 +60,12 @@ class Config:
     branch: str = ""  # the steps of ``forced`` where the branch parts from its parent run, "3" (or "3,7")
     grammar_kind: str = ""  # "" (none) or one of json, regex, choices, lark (strategies.sampling.grammar)
     grammar_text: str = ""  # the schema, expression, choices or Lark grammar
+    # the What-if tab's lockstep (playground.whatif.lockstep): model B ("" = the page's model), each side's
+    # weights and the text both read; with pair_a set the opened page reads it in lockstep once restored
+    pair_model: str = ""
+    pair_a: str = ""
+    pair_b: str = ""
+    pair_text: str = ""
 
 
 def defaults() -> Config:
@@ -97,6 +104,9 @@ def encode(config: Config, base: Config | None = None) -> str:
     if config.compare_strategy != base.compare_strategy:
         items.append(("b", config.compare_strategy))
     items += [(f"b.{k}", v) for k, v in _changed(config.compare_strategy, config.compare_params)]
+    if config.pair_a:
+        items += [(key, getattr(config, key)) for key in ("pair_model", "pair_a", "pair_b", "pair_text")
+                  if getattr(config, key)]
     if config.run:
         items.append(("run", config.run))
     query = "?" + urlencode(items)
@@ -114,6 +124,9 @@ def check_limits(config: Config) -> None:
         if len(text) > MAX_PROMPT_CHARS:
             raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(text)}: "
                                  "a share link never cuts it")
+    if len(config.pair_text) > MAX_PROMPT_CHARS:
+        raise InvalidRequest(f"the lockstep's text must be at most {MAX_PROMPT_CHARS} characters, got "
+                             f"{len(config.pair_text)}: a share link never cuts it")
     if config.grammar_kind and len(config.grammar_text) > MAX_GRAMMAR_CHARS:
         raise InvalidRequest(f"the {config.grammar_kind} grammar must be at most {MAX_GRAMMAR_CHARS} characters, "
                              f"got {len(config.grammar_text)}: a share link never cuts it")
@@ -172,6 +185,7 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
         cfg.branch = _branch_part(pairs["branch"], cfg.forced, warnings)
     if "grammar" in pairs or "grammar_text" in pairs:
         cfg.grammar_kind, cfg.grammar_text = _grammar_part(pairs, warnings)
+    _pair_part(pairs, cfg, warnings)
     if pairs.get("run", "") in RUN_MODES:
         cfg.run = pairs.get("run", "")
     else:
@@ -180,11 +194,28 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
     known = {"model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
-             "branch", "grammar", "grammar_text"}
+             "branch", "grammar", "grammar_text", "pair_model", "pair_a", "pair_b", "pair_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
             warnings.append(f"ignored unknown link key {key!r}")
     return cfg, warnings
+
+
+def _pair_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> None:
+    """The link's lockstep into ``cfg``: both weights must be weights types, the text within a run's
+    limit; otherwise the lockstep is left out with a warning naming the value (the rest still opens)."""
+    if not any(key in pairs for key in ("pair_model", "pair_a", "pair_b", "pair_text")):
+        return
+    a, b = pairs.get("pair_a", ""), pairs.get("pair_b", "")
+    text = pairs.get("pair_text", "")
+    if a not in DTYPES or b not in DTYPES:
+        bad = a if a not in DTYPES else b
+        warnings.append(f"ignored the lockstep: its weights must be one of {', '.join(DTYPES)}, got {bad!r}")
+    elif len(text) > MAX_PROMPT_CHARS:
+        warnings.append(f"ignored the lockstep: its text must be at most {MAX_PROMPT_CHARS} characters, "
+                        f"got {len(text)}")
+    else:
+        cfg.pair_model, cfg.pair_a, cfg.pair_b, cfg.pair_text = pairs.get("pair_model", ""), a, b, text
 
 
 def _branch_part(text: str, forced: str, warnings: list[str]) -> str:

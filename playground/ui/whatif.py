@@ -158,6 +158,7 @@ class WhatIf:
     pair_step_plot: gr.Plot
     pair_record: gr.State
     pair_hook: gr.HTML
+    pair_box: gr.Accordion
 
 
 def layout() -> WhatIf:
@@ -186,7 +187,7 @@ def layout() -> WhatIf:
         detect_run = gr.Button("Detect a watermark (the sidebar's watermark settings)", size="sm",
                                elem_id="pg-whatif-detect")
         detect_result = gr.HTML(elem_id="pg-whatif-detected")
-    with gr.Accordion("Two models in lockstep: where do they part?", open=False, elem_id="pg-pair"):
+    with gr.Accordion("Two models in lockstep: where do they part?", open=False, elem_id="pg-pair") as pair_box:
         gr.Markdown("The sidebar's model (A) and model B read the same text, one pass each: per step the KL "
                     "divergence both ways, the total variation and where their argmax differs. B may be A in other "
                     "weights (float32 against int4 shows what 4-bit weights do). An empty text box takes the "
@@ -209,7 +210,7 @@ def layout() -> WhatIf:
         pair_hook = gr.HTML("", js_on_load=PAIR_JS, elem_id="pg-pair-hook")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
                   score_summary, score_plots, gr.State(None), detect_run, detect_result, pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
-                  pair_step, pair_step_plot, gr.State(None), pair_hook)
+                  pair_step, pair_step_plot, gr.State(None), pair_hook, pair_box)
 
 
 def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
