@@ -16,12 +16,14 @@ the parts that are arithmetic:
 
 Then the decoder's whole step (``playground.engine``'s greedy run: the forward, the sampling chain and
 its records) per token, from two runs that differ only in their number of tokens, so the prompt's pass
-cancels; its excess over the forward step is the chain and the records. With ``--llamacpp``,
+cancels; its excess over the forward step is the chain and the records. Then one pass over 8 new
+tokens (a speculative round's verification) in steps, with the share of that pass in the matrix
+products. With ``--llamacpp``,
 llama.cpp's time per token on the same GGUF file and threads (``bench/bench_llamacpp.py``'s worker:
 64 greedy tokens after the same prompt, prompt included, as that bench compares).
 
     .venv/bin/python bench/bench_step.py [--models smollm2-135m,gemma3-270m] [--dtypes int4,float32]
-                                         [--steps 20] [--threads 2] [--llamacpp] [--quick]
+                                         [--steps 20] [--threads 2] [--llamacpp] [--isa avx2] [--quick]
 
 ``--quick``: the toy in float32, 4 steps (what the tests run). Prints a table per model and weights
 and, for each, the line ``step profile <model> <weights>: step X ms, rest/step R`` (R: the share of
@@ -92,6 +94,29 @@ def step_profile(lm: Any, steps: int) -> tuple[float, dict[str, float], int]:
     return step, dict(parts), operations
 
 
+def verify_profile(lm: Any, steps: int, tokens: int = 8) -> tuple[float, float, float]:
+    """(seconds of one pass over ``tokens`` new tokens, of a one-token step, and the share of the
+    pass in the matrix products): what a speculative round's verification costs, and where."""
+    ids = torch.tensor([lm.encode(prompt_of(lm.key))], device=lm.device)
+    cache = lm.forward(ids).cache
+
+    def passes(n: int) -> Any:
+        block = torch.full((1, n), int(ids[0, -1]), device=lm.device)
+
+        def go() -> None:
+            lm.forward(block, cache)
+            cache.crop(-n)
+        return go
+
+    one, many = median_seconds(passes(1), steps), median_seconds(passes(tokens), steps)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            passes(tokens)()
+    products = sum(e.self_cpu_time_total for e in prof.key_averages()
+                   if e.key in ("aten::_weight_int4pack_mm_for_cpu", "aten::mm", "aten::addmm")) / 3e6
+    return many, one, products / many
+
+
 def median_seconds(fn: Any, repeats: int) -> float:
     for _ in range(3):
         fn()
@@ -151,6 +176,9 @@ def report(store: ModelStore, key: str, dtype: str, args: argparse.Namespace) ->
     for part, ms in rows:
         print(f"  {part:56s} {ms:7.2f} ms  {ms / (whole * 1e3):6.1%}")
     print(f"  ({operations} operations a step; as many on one-element tensors take {operations * tiny * 1e3:.2f} ms)")
+    with torch.inference_mode():
+        many, one, share = verify_profile(lm, args.steps)
+    print(f"  verify 8 tokens in one pass: {many / one:.2f} steps, {share:.0%} of it in the matrix products")
     if args.llamacpp:
         theirs = llamacpp_step(key, args.threads, args.isa)
         print(f"  {'llama.cpp, a token (same file and threads)':56s} {theirs * 1e3:7.2f} ms  "
