@@ -1,59 +1,39 @@
-// Decoding Playground: a click on a bar of an overview chart selects that step.
-// Gradio draws plotly charts itself; this finds them and forwards plotly_click as a
-// window event that the matching text panel turns into a Gradio event (see ui.text_js).
+// Decoding Playground: clicks on charts. Gradio draws plotly charts itself; forwardClicks finds those under
+// `selector` (a redrawn chart is a new plot: each is hooked as soon as it appears, so no click on it is
+// lost, and marked with `flag`) and forwards a plotly_click as the window event `name(chart)` with
+// `pick(point)` as its detail, which a Gradio component's js_on_load turns into a Gradio event.
 (() => {
+const forwardClicks = (selector, flag, name, pick) => {
   const hook = () => {
-    for (const gd of document.querySelectorAll('[id^="pg-overview-"] .js-plotly-plot')) {
-      if (gd.dataset.pgHooked || typeof gd.on !== 'function') continue;
-      gd.dataset.pgHooked = '1';
-      const group = gd.closest('[id^="pg-overview-"]').id.slice('pg-overview-'.length);
+    for (const gd of document.querySelectorAll(selector + ' .js-plotly-plot')) {
+      if (gd.dataset[flag] || typeof gd.on !== 'function') continue;
+      gd.dataset[flag] = '1';
       gd.on('plotly_click', (ev) => {
         const pt = ev && ev.points && ev.points[0];
-        const step = pt ? Math.round(Number(pt.x)) : NaN;
-        if (Number.isFinite(step)) window.dispatchEvent(new CustomEvent('pg-select-' + group, {detail: step}));
+        const detail = pt ? pick(pt) : NaN;
+        if (Number.isFinite(detail)) window.dispatchEvent(new CustomEvent(name(gd), {detail}));
       });
     }
   };
-  // a redrawn chart is a new plot: hook it as soon as it appears, so no click on it is lost
   new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
   setInterval(hook, 600);
-})();
+};
+const stepOf = (pt) => Math.round(Number(pt.x));
+
+// A click on a bar of an overview chart selects that step (the group's text panel: see ui.text_js).
+forwardClicks('[id^="pg-overview-"]', 'pgHooked',
+              (gd) => 'pg-select-' + gd.closest('[id^="pg-overview-"]').id.slice('pg-overview-'.length), stepOf);
 
 // A click on a bar of the Explore distribution chart continues the run with that token (a branch):
-// the bar's first custom datum is its token id; the branches panel turns the event into a Gradio event
-// (see ui_branches.BRANCH_JS).
-(() => {
-  const hook = () => {
-    for (const gd of document.querySelectorAll('#pg-dist .js-plotly-plot')) {
-      if (gd.dataset.pgBranchHooked || typeof gd.on !== 'function') continue;
-      gd.dataset.pgBranchHooked = '1';
-      gd.on('plotly_click', (ev) => {
-        const pt = ev && ev.points && ev.points[0];
-        const id = pt && pt.customdata ? Number(Array.isArray(pt.customdata) ? pt.customdata[0] : pt.customdata) : NaN;
-        if (Number.isInteger(id)) window.dispatchEvent(new CustomEvent('pg-branch', {detail: id}));
-      });
-    }
-  };
-  new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
-  setInterval(hook, 600);
-})();
+// the bar's first custom datum is its token id (see ui_branches.BRANCH_JS).
+forwardClicks('#pg-dist', 'pgBranchHooked', () => 'pg-branch', (pt) => {
+  const id = pt.customdata !== undefined ? Number(Array.isArray(pt.customdata) ? pt.customdata[0] : pt.customdata) : NaN;
+  return Number.isInteger(id) ? id : NaN;
+});
 
 // A click on a step of the lockstep chart opens both models' distributions at that step: the point's x is
-// the step; the lockstep panel's hook turns the event into a Gradio event (see ui.whatif.PAIR_JS).
-(() => {
-  const hook = () => {
-    for (const gd of document.querySelectorAll('#pg-pair-plot .js-plotly-plot')) {
-      if (gd.dataset.pgPairHooked || typeof gd.on !== 'function') continue;
-      gd.dataset.pgPairHooked = '1';
-      gd.on('plotly_click', (ev) => {
-        const pt = ev && ev.points && ev.points[0];
-        const step = pt ? Math.round(Number(pt.x)) : NaN;
-        if (Number.isFinite(step)) window.dispatchEvent(new CustomEvent('pg-pair-select', {detail: step}));
-      });
-    }
-  };
-  new MutationObserver(hook).observe(document.documentElement, {childList: true, subtree: true});
-  setInterval(hook, 600);
+// the step (see ui.whatif.PAIR_JS).
+forwardClicks('#pg-pair-plot', 'pgPairHooked', () => 'pg-pair-select', stepOf);
 })();
 
 // A number typed beyond a slider's range is set to the nearest end by the slider: say so beside it,
