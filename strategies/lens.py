@@ -26,6 +26,29 @@ COLUMNS = 10  # the last row's top tokens the heat map shows
 ROW_TOP = 3  # each row's own top tokens
 _FLOOR = math.log(torch.finfo(torch.float32).tiny) + 1e-3  # the log of a probability just above the smallest normal
 _SMALLEST = float(torch.tensor(_FLOOR).exp())  # e^_FLOOR in float32: a probability at or under it is 0
+BLOCK = 1024  # top_of_rows's block of a row
+
+
+def top_of_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ``k`` largest values, largest first, and their indices: ``x.topk(k, -1)`` read
+    through blocks of ``BLOCK`` columns. A row's k largest values lie in the k blocks of largest
+    maxima (k blocks hold a value at least the k-th largest maximum, so the k-th largest value is
+    at least it), so one pass takes every block's maximum and the selection runs over k blocks: on
+    Gemma 3's 19 rows x 262,144 a fifth of a whole-row selection's time. Ties at the k-th value may
+    take another of the tied tokens than ``topk`` does (whose choice among ties is unspecified too)."""
+    rows, width = x.shape
+    blocks = width // BLOCK
+    if blocks <= 4 * k:  # few blocks: the plain selection
+        return x.topk(k, dim=-1)
+    body = x[:, :blocks * BLOCK].view(rows, blocks, BLOCK)
+    best = body.amax(-1).topk(k, dim=-1).indices  # [rows, k] the blocks of the k largest maxima
+    values = body.gather(1, best[..., None].expand(rows, k, BLOCK)).reshape(rows, k * BLOCK)
+    index = (best[..., None] * BLOCK + torch.arange(BLOCK, device=x.device)).reshape(rows, k * BLOCK)
+    if width > blocks * BLOCK:  # the columns after the last whole block are all candidates
+        tail = torch.arange(blocks * BLOCK, width, device=x.device).expand(rows, -1)
+        values, index = torch.cat([values, x[:, blocks * BLOCK:]], 1), torch.cat([index, tail], 1)
+    top, at = values.topk(k, dim=-1)
+    return top, index.gather(1, at)
 
 
 @torch.inference_mode()  # rows made in inference mode are written in place (``spend``)
@@ -41,7 +64,7 @@ def lens_record(logits: torch.Tensor, chosen: int, piece: Callable[[int], str], 
     if x is logits and not spend:
         x = x.clone()
     n = min(columns, x.shape[-1])
-    _, top = x.topk(max(n, min(row_top, x.shape[-1])), dim=-1)  # each row's top tokens, the order of p's
+    _, top = top_of_rows(x, max(n, min(row_top, x.shape[-1])))  # each row's top tokens, the order of p's
     top_i = top[:, :row_top]
     ids = [int(i) for i in top[-1, :n]]
     if chosen not in ids:

@@ -16,7 +16,7 @@ from playground.charts.lens import FLOOR, decade, lens_figure, views
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from playground.whatif.lens import lens
-from strategies.lens import lens_record
+from strategies.lens import BLOCK, lens_record, top_of_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,6 +43,23 @@ def test_the_record_of_hand_made_rows():
     assert [r["chosen_rank"] for r in rec["rows"]] == [3, 1, 4]  # tied at the top of row 1
     assert rec["first_top_layer"] == 1
     assert lens_record(logits[:1], 2, str)["first_top_layer"] is None  # no row ranks it first
+
+
+@pytest.mark.parametrize("width", [4 * BLOCK * 10, 262_144, 49_152 + 517, 300])
+def test_the_blocked_selection_is_each_rows_top(width):
+    gen = torch.Generator().manual_seed(width)
+    x = torch.randn(19, width, generator=gen)
+    x[3, -5:] += 10  # a row whose top is in the columns after the last whole block
+    x[4, 7 * BLOCK:8 * BLOCK] += 10  # a row whose top ten are all in one block
+    x[5] = x[5].to(torch.bfloat16).float()  # ties, as bfloat16 logits have them
+    x[6, :] = 1.0  # all tied
+    values, index = top_of_rows(x, 10)
+    want = x.topk(10, dim=-1).values
+    assert torch.equal(values, want)
+    assert torch.equal(x.gather(1, index), values)  # each index holds its value
+    assert all(len(set(row)) == 10 for row in index.tolist())  # ten distinct tokens a row
+    untied = [r for r in range(19) if r not in (5, 6)]
+    assert torch.equal(index[untied].sort(-1).values, x.topk(10, dim=-1).indices[untied].sort(-1).values)
 
 
 def test_the_toys_embedding_row_by_hand(store, toy):
