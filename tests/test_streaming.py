@@ -159,3 +159,41 @@ def test_pull_runs_every_step_on_one_thread_and_closes_the_source_after_an_inter
     assert closed and closed[0] - stop_at[0] >= 0.7  # closed once the interrupted step had ended
     pull.close()  # a second close does nothing
     assert len(closed) == 1
+
+
+def test_stop_waits_for_a_frame_being_made_but_not_for_a_run_its_cancel_dropped():
+    """Stop's wait ends when the run ends; and, when the page's cancel dropped the handler between two
+    frames (never resumed, so never ended), once nobody has advanced it for ``idle_s``, instead of the
+    whole ``wait_s``."""
+    def frames():
+        while True:
+            for _ in range(20):  # a frame takes 0.5 s; Stop is read every 25 ms of it
+                if events.stop_requested():
+                    time.sleep(0.3)  # the step in flight ends
+                    return
+                time.sleep(0.025)
+            yield "frame"
+
+    wrapped = events.handler(frames, 0)
+    # dropped: advanced once, then left at its yield
+    dropped = wrapped(gr.Request(session_hash="dropped"))
+    assert next(dropped) == "frame"
+    t = time.perf_counter()
+    assert events.RUNS.stop("dropped", wait_s=10.0, idle_s=0.3)
+    waited = time.perf_counter() - t
+    assert 0.25 <= waited < 2.0, f"Stop waited {waited:.2f} s for a run nobody advances"
+    dropped.close()  # as the collector would: the run ends then
+    assert not events.RUNS.stop("dropped")
+    # advanced: a frame is being made when Stop comes; Stop waits for its end, past idle_s
+    going = wrapped(gr.Request(session_hash="going"))
+    out: list[object] = []
+    reader = threading.Thread(target=lambda: out.extend(going))
+    reader.start()
+    time.sleep(0.2)
+    t = time.perf_counter()
+    assert events.RUNS.stop("going", wait_s=10.0, idle_s=0.01)
+    waited = time.perf_counter() - t
+    assert not events.RUNS.stop("going"), "Stop returned before the run it waited for ended"
+    assert waited < 2.0
+    reader.join(5)
+    assert not reader.is_alive() and out == []  # the frame begun before Stop was its last, never finished

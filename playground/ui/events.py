@@ -11,6 +11,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -34,6 +35,7 @@ PLOT_CONFIG = {"displaylogo": False, "responsive": True,
 
 LOG = logging.getLogger("playground")
 STOP_WAIT_SECONDS = 15.0  # how long Stop waits for the run to send its last frame before the page settles
+IDLE_SECONDS = 2.0  # a stopped run nobody has advanced for this long was dropped by its cancel: Stop waits no more
 
 
 class Run:
@@ -42,6 +44,16 @@ class Run:
     def __init__(self) -> None:
         self.stop, self.done = threading.Event(), threading.Event()
         self._wakes: list[threading.Event] = []
+        self.advancing = False  # the handler is making a frame (between two, Gradio holds the run)
+        self.touched = time.perf_counter()  # when a frame was last begun or ended
+
+    def advance(self, going: bool) -> None:
+        """The handler begins (True) or ends (False) making a frame."""
+        self.advancing, self.touched = going, time.perf_counter()
+
+    def idle_for(self) -> float:
+        """Seconds since a frame was last made, 0 while one is being made."""
+        return 0.0 if self.advancing else time.perf_counter() - self.touched
 
     def wakes(self, event: threading.Event) -> None:
         """``event`` is set too when Stop comes (a wait for a step wakes at once, without polling)."""
@@ -68,19 +80,27 @@ class Runs:
         return run
 
     def end(self, session: str, run: Run) -> None:
-        run.done.set()
         with self._lock:
             if self._runs.get(session) is run:
                 del self._runs[session]
+        run.done.set()  # after: a run seen done is no longer the session's
 
-    def stop(self, session: str, wait_s: float = 0.0) -> bool:
-        """Ask ``session``'s run to stop; wait up to ``wait_s`` for it to end. False when none is going."""
+    def stop(self, session: str, wait_s: float = 0.0, idle_s: float = IDLE_SECONDS) -> bool:
+        """Ask ``session``'s run to stop; wait up to ``wait_s`` for it to end. False when none is going.
+
+        The wait also ends once nobody has advanced the run for ``idle_s``: Stop cancels the page's
+        events too, and a cancel that lands between two frames leaves the handler where it is, never
+        resumed (so never ended) until it is collected; its last frame will not come. The page then
+        settles on the frames it has instead of waiting out ``wait_s``."""
         with self._lock:
             run = self._runs.get(session)
         if run is None:
             return False
         run.request_stop()
-        run.done.wait(wait_s)
+        deadline = time.perf_counter() + wait_s
+        while not run.done.wait(min(0.05, max(0.0, deadline - time.perf_counter()))):
+            if time.perf_counter() >= deadline or run.idle_for() >= idle_s:
+                break
         return True
 
 
@@ -149,9 +169,14 @@ def handler(fn: Callable[..., Iterator[Any]], n_inputs: int, progress: bool = Fa
             while True:  # each frame is made with this run current, so the handler can read its Stop
                 with current_run(run):
                     try:
+                        if run is not None:
+                            run.advance(True)
                         frame = next(frames)
                     except StopIteration:
                         return
+                    finally:
+                        if run is not None:
+                            run.advance(False)
                 yield frame
         except InvalidRequest as err:
             if status is not None:
