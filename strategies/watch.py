@@ -75,7 +75,9 @@ def watch_heading(lm: LanguageModel, ids: list[int]) -> list[dict[str, Any]]:
 def ranks(probs: torch.Tensor, at: torch.Tensor) -> tuple[list[float], list[int]]:
     """``probs`` [vocab] at the ids ``at`` [w], and each one's rank: 1 + how many tokens are more probable."""
     picked = probs[at]
-    above = (probs[None, :] > picked[:, None]).sum(-1) + 1
+    # a - b > 0 exactly when a > b (finite floats, gradual underflow): counted as floats, since a sum
+    # over booleans is not vectorised on CPU (SmolLM2's 8 x 49,152: 0.44 ms as booleans, 0.11 as floats)
+    above = torch.sub(probs[None, :], picked[:, None]).gt_(0).sum(-1) + 1
     return picked.tolist(), above.tolist()
 
 

@@ -27,8 +27,8 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
     "bench_lens.py": [r"toy +float32 +3 rows, .* ratio lens / step \d+\.\d+; the page's button .* \d+\.\d+ steps"],
     "bench_step.py": [r"step profile toy float32: step \d+\.\d+ ms, rest/step \d+\.\d+"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
-    "bench_watch.py": [r"toy greedy *: .* watch / plain per-step ratio \d+\.\d+",
-                       r"toy sampling *: .* watch / plain per-step ratio \d+\.\d+"],
+    "bench_watch.py": [r"toy \S+ greedy *: .* watch / plain per-step ratio \d+\.\d+",
+                       r"toy \S+ sampling *: .* watch / plain per-step ratio \d+\.\d+"],
 }
 # The short run of each. The load test's own --quick is a minute of load and a fault drill; here it is 10 s
 # of load from four clients (two toy, SmolLM2 sampling, speculative: seeded answers checked against their

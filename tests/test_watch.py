@@ -10,7 +10,7 @@ from playground.errors import InvalidRequest
 from playground.trace import rnd
 from strategies.sampling.chain import apply_chain
 from strategies.sampling.samplers import SamplerParams, build_sampler_chain
-from strategies.watch import MAX_WATCHED, parse_watch, watched_token
+from strategies.watch import MAX_WATCHED, parse_watch, ranks, watched_token
 
 
 def sorted_rank(probs: torch.Tensor, p: float) -> int:
@@ -32,6 +32,14 @@ def logits_seen(lm, monkeypatch) -> list[torch.Tensor]:
 
     monkeypatch.setattr(lm, "forward", recording)
     return seen
+
+
+def test_ranks_count_strictly_more_probable_tokens_down_to_subnormal_probabilities():
+    tiny = torch.finfo(torch.float32).tiny  # the smallest normal; under it, subnormal numbers
+    probs = torch.tensor([0.5, 0.25, 0.25, tiny / 2**22, tiny / 2**21, 0.0, tiny / 2**21])
+    picked, rank = ranks(probs, torch.tensor([1, 2, 3, 4, 5, 0]))
+    assert rank == [2, 2, 6, 4, 7, 1]  # tied tokens share a rank; 2^-147 > 2^-148 > 0, subnormal as they are
+    assert picked == probs[[1, 2, 3, 4, 5, 0]].tolist()
 
 
 CASES = [("toy", "1 2", "the, a, 12, once", {"temperature": 1.3, "top_k": 2}, 3),
