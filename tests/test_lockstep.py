@@ -74,6 +74,10 @@ def test_the_charts_draw_the_record(store):
     assert list(ba.y) == [st["kl_ba"] for st in record["steps"]]
     parted = next(t for t in fig.data if t.name == "argmax differs")
     assert list(parted.x) == [st["step"] for st in record["steps"] if not st["agree"]]
+    # the selected step is a band around it, in no trace's colour (it must not read as a value)
+    (band,) = [sh for sh in fig.layout.shapes if sh.name == "selected step"]
+    assert band.type == "rect" and band.x0 < 2 < band.x1
+    assert band.fillcolor not in {t.line.color for t in fig.data if t.line} | {t.marker.color for t in fig.data}
     side = step_figure(record, 2)
     cands = record["steps"][2]["candidates"]
     assert [list(t.y) for t in side.data] == [[c["p_a"] for c in cands], [c["p_b"] for c in cands]]

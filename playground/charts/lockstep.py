@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts.common import TOKEN_MARKS, add_caption, prob_brief, show_token
-from playground.charts.palette import CHOSEN, DRAFT, GUIDE, REJECTED, TARGET, TEMPLATE
+from playground.charts.palette import DRAFT, GUIDE, REJECTED, SELECTED_BAND, TARGET, TEMPLATE
 
 
 def _name(side: dict[str, Any]) -> str:
@@ -38,7 +38,9 @@ def lockstep_figure(record: dict[str, Any], selected: int | None = None) -> go.F
                              name="argmax differs", marker=dict(symbol="x", size=12, color=REJECTED),
                              hoverinfo="skip"), secondary_y=False)
     if selected is not None and 0 <= selected < len(steps):
-        fig.add_vline(x=selected, line=dict(color=CHOSEN, width=2))
+        # a band, not a line: a line in the selection's amber read as a spike of KL(B‖A), drawn in amber too
+        fig.add_vrect(x0=selected - 0.4, x1=selected + 0.4, fillcolor=SELECTED_BAND, line_width=0, layer="below",
+                      name="selected step")
     summary = record["summary"]
     fig.update_layout(template=TEMPLATE, height=400, margin=dict(t=120, b=110),
                       title=dict(text=f"A {a} against B {b}<br>mean KL(A‖B) {summary['mean_kl_ab']:.3g} nats · "

@@ -61,6 +61,7 @@ PLOTLY_INKS = ("#444", "#444444", BLACK, "#000", "#000000", "#2a3f5f")  # the da
 KEPT = BLUE_600  # survived every truncation: the selector could draw it
 CUT = SLATE_400  # removed by a truncation
 CHOSEN = AMBER_500  # the token the selector picked; the selected step
+SELECTED_BAND = rgba(SLATE_400, 0.28)  # behind the selected step where amber would read as a value
 RAW = SLATE_500  # the model's own probability, before penalty / temperature
 FINAL = CYAN_600  # the distribution after the whole chain: what the selector drew from
 ENTROPY = VIOLET_600
