@@ -25,7 +25,6 @@ from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
 from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, SLIDE_HIDDEN, build_demo, model_sees
 from playground.whatif import branches
 from strategies.registry import get_strategy
-from tests.page_events import as_called
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -86,7 +85,7 @@ def test_the_advanced_label_counts_the_stages_that_are_on_and_follows_the_values
     assert stages_on(rest, [on[c.name] for c in rest]) == 4  # text and checkbox stages count; the order does not
     # the page's own change event of the group: its inputs are the group's controls, its output the label
     box = component(demo, "pg-p-sampling-advanced")["id"]
-    fn = as_called(next(f for f in demo.fns.values() if [o._id for o in f.outputs] == [box] and f.fn is not None))
+    fn = next(f for f in demo.fns.values() if [o._id for o in f.outputs] == [box])
     assert [i.elem_id for i in fn.inputs] == [f"pg-p-sampling-{c.name}" for c in rest]
     values = {c.name: c.default for c in rest} | {"dry_multiplier": 0.8, "top_nsigma": 1.0}
     assert fn.fn(*[values[c.name] for c in rest])["label"] == "Advanced sampler stages (2 on)"
