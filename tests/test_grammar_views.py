@@ -42,7 +42,6 @@ from strategies.sampling.chain import Multinomial, record_chain
 from strategies.sampling.grammar import GRAMMAR_REASON, masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.stages import TransformBase
-from tests.page_events import as_called
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
@@ -233,7 +232,7 @@ def test_the_page_passes_the_grammar_controls_into_the_request(store):
         yield run(store, req)
 
     demo = build_demo(store, decoder=decoder)
-    fn = as_called(next(f for f in demo.fns.values() if f.api_name == "explore"))
+    fn = next(f for f in demo.fns.values() if f.api_name == "explore")
     set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-grammar-kind": "choices",
               "pg-grammar-text": CHOICES}
     values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]
@@ -247,8 +246,7 @@ def test_the_page_passes_the_grammar_controls_into_the_request(store):
 def test_the_page_writes_the_grammar_into_its_share_link_and_an_example_sets_the_grammar_controls(store):
     demo = build_demo(store, decoder=lambda req, progress=None: iter(()))
     ids = lambda comps: [getattr(c, "elem_id", None) for c in comps]  # noqa: E731
-    link = as_called(next(f for f in demo.fns.values() if "pg-link" in ids(f.outputs) and f.fn is not None
-                          and len(getattr(f.fn, "inputs", ())) > 5))
+    link = next(f for f in demo.fns.values() if "pg-link" in ids(f.outputs) and len(f.inputs) > 5)
     set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-grammar-kind": "choices",
               "pg-grammar-text": CHOICES}
     update = link.fn(*[set_to.get(c.elem_id, c.value) for c in link.inputs[:-2]], "generate", None)  # no lockstep

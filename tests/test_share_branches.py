@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl
@@ -14,7 +13,7 @@ import gradio as gr
 import pytest
 from gradio.utils import deep_hash
 
-from playground.ui import gather, share
+from playground.ui import share
 from playground.ui.components import share_query
 from playground.ui.page import build_demo
 
@@ -58,9 +57,6 @@ class Session:
             self.values[comp._id] = value
 
     def fire(self, fn: Any, *args: Any) -> None:
-        for gathering in self.fns:  # the browser's first event gathers the controls into the handler's box
-            if gathering.js == gather.GATHER_JS and gathering.outputs[0] in fn.inputs:
-                self.set(gathering.outputs[0], json.dumps([self.get(c) for c in gathering.inputs]))
         states = [c for c in fn.outputs if isinstance(c, gr.State)]
         before = {c._id: deep_hash(self.get(c)) for c in states}
         out = fn.fn(*(args or [self.get(c) for c in fn.inputs]))

@@ -26,7 +26,6 @@ from strategies.registry import all_strategies, get_strategy
 from strategies.sampling.grammar import EXAMPLES as GRAMMAR_EXAMPLES
 from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES
-from tests.page_events import as_called
 
 CASES = 80
 TEXT = "aé ✓&?=#+%/\n\"'<>{}[]日本 1 2 3"  # what a query string must escape, and more
@@ -46,9 +45,8 @@ def page(store):
     fns = list(demo.fns.values())
     ids = lambda comps: [getattr(c, "elem_id", None) for c in comps]  # noqa: E731
     handlers = SimpleNamespace(
-        explore=as_called(next(f for f in fns if f.api_name == "explore")),
-        link=as_called(next(f for f in fns if "pg-link" in ids(f.outputs) and f.fn is not None
-                            and len(getattr(f.fn, "inputs", ())) > 5)),
+        explore=next(f for f in fns if f.api_name == "explore"),
+        link=next(f for f in fns if "pg-link" in ids(f.outputs) and len(f.inputs) > 5),
         load=next(f for f in fns if not f.inputs and "pg-model" in ids(f.outputs)
                   and "pg-example-note" not in ids(f.outputs)),
         sent=sent, decoding=decoding)

@@ -13,7 +13,6 @@ from playground.ui.page import build_demo
 from playground.ui.whatif import sample_many_view, score_view, select_score_step
 from playground.whatif.branches import branch_forced, branch_settings
 from playground.whatif.sample_many import sample_many
-from tests.page_events import as_called
 
 
 def test_sample_many_view_draws_both_sets_of_bars(store):
@@ -70,7 +69,7 @@ def test_the_sample_many_tab_offers_the_whole_result_as_json_after_a_run(store):
     """The page's own Sample-many handler, called with the page's inputs: after the run, the tab's file holds
     the result with every outcome (the table shows 30 and says the rest are in the JSON)."""
     demo = build_demo(store)
-    fn = as_called(next(f for f in demo.fns.values() if f.api_name == "sample_many"))
+    fn = next(f for f in demo.fns.values() if f.api_name == "sample_many")
     set_to = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0,
               "pg-p-sampling-temperature": 3.0, "pg-whatif-n": 200, "pg-whatif-k": 3}
     values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]

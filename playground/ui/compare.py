@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import gradio as gr
 
 from playground.errors import InvalidRequest
-from playground.ui import events, gather
+from playground.ui import events
 from playground.ui.components import run_config, run_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
 from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
@@ -116,7 +116,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
         return keyed({page.compare_step: gr.update(value=k), **select(a, b, k, model, chat, theme)})
 
     outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
-    event = gather.on([page.compare_run.click], handler(run_compare, len(page.run_inputs), True, status=sides[0].status), page.run_inputs,
+    event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True, status=sides[0].status), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
     page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],

@@ -13,7 +13,6 @@ import gradio as gr
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, OFFLINE, on_space
 from playground.serving.model_keys import KeyPolicy
-from playground.ui import gather
 from playground.ui.events import QUIET
 from strategies.contrastive.contrastive import ContrastiveParams
 from strategies.params import describe
@@ -304,8 +303,8 @@ def build_panel(prefix: str, selected: str) -> Panel:
                         if c.name == "order" and issubclass(spec.params, SamplerParams):
                             _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
                 advanced[spec.name] = box
-                gather.on([m.change for m in mine], lambda *v, rest=rest: gr.update(label=advanced_label(stages_on(rest, v))),
-                          mine, box, trigger_mode="always_last", **QUIET)
+                gr.on([m.change for m in mine], lambda *v, rest=rest: gr.update(label=advanced_label(stages_on(rest, v))),
+                      mine, box, **QUIET)
         groups[spec.name] = col
     return Panel(controls, components, groups, advanced)
 

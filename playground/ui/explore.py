@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import gradio as gr
 
 from playground.charts.steps import clamp_step
-from playground.ui import branches, events, gather
+from playground.ui import branches, events
 from playground.ui.components import run_config, run_request
 from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
@@ -117,7 +117,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
         return keyed(select(trace, k, model, chat, theme))
 
-    event = gather.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True, status=main.status),
+    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True, status=main.status),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     panel = page.branches

@@ -27,7 +27,7 @@ from playground.engine import MAX_SEED
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
-from playground.ui import api, compare, explore, gather, share, whatif
+from playground.ui import api, compare, explore, share, whatif
 from playground.ui.components import Page, page_config, share_query
 from playground.ui.controls import (
     GRAMMAR_CHOICES,
@@ -41,7 +41,7 @@ from playground.ui.controls import (
     strategies_in_order,
     strategy_summary,
 )
-from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, no_progress_targets, refusal
+from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
 from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
@@ -343,7 +343,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
     page.explore_tab.select(lambda: "generate", None, page.mode, **QUIET)
     page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
-    gather.on([page.link.click], on_share, [*page.config_inputs, page.branches.state, page.mode, page.whatif.pair_record],
+    page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode, page.whatif.pair_record],
                     page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
 
@@ -369,7 +369,7 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
 
     for triggers, mode in (([page.generate.click, page.prompt.submit], "generate"), ([page.compare_run.click], "compare"),
                            ([page.branches.run.click, page.branches.hook.click], "branch")):
-        gather.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
+        gr.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
               [page.example_note, page.example_key], queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
@@ -391,7 +391,6 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
         _wire_share(page, demo)
         api.wire(page, decode)
         whatif.wire(page, page.whatif, store)
-    no_progress_targets(demo)
     demo.queue(max_size=QUEUE_MAX)
     return demo
 

@@ -22,7 +22,7 @@ from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.models import OFFLINE
 from playground.models.dtypes import DTYPES
-from playground.ui import events, gather
+from playground.ui import events
 from playground.ui.events import (
     MODEL_EVENT,
     QUIET,
@@ -247,7 +247,7 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         html, *figures = picked
         return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
 
-    gather.on([w.sample_run.click], handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
+    w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
                        [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
     w.score_run.click(handler(on_score, 6 + len(grammar_inputs), True),
@@ -261,7 +261,7 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                                                      cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                                      events.progress(progress))})
 
-    gather.on([w.detect_run.click], handler(on_detect, len(config) + 1, True), [*config, w.score_text], [w.detect_result],
+    w.detect_run.click(handler(on_detect, len(config) + 1, True), [*config, w.score_text], [w.detect_result],
                        api_name="detect", api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
 
     def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
