@@ -39,6 +39,7 @@ def test_ranks_count_strictly_more_probable_tokens_down_to_subnormal_probabiliti
     probs = torch.tensor([0.5, 0.25, 0.25, tiny / 2**22, tiny / 2**21, 0.0, tiny / 2**21])
     picked, rank = ranks(probs, torch.tensor([1, 2, 3, 4, 5, 0]))
     assert rank == [2, 2, 6, 4, 7, 1]  # tied tokens share a rank; 2^-147 > 2^-148 > 0, subnormal as they are
+    assert all(type(r) is int for r in rank)  # the trace's JSON says 2, not 2.0
     assert picked == probs[[1, 2, 3, 4, 5, 0]].tolist()
 
 
