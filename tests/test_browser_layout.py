@@ -131,6 +131,9 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         page.wait_for_selector("#pg-slides input")
         page.locator("#pg-slides input").check()
         page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
+        # the link's settings have landed (a Generate clicked before the load event ends runs the defaults)
+        page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value === '1 2'",
+                               timeout=60_000)
         # the slides view hides Generate with the rest of the page: the run starts as a restored link's does
         page.evaluate("() => document.getElementById('pg-generate').click()")
         wait_done(page)
