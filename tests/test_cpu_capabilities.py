@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py",
          "tests/test_one_pass.py", "tests/test_batch_invariance.py"]
 # What runs per capability (pytest -k): the fewest tests that still run every kernel shape the fast
-# paths use, one test per shape. int4: the packed layout, the kernel's weights, the self-check on its
+# paths use, one test per shape. int4: the packed layout (whole and in slices), the kernel's weights, the self-check on its
 # probe, one pass against steps bit for bit (SmolLM2 and Gemma), batched rows against single rows, a
 # draft tree's 4D mask, cached steps, crops and reorders, one greedy speculative run against greedy,
 # every beam candidate of a 4-row batch against a one-row pass over its path;
@@ -38,13 +38,13 @@ FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_p
 # than float32's, and auto never picks int4 there), so there only the int4 layout and the kernel's
 # product with the files' weights run (what a wrong layout would fail; the int4 self-check's probe
 # alone takes 30 s there), and the bfloat16 self-check.
-KERNEL_SHAPES = ("packed_plane or stack or kernel_multiplies or fast_paths_pass or one_pass_equals_steps "
+KERNEL_SHAPES = ("packed_plane or packed_in_slices or stack or kernel_multiplies or fast_paths_pass or one_pass_equals_steps "
                  "or batched_rows or tree_pass or cached_steps_crops or logits_close or dense_product "
                  "or stepwise_attention or one_pass_equals_transformers or crop_and_verify or reorder_grows "
                  "or hidden_states or one_pass_and_steps_equal "
                  "or (speculative_equals_greedy_on_the_lean_path and early_exit and int4) "
                  "or (scores_as_its_path_alone and int4)")
-SELECT = {"default": ("packed_plane or stack or rows_are_matched or kernel_multiplies "
+SELECT = {"default": ("packed_plane or packed_in_slices or stack or rows_are_matched or kernel_multiplies "
                       "or (fast_paths_pass and bfloat16)"),
           "avx2": KERNEL_SHAPES, "avx512": KERNEL_SHAPES}
 ONEDNN_ISA = {"avx2": "AVX2", "default": "SSE41"}

@@ -62,8 +62,11 @@ def kernel_form(blocks: gguf_int4.Blocks) -> np.ndarray:
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.29.ffn_down.weight", "token_embd.weight"])
 def test_blocks_read_as_gguf_py_dequantises_them(tensors, name):
     tensor = tensors[name]
-    blocks = gguf_int4.read_blocks(tensor)
-    reference = dequantize(np.asarray(tensor.data), GGMLQuantizationType[tensor.kind]).reshape(blocks.values.shape)
+    every = max(1, len(tensor.data) // 2048)  # a large matrix is compared on 2,048 rows spread over it
+    blocks = gguf_int4.read_blocks(tensor).rows(list(range(0, len(tensor.data), every)))
+    raw = np.asarray(tensor.data)[::every]
+    reference = dequantize(raw, GGMLQuantizationType[tensor.kind]).reshape(blocks.shape)
+    assert np.array_equal(blocks.values, reference)
     assert blocks.q.min() >= 0 and blocks.q.max() <= 15
     assert len(blocks.q) == (2 if tensor.kind == "Q8_0" else 1)
     assert np.allclose(kernel_form(blocks), reference, rtol=1e-6, atol=1e-6)
@@ -88,6 +91,16 @@ def test_a_packed_plane_multiplies_as_its_dense_matrix(rows, cols):
         gguf_int4.pack(np.zeros((40, 32), np.uint8))
 
 
+def test_a_plane_packed_in_slices_is_the_plane_packed_whole():
+    """A plane of more than ``PACK_ROWS`` rows is packed a slice at a time, which this kernel allows
+    (checked by ``_packs_by_rows``); the result is the converter's on the whole plane."""
+    assert gguf_int4._packs_by_rows()
+    rows = 2 * gguf_int4.PACK_ROWS + 48
+    q = np.random.default_rng(7).integers(0, 16, (rows, 64), dtype=np.uint8)
+    whole = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
+    assert torch.equal(gguf_int4.pack(q), whole)
+
+
 def test_a_stack_of_one_and_two_plane_matrices(tensors):
     """Q4_1 rows stacked on Q8_0 rows (one plane and two): the one-plane part gets a zero plane."""
     k = gguf_int4.read_blocks(tensors["blk.0.attn_k.weight"])  # Q4_1 [192, 576]
@@ -97,7 +110,9 @@ def test_a_stack_of_one_and_two_plane_matrices(tensors):
     assert weights.shape == (256, 576) and torch.equal(weights, torch.cat(parts))
 
 
-def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors):
+@pytest.mark.parametrize("match_rows", [gguf_int4.MATCH_ROWS, 100])  # 100: 6 slices, the last short
+def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors, monkeypatch, match_rows):
+    monkeypatch.setattr(gguf_int4, "MATCH_ROWS", match_rows)
     attn = smollm.model.model.layers[3].self_attn
     blocks = gguf_int4.read_blocks(tensors["blk.3.attn_q.weight"])
     # llama.cpp stores Q's rows in another order (its RoPE layout): the match undoes it

@@ -72,10 +72,19 @@ def weights_order(name: str, device: torch.device, loaded: torch.dtype, toy: boo
 def cast_model(model: Any, dtype: torch.dtype) -> Any:
     """A copy of a transformers model in ``dtype``. The RoPE inverse frequencies stay float32, as
     ``from_pretrained(dtype=...)`` leaves them: ``.to(bfloat16)`` would round them (relative error up to
-    2**-9), and the rotary angle at position t would drift by that fraction of t radians."""
-    cast = copy.deepcopy(model).to(dtype)
-    originals = dict(model.named_buffers())
-    for name, buffer in cast.named_buffers():
-        if name.endswith("inv_freq"):
-            buffer.data = originals[name].data.clone()
+    2**-9), and the rotary angle at position t would drift by that fraction of t radians.
+
+    Each floating tensor is cast straight from the original (the copy's structure comes from
+    ``deepcopy``, told the cast tensors in advance): a deep copy first would write the whole model
+    once more in float32 (1 GB for Gemma 3 270M) only to cast it. Tied weights stay tied."""
+    memo: dict[int, Any] = {}
+    for name, buffer in model.named_buffers(remove_duplicate=False):
+        if id(buffer) not in memo:
+            keep = name.endswith("inv_freq") or not buffer.is_floating_point()
+            memo[id(buffer)] = buffer.clone() if keep else buffer.to(dtype, copy=True)
+    for param in model.parameters():
+        if id(param) not in memo:
+            data = param.detach().to(dtype, copy=True) if param.is_floating_point() else param.detach().clone()
+            memo[id(param)] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
+    cast = copy.deepcopy(model, memo)
     return cast

@@ -22,6 +22,7 @@ row, by exact value; a matrix that does not match exactly is refused, never gues
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,8 @@ from playground.models.fast.layers import LayerMatrices, MatrixName
 GROUP = 32  # the kernel's group: one scale and zero per 32 weights along a row
 # bytes per block of each type the kernel takes (Q4_K: a super-block of 256 weights, 8 groups of 32)
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q4_K": 144, "Q5_0": 22, "Q8_0": 34}
+MATCH_ROWS = 8192  # rows of file values read at a time to match a matrix's rows (21 MB at 640 columns)
+PACK_ROWS = 4096  # rows of a plane packed at a time, where the kernel packs rows apart (_packs_by_rows)
 # the GGUF tensor names of one layer, of every architecture (playground.models.architectures)
 LAYER_NAMES = frozenset(name for arch in ARCHITECTURES for name in arch.int4_layer_names.values())
 
@@ -50,16 +53,35 @@ def kernel_available() -> bool:
 class Blocks:
     """One matrix as a sum of 4-bit planes in the kernel's form: weight[r, c] is the sum over planes p
     of (q[p, r, c] - 8) * scale[p, r, c // 32] + zero[p, r, c // 32]. A 4-bit type is one plane.
-    ``values`` are the file's weights as gguf-py dequantises them to float32, which is what
-    transformers loads."""
+    ``raw`` holds the file's bytes of these rows (``kind`` their type), from which ``values`` reads
+    the weights as gguf-py dequantises them to float32, which is what transformers loads: on demand,
+    since a head of 262,144 rows is 671 MB of float32 that only the row check reads."""
 
     q: np.ndarray  # uint8 [planes, rows, cols], 0..15
     scale: np.ndarray  # float32 [planes, rows, cols // 32]
     zero: np.ndarray  # float32 [planes, rows, cols // 32]
-    values: np.ndarray  # float32 [rows, cols]
+    raw: np.ndarray | None = None  # uint8 [rows, bytes per row]: the file's blocks of these rows
+    kind: str = ""
 
     def rows(self, order: list[int]) -> "Blocks":
-        return Blocks(self.q[:, order], self.scale[:, order], self.zero[:, order], self.values[order])
+        return Blocks(self.q[:, order], self.scale[:, order], self.zero[:, order],
+                      None if self.raw is None else self.raw[order], self.kind)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape[1], self.q.shape[2]
+
+    def values_of(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``start:stop`` as gguf-py dequantises them, float32."""
+        from gguf import GGMLQuantizationType, dequantize
+        if self.raw is None:
+            raise ValueError("these blocks were not read from a file, so they have no file values")
+        rows = self.raw[start:stop]
+        return dequantize(rows, GGMLQuantizationType[self.kind]).reshape(len(rows), -1)
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.values_of()
 
 
 def read_blocks(tensor: Any) -> Blocks:
@@ -71,7 +93,6 @@ def read_blocks(tensor: Any) -> Blocks:
     d and zero 8 d. Q5_0 (weight = d * (q - 16), q = 16 h + l in 0..31) is two as well: plane one
     the high bit h with scale 16 d and zero 128 d, plane two the low nibble l with scale d and
     zero -8 d. Those split scales and zeros are exact once d is in bfloat16 (powers of two times d)."""
-    from gguf import GGMLQuantizationType, dequantize
     kind = tensor.kind
     if kind not in BLOCK_BYTES:
         raise ValueError(f"{tensor.name} is {kind}, not a block type the kernel takes ({', '.join(BLOCK_BYTES)})")
@@ -82,8 +103,13 @@ def read_blocks(tensor: Any) -> Blocks:
     if kind == "Q4_K":
         q, scale, zero = _q4_k(blocks, d)
     elif kind == "Q8_0":
-        u = blocks[..., 2:] ^ np.uint8(0x80)  # the int8 q's bits with the sign bit flipped: q + 128
-        q = np.stack([u >> 4, u & 15])
+        # u = q + 128 is the int8 q's bits with the sign bit flipped, so its high nibble is the
+        # byte's high nibble with bit 3 flipped and its low nibble the byte's; both are written in
+        # place (a head's planes are 168 MB each)
+        q = np.empty((2, *blocks[..., 2:].shape), np.uint8)
+        np.right_shift(blocks[..., 2:], 4, out=q[0])
+        np.bitwise_xor(q[0], 8, out=q[0])
+        np.bitwise_and(blocks[..., 2:], 15, out=q[1])
         scale, zero = np.stack([16 * d, d]), np.stack([np.zeros_like(d), 8 * d])
     elif kind == "Q5_0":
         high = blocks[..., 2:6].copy().view(np.uint32)  # [rows, blocks, 1]: bit j is weight j's fifth bit
@@ -95,8 +121,8 @@ def read_blocks(tensor: Any) -> Blocks:
     else:
         q, scale, zero = _nibbles(blocks[..., 2:])[None], d[None], np.zeros_like(d)[None]
     planes = len(q)
-    values = dequantize(data, GGMLQuantizationType[kind]).reshape(rows, -1)
-    return Blocks(q.reshape(planes, rows, -1), scale.reshape(planes, rows, -1), zero.reshape(planes, rows, -1), values)
+    return Blocks(q.reshape(planes, rows, -1), scale.reshape(planes, rows, -1), zero.reshape(planes, rows, -1),
+                  data.reshape(rows, -1), kind)
 
 
 def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
@@ -126,14 +152,19 @@ def _q4_k(blocks: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def match_rows(blocks: Blocks, weight: torch.Tensor, name: str) -> Blocks:
-    """``blocks`` in the row order of ``weight`` (float32, the loaded model's), matched by exact value."""
+    """``blocks`` in the row order of ``weight`` (float32, the loaded model's), matched by exact value.
+    The file's values are read ``MATCH_ROWS`` rows at a time, so a large head never holds them whole."""
     w = weight.detach().to("cpu", torch.float32).numpy()
-    if w.shape != blocks.values.shape:
-        raise ValueError(f"{name}: the file's matrix is {blocks.values.shape}, the model's {w.shape}")
-    if np.array_equal(w, blocks.values):
+    if w.shape != blocks.shape:
+        raise ValueError(f"{name}: the file's matrix is {blocks.shape}, the model's {w.shape}")
+    rows = len(w)
+    chunks = range(0, rows, MATCH_ROWS)
+    if all(np.array_equal(w[i:i + MATCH_ROWS], blocks.values_of(i, i + MATCH_ROWS)) for i in chunks):
         return blocks
-    index = {blocks.values[i].tobytes(): i for i in range(len(blocks.values))}
-    order = [index.get(w[i].tobytes(), -1) for i in range(len(w))]
+    index: dict[bytes, int] = {}
+    for i in chunks:
+        index.update((row.tobytes(), i + j) for j, row in enumerate(blocks.values_of(i, i + MATCH_ROWS)))
+    order = [index.get(w[i].tobytes(), -1) for i in range(rows)]
     if -1 in order:
         raise ValueError(f"{name}: row {order.index(-1)} of the loaded weight is not a row of the file's blocks")
     return blocks.rows(order)
@@ -149,9 +180,9 @@ class Int4Linear:
         self.float_out = float_out
         planes = max(len(p.q) for p in parts)
         parts = [_padded(p, planes) for p in parts]
-        q = np.concatenate([p.q for p in parts], axis=1)
-        scale = np.concatenate([p.scale for p in parts], axis=1)
-        zero = np.concatenate([p.zero for p in parts], axis=1)
+        # one part (a head) is used as it is: a concatenation would copy its planes
+        q, scale, zero = ((getattr(parts[0], f) if len(parts) == 1 else np.concatenate([getattr(p, f) for p in parts], axis=1))
+                          for f in ("q", "scale", "zero"))
         self.out_features, self.in_features = q.shape[1:]
         self.packed = [pack(plane) for plane in q]
         # [groups, rows, 2] per plane: the kernel's layout of scales and zeros
@@ -194,11 +225,35 @@ def pack(q: np.ndarray) -> torch.Tensor:
 
     The layout is the dispatched kernel's own (AVX-512, AVX2 and the default kernel each pack the
     same matrix to other bytes), so it comes from torch's converter, which dispatches the same way
-    the multiply does; no layout is written here. The converter takes rows in multiples of 16."""
+    the multiply does; no layout is written here. The converter takes rows in multiples of 16, as
+    int32. A large plane goes through it ``PACK_ROWS`` rows at a time, where this process's kernel
+    packs a slice of rows to the same rows of the whole's result (``_packs_by_rows``, checked once):
+    a head's plane as int32 whole would be 671 MB."""
     rows, cols = q.shape
     if rows % 16:
         raise ValueError(f"the int4 kernel takes matrices of rows in multiples of 16, this one has {rows}")
+    if rows <= PACK_ROWS or not _packs_by_rows():
+        return _convert(q)
+    first = _convert(q[:PACK_ROWS])
+    out = torch.empty((rows, *first.shape[1:]), dtype=first.dtype)
+    out[:PACK_ROWS] = first
+    for i in range(PACK_ROWS, rows, PACK_ROWS):
+        out[i:i + PACK_ROWS] = _convert(q[i:i + PACK_ROWS])
+    return out
+
+
+def _convert(q: np.ndarray) -> torch.Tensor:
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
+
+
+@functools.cache
+def _packs_by_rows() -> bool:
+    """Whether this process's converter packs rows apart: slices of ``PACK_ROWS`` rows (and a
+    shorter last one) give the rows of the whole's result (a random plane of 2.5 slices)."""
+    q = np.random.default_rng(0).integers(0, 16, (PACK_ROWS * 2 + PACK_ROWS // 2, 64), dtype=np.uint8)
+    whole = _convert(q)
+    return whole.shape[0] == len(q) and all(
+        torch.equal(_convert(q[i:i + PACK_ROWS]), whole[i:i + PACK_ROWS]) for i in range(0, len(q), PACK_ROWS))
 
 
 def _padded(blocks: Blocks, planes: int) -> Blocks:
@@ -208,7 +263,7 @@ def _padded(blocks: Blocks, planes: int) -> Blocks:
         return blocks
     pad = np.zeros((extra, *blocks.scale.shape[1:]), np.float32)
     return Blocks(np.concatenate([blocks.q, np.full((extra, *blocks.q.shape[1:]), 8, np.uint8)]),
-                  np.concatenate([blocks.scale, pad]), np.concatenate([blocks.zero, pad]), blocks.values)
+                  np.concatenate([blocks.scale, pad]), np.concatenate([blocks.zero, pad]), blocks.raw, blocks.kind)
 
 
 def has_blocks(path: Path) -> bool:
