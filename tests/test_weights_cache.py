@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 
+import gguf
 import pytest
 import torch
 
@@ -141,7 +143,13 @@ def test_the_first_start_converts_to_the_model_later_starts_read(tmp_path, monke
     plain float model that every later start reads from the cache: same marks, same logits."""
     monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
     quiet = lambda f, m: None  # noqa: E731
+    parsed = []
+    parse = gguf.gguf_reader.GGUFReader.__init__
+    monkeypatch.setattr(gguf.gguf_reader.GGUFReader, "__init__",
+                        lambda self, path, *a, **k: parsed.append(str(path)) or parse(self, path, *a, **k))
     first, _ = models._load_gguf("smollm2-135m", torch.device("cpu"), quiet)  # converts: nothing cached
+    # config, tokenizer and weights: one parse
+    assert [os.path.realpath(p) for p in parsed] == [os.path.realpath(models.gguf_path("smollm2-135m"))]
     assert (tmp_path / "converted" / "smollm2-135m" / "CHECKSUMS.json").is_file()
     later, _ = models._load_gguf("smollm2-135m", torch.device("cpu"), quiet)  # reads the cache
     prompt = torch.tensor([[1, 504, 3158, 314]])

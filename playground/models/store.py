@@ -24,6 +24,7 @@ import torch
 from playground import ASSETS
 from playground.errors import InvalidRequest
 from playground.models import weights_cache
+from playground.models.gguf_reads import one_parse_per_file
 from playground.models.lineup import (
     DEFAULT_MODEL,
     OFFLINE,
@@ -71,7 +72,8 @@ def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any,
     def convert(tmp: Path) -> tuple[Any, Any]:
         path = gguf_path(key)
         progress(0.2, f"dequantising {path.name} (first start only, about 20-60 s)")
-        model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
+        with one_parse_per_file():  # transformers would parse the file three times
+            model, tokenizer = _load_pretrained(path.parent, torch.device("cpu"), gguf_file=path.name)
         progress(0.8, "caching the converted weights for the next start")
         unmark_quantized(model)
         model.save_pretrained(tmp)
