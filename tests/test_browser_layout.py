@@ -131,10 +131,9 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         page.wait_for_selector("#pg-slides input")
         page.locator("#pg-slides input").check()
         page.wait_for_function("() => document.body.classList.contains('pg-slides')", timeout=10_000)
-        # the link's settings have landed (a Generate clicked before the load event ends runs the defaults)
-        page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value === '1 2'",
-                               timeout=60_000)
-        # the slides view hides Generate with the rest of the page: the run starts as a restored link's does
+        # the slides view hides Generate with the rest of the page: the run starts as a restored link's
+        # does, once the restore has enabled it
+        page.wait_for_function("() => document.getElementById('pg-generate')?.disabled === false", timeout=60_000)
         page.evaluate("() => document.getElementById('pg-generate').click()")
         wait_done(page)
         for slot in slots:
@@ -143,6 +142,22 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         shown = [s for s in [*slots, "#pg-view-html"] if page.locator(s).is_visible()]
         assert shown == [], f"shown beside the distribution when the run came after the slides view: {shown}"
         assert page.locator("#pg-dist").is_visible()
+
+
+def test_generate_clicked_the_moment_a_link_opens_runs_the_links_settings(browser, url):
+    """Generate waits for the link's settings: it is enabled once the load event has restored them.
+    The click is made as the load event leaves for the server (Playwright's click waits until the
+    button is enabled); before the gate it ran the page's defaults (SmolLM2 sampling)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    try:
+        with page.expect_request(lambda r: "/queue/join" in r.url, timeout=60_000):
+            page.goto(url + "?model=toy&strategy=beam&prompt=1+2&seed=3&max_new_tokens=4")
+        page.locator("#pg-generate").click(timeout=60_000)
+        wait_done(page)
+        line = page.locator("#pg-status").inner_text()
+        assert line.startswith("toy (float32) · beam ·") and "seed 3 · 4 tokens" in line, line
+    finally:
+        page.close()
 
 
 def test_after_stop_the_branches_panel_names_the_stopped_run_and_a_branch_hangs_under_it(browser, url, store):

@@ -237,3 +237,27 @@ def test_an_examples_note_stays_only_while_the_run_is_the_examples():
     generate = next(ex for ex in examples() if ex.config.run == "generate")
     other_b = dataclasses.replace(generate.config, compare_strategy="beam")  # a Generate run reads no B side
     assert note_after(example_run_key(generate), other_b, "generate")
+
+
+def test_events_that_show_no_progress_have_no_progress_targets_and_the_others_keep_theirs(demo):
+    """The page's hidden-progress events give Gradio's page no loading status to keep (each one it
+    keeps is written back, by a walk of the page's tree, after every status message of any event)."""
+    hidden = [fn for fn in demo.fns.values() if fn.show_progress == "hidden"]
+    shown = [fn for fn in demo.fns.values() if fn.show_progress != "hidden"]
+    assert len(hidden) > 50 and shown
+    assert all(fn.show_progress_on == [] for fn in hidden)
+    assert all(fn.show_progress_on != [] for fn in shown)
+    assert sum(len(fn.outputs) for fn in hidden) > 3000  # the targets they would have had
+
+
+def test_generate_starts_disabled_and_the_load_chain_enables_it_before_a_link_runs(demo):
+    generate = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "pg-generate")
+    assert generate.interactive is False
+    config = demo.get_config_file()
+    loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]
+    restore = next(d for d in loads if len(d["outputs"]) > 100)  # the link's settings
+    chain = [restore]
+    while nxt := next((d for d in config["dependencies"] if d.get("trigger_after") == chain[-1]["id"]), None):
+        chain.append(nxt)
+    assert [d["outputs"] for d in chain[1:]] == [[generate._id], []]  # enabled, then a link's run= clicks it
+    assert chain[2]["js"] and "pg-generate" in chain[2]["js"]

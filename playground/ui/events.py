@@ -30,6 +30,22 @@ if TYPE_CHECKING:
 MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (limit 1)
 QUIET: dict[str, Any] = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
 MODEL_EVENT: dict[str, Any] = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
+
+
+def no_progress_targets(demo: gr.Blocks) -> None:
+    """An event that shows no progress (``show_progress="hidden"``) gets no progress targets either.
+
+    Gradio's page keeps a loading status for every target of every event that has run (an event's
+    targets are its outputs unless ``show_progress_on`` names others), and after each status message of
+    any event it writes every one of them back, finding each component by a walk of the page's tree.
+    Restoring a link or an example writes some 350 controls, and the page has some 600 components, so
+    without this the browser spends most of a page load and a run walking the tree (4.1 of 7.0 s of a
+    toy beam link's main thread, in Chromium's profiler). An empty list keeps the outputs as they are
+    and the loading status empty. Nothing waits on a loading status: a run clicked while another
+    event's outputs are on their way reads the controls as they are (hence Generate's gate)."""
+    for fn in demo.fns.values():
+        if fn.show_progress == "hidden" and fn.show_progress_on is None:
+            fn.show_progress_on = []
 PLOT_CONFIG = {"displaylogo": False, "responsive": True,
                "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
 

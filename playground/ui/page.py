@@ -41,7 +41,7 @@ from playground.ui.controls import (
     strategies_in_order,
     strategy_summary,
 )
-from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, refusal
+from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, no_progress_targets, refusal
 from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
@@ -160,7 +160,8 @@ def _top(page: Page) -> None:
     page.prompt_note = gr.Markdown(toy_note(DEFAULT_MODEL), elem_classes=["pg-summary"], elem_id="pg-prompt-note")
     page.prompt_fit = gr.Button("", visible=False, size="sm", variant="secondary", elem_id="pg-prompt-fit")
     with gr.Row(elem_id="pg-actions"):
-        page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2)
+        # enabled once the page's load event has restored a link's settings (see _wire_share)
+        page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2, interactive=False)
         page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
         page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
     with gr.Accordion("What the model sees", open=False, elem_id="pg-sees") as page.sees_box:
@@ -372,8 +373,11 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
         gr.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
               [page.example_note, page.example_key], queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
-    demo.load(on_load, None, page.restore_outputs, **QUIET).then(None, page.run_flag, None, js=RUN_JS,
-                                                                 api_visibility="private")
+    # Generate is enabled only after the restore: a click before it would read the page's defaults
+    # (the loading status Gradio keeps does not hold a click back until another event's outputs land)
+    demo.load(on_load, None, page.restore_outputs, **QUIET).then(
+        lambda: gr.Button(interactive=True), None, page.generate, queue=False, **QUIET).then(
+        None, page.run_flag, None, js=RUN_JS, api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
         button.click(lambda ex=ex: {**page.apply_config(ex.config, weights=False),
                                     page.example_note: f"**{ex.label}**: {ex.note}", page.example_key: example_run_key(ex)},
@@ -391,6 +395,7 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
         _wire_share(page, demo)
         api.wire(page, decode)
         whatif.wire(page, page.whatif, store)
+    no_progress_targets(demo)
     demo.queue(max_size=QUEUE_MAX)
     return demo
 
