@@ -146,13 +146,19 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
 
 def test_generate_clicked_the_moment_a_link_opens_runs_the_links_settings(browser, url):
     """Generate waits for the link's settings: it is enabled once the load event has restored them.
-    The click is made as the load event leaves for the server (Playwright's click waits until the
-    button is enabled); before the gate it ran the page's defaults (SmolLM2 sampling)."""
+    The click is made by script in the first animation frame, from the moment the load event leaves
+    for the server, in which the button is enabled; before the gate it ran the page's defaults
+    (SmolLM2 sampling)."""
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     try:
         with page.expect_request(lambda r: "/queue/join" in r.url, timeout=60_000):
             page.goto(url + "?model=toy&strategy=beam&prompt=1+2&seed=3&max_new_tokens=4")
-        page.locator("#pg-generate").click(timeout=60_000)
+        page.wait_for_function("""() => {
+            const b = document.getElementById('pg-generate');
+            if (!b || b.disabled) return false;
+            b.click();
+            return true;
+        }""", timeout=60_000, polling="raf")
         wait_done(page)
         line = page.locator("#pg-status").inner_text()
         assert line.startswith("toy (float32) · beam ·") and "seed 3 · 4 tokens" in line, line
