@@ -107,7 +107,8 @@ def run_once(browser: Any, url: str, query: str, prompt: str = "", stop_after: i
     try:
         page.goto(url + query)
         page.wait_for_selector("#pg-generate", timeout=120_000)
-        # the link's settings are on the page (the page's default prompt shows before the link is applied)
+        # the link's settings are on the page: Generate is enabled once the load event has put them in
+        page.wait_for_function("() => document.getElementById('pg-generate')?.disabled === false", timeout=60_000)
         page.wait_for_function("(p) => { const v = document.querySelector('#pg-prompt textarea')?.value;"
                                " return p ? v === p : v?.length > 0; }", arg=prompt, timeout=60_000)
         page.evaluate(OBSERVE)
