@@ -21,10 +21,10 @@ def test_one_reader_per_file_within_a_block_and_none_kept_after(tmp_path, monkey
         assert gguf.GGUFReader(path, "r+") is not first  # a writable reader is never shared
         with gguf_reads.one_parse_per_file():
             assert gguf.GGUFReader(path) is first
-        assert gguf.GGUFReader(path) is first and gguf_reads.parses() == 2
+        assert gguf.GGUFReader(path) is first and gguf_reads.held() == 2
         path.write_bytes(b"xx")  # the file changed: parsed anew
         assert gguf.GGUFReader(path) is not first
-    assert gguf_reads.parses() == 0
+    assert gguf_reads.held() == 0
     outside = gguf.GGUFReader(path), gguf.GGUFReader(path)
     assert outside[0] is not outside[1]
     assert made == [str(path), str(other), str(path), str(path), str(path), str(path)]
@@ -48,7 +48,7 @@ def test_threads_in_blocks_share_a_reader_and_the_last_one_out_drops_it(tmp_path
     waiting = threading.Thread(target=block, args=(True,))
     waiting.start()
     block(False)
-    assert gguf_reads.parses() == 1  # the other block still runs
+    assert gguf_reads.held() == 1  # the other block still runs
     leave.set()
     waiting.join()
-    assert got[0] is got[1] and gguf_reads.parses() == 0
+    assert got[0] is got[1] and gguf_reads.held() == 0

@@ -91,14 +91,22 @@ def test_a_packed_plane_multiplies_as_its_dense_matrix(rows, cols):
         gguf_int4.pack(np.zeros((40, 32), np.uint8))
 
 
-def test_a_plane_packed_in_slices_is_the_plane_packed_whole():
-    """A plane of more than ``PACK_ROWS`` rows is packed a slice at a time, which this kernel allows
-    (checked by ``_packs_by_rows``); the result is the converter's on the whole plane."""
-    assert gguf_int4._packs_by_rows()
+@pytest.mark.parametrize("sliced", [True, False])
+def test_a_plane_packed_in_slices_is_the_plane_packed_whole(monkeypatch, sliced):
+    """A plane of more than ``PACK_ROWS`` rows is packed a slice at a time where this process's kernel
+    packs rows apart (``_packs_by_rows``, checked where it runs), and whole where it does not; either
+    way the result is the converter's on the whole plane."""
+    if sliced and not gguf_int4._packs_by_rows():
+        pytest.skip("this kernel's converter does not pack rows apart: planes are packed whole here")
+    monkeypatch.setattr(gguf_int4, "_packs_by_rows", lambda: sliced)
+    calls = []
+    convert = gguf_int4._convert
+    monkeypatch.setattr(gguf_int4, "_convert", lambda q: calls.append(len(q)) or convert(q))
     rows = 2 * gguf_int4.PACK_ROWS + 48
     q = np.random.default_rng(7).integers(0, 16, (rows, 64), dtype=np.uint8)
     whole = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(q.astype(np.int32)), 1)
     assert torch.equal(gguf_int4.pack(q), whole)
+    assert calls == ([gguf_int4.PACK_ROWS, gguf_int4.PACK_ROWS, 48] if sliced else [rows])
 
 
 def test_a_stack_of_one_and_two_plane_matrices(tensors):
@@ -190,7 +198,7 @@ def same_weights_in_float32(smollm, int4, tensors):
     model = copy.deepcopy(smollm.model).to(torch.bfloat16).float()
     head = gguf_int4.read_blocks(tensors["token_embd.weight"])  # Q8_0, rows in the model's order already
     head.scale, head.zero = (torch.from_numpy(x).bfloat16().float().numpy() for x in (head.scale, head.zero))
-    model.lm_head = torch.nn.Linear(head.values.shape[1], head.values.shape[0], bias=False)
+    model.lm_head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False)
     model.lm_head.weight.data = torch.from_numpy(kernel_form(head))
     for layer, lean in zip(model.model.layers, int4.fast.layers):
         attn, mlp = layer.self_attn, layer.mlp

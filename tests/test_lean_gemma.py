@@ -131,7 +131,7 @@ def test_gemma_blocks_read_as_gguf_py_dequantises_them(tensors, name):
             gguf_int4.read_blocks(tensor)
         return
     blocks = gguf_int4.read_blocks(tensor)
-    reference = dequantize(np.asarray(tensor.data), GGMLQuantizationType[tensor.kind]).reshape(blocks.values.shape)
+    reference = dequantize(np.asarray(tensor.data), GGMLQuantizationType[tensor.kind]).reshape(blocks.shape)
     planes, rows, cols = blocks.q.shape
     q = blocks.q.reshape(planes, rows, -1, 32).astype(np.float32)
     form = ((q - 8) * blocks.scale[..., None] + blocks.zero[..., None]).sum(0).reshape(rows, cols)

@@ -86,5 +86,4 @@ def cast_model(model: Any, dtype: torch.dtype) -> Any:
         if id(param) not in memo:
             data = param.detach().to(dtype, copy=True) if param.is_floating_point() else param.detach().clone()
             memo[id(param)] = torch.nn.Parameter(data, requires_grad=param.requires_grad)
-    cast = copy.deepcopy(model, memo)
-    return cast
+    return copy.deepcopy(model, memo)

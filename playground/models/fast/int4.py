@@ -180,9 +180,10 @@ class Int4Linear:
         self.float_out = float_out
         planes = max(len(p.q) for p in parts)
         parts = [_padded(p, planes) for p in parts]
-        # one part (a head) is used as it is: a concatenation would copy its planes
-        q, scale, zero = ((getattr(parts[0], f) if len(parts) == 1 else np.concatenate([getattr(p, f) for p in parts], axis=1))
-                          for f in ("q", "scale", "zero"))
+        if len(parts) == 1:  # a head: used as it is (a concatenation would copy its planes)
+            q, scale, zero = parts[0].q, parts[0].scale, parts[0].zero
+        else:
+            q, scale, zero = (np.concatenate([getattr(p, f) for p in parts], axis=1) for f in ("q", "scale", "zero"))
         self.out_features, self.in_features = q.shape[1:]
         self.packed = [pack(plane) for plane in q]
         # [groups, rows, 2] per plane: the kernel's layout of scales and zeros
