@@ -45,36 +45,10 @@ def pytest_configure(config):
 # The files that take minutes start first, one on each worker, so that no worker starts one of them
 # when the other has nothing left to do (make test runs a test file at a time on each of two workers).
 LONG_FILES = ("test_cpu_capabilities.py", "test_bench.py")
-# Then the files that load no GGUF model, then SmolLM2's, then Gemma 3's. With an empty cache the first
-# process to ask converts a model while every other one that asks waits on the conversion lock; the
-# capability subprocesses (a long file) ask for both at once, so a worker that came to Gemma early sat
-# idle for a minute beside them (two setups of 60-70 s in one cold run). A file's rank comes from its
-# tests' fixtures and the model keys quoted in it.
-MODEL_RANKS = (("gemma", '"gemma3-270m"'), ("smollm", '"smollm2-135m"'))
-
-
-def _model_rank(item, sources: dict) -> int:
-    if item.path not in sources:
-        sources[item.path] = item.path.read_text(encoding="utf-8")
-    fixtures = set(getattr(item, "fixturenames", ()))
-    for rank, (fixture, key) in zip((2, 1), MODEL_RANKS):
-        if fixture in fixtures or key in sources[item.path]:
-            return rank
-    return 0
-
-
-def file_order(items) -> list:
-    """Long files first, then files by the model they load (none, SmolLM2, Gemma 3), each file's tests
-    together and in their order; otherwise the files' own order."""
-    sources: dict = {}
-    rank: dict = {}
-    for item in items:
-        rank[item.path] = max(rank.get(item.path, 0), _model_rank(item, sources))
-    return sorted(items, key=lambda item: (item.path.name not in LONG_FILES, rank[item.path]))
 
 
 def pytest_collection_modifyitems(config, items):
-    items[:] = file_order(items)
+    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: otherwise in file order
     if not config.getoption("--toy-only"):
         return
     for item in items:
