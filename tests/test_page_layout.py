@@ -250,14 +250,16 @@ def test_events_that_show_no_progress_have_no_progress_targets_and_the_others_ke
     assert sum(len(fn.outputs) for fn in hidden) > 3000  # the targets they would have had
 
 
-def test_generate_starts_disabled_and_the_load_chain_enables_it_before_a_link_runs(demo):
-    generate = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "pg-generate")
-    assert generate.interactive is False
+def test_the_run_buttons_start_disabled_and_the_load_chain_enables_them_before_a_link_runs(demo):
+    """Generate, Compare's run and lockstep's run: each is what a link's run= clicks (RUN_JS)."""
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    runs = [by_id[i] for i in ("pg-generate", "pg-compare-run", "pg-pair-run")]
+    assert all(b.interactive is False for b in runs)
     config = demo.get_config_file()
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]
     restore = next(d for d in loads if len(d["outputs"]) > 100)  # the link's settings
     chain = [restore]
     while nxt := next((d for d in config["dependencies"] if d.get("trigger_after") == chain[-1]["id"]), None):
         chain.append(nxt)
-    assert [d["outputs"] for d in chain[1:]] == [[generate._id], []]  # enabled, then a link's run= clicks it
-    assert chain[2]["js"] and "pg-generate" in chain[2]["js"]
+    assert [d["outputs"] for d in chain[1:]] == [[b._id for b in runs], []]  # enabled, then run= clicks
+    assert chain[2]["js"] and all(i in chain[2]["js"] for i in ("pg-generate", "pg-compare-run", "pg-pair-run"))

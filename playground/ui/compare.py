@@ -54,7 +54,8 @@ def tab(page: Page) -> None:
             page.compare_summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
         with gr.Column(scale=2):
             page.compare_panel = build_panel("b", default)
-    page.compare_run = gr.Button("Run A and B", variant="primary", elem_id="pg-compare-run")
+    # enabled with Generate once the page's load event has restored a link's settings (page._wire_share)
+    page.compare_run = gr.Button("Run A and B", variant="primary", elem_id="pg-compare-run", interactive=False)
     page.compare_step = gr.Slider(0, 1, value=0, step=1, label="Step shown below (both sides)",
                                   elem_id="pg-compare-step")
     page.sides = {}

@@ -31,6 +31,9 @@ MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (
 QUIET: dict[str, Any] = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
 MODEL_EVENT: dict[str, Any] = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
 
+PLOT_CONFIG = {"displaylogo": False, "responsive": True,
+               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
+
 
 def no_progress_targets(demo: gr.Blocks) -> None:
     """An event that shows no progress (``show_progress="hidden"``) gets no progress targets either.
@@ -42,12 +45,11 @@ def no_progress_targets(demo: gr.Blocks) -> None:
     without this the browser spends most of a page load and a run walking the tree (4.1 of 7.0 s of a
     toy beam link's main thread, in Chromium's profiler). An empty list keeps the outputs as they are
     and the loading status empty. Nothing waits on a loading status: a run clicked while another
-    event's outputs are on their way reads the controls as they are (hence Generate's gate)."""
+    event's outputs are on their way reads the controls as they are (hence the run buttons' gate)."""
     for fn in demo.fns.values():
         if fn.show_progress == "hidden" and fn.show_progress_on is None:
             fn.show_progress_on = []
-PLOT_CONFIG = {"displaylogo": False, "responsive": True,
-               "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
+
 
 LOG = logging.getLogger("playground")
 STOP_WAIT_SECONDS = 15.0  # how long Stop waits for the run to send its last frame before the page settles

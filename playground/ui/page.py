@@ -160,7 +160,7 @@ def _top(page: Page) -> None:
     page.prompt_note = gr.Markdown(toy_note(DEFAULT_MODEL), elem_classes=["pg-summary"], elem_id="pg-prompt-note")
     page.prompt_fit = gr.Button("", visible=False, size="sm", variant="secondary", elem_id="pg-prompt-fit")
     with gr.Row(elem_id="pg-actions"):
-        # enabled once the page's load event has restored a link's settings (see _wire_share)
+        # enabled once the page's load event has restored a link's settings (_wire_share)
         page.generate = gr.Button("Generate", variant="primary", elem_id="pg-generate", scale=2, interactive=False)
         page.stop = gr.Button("Stop", variant="stop", elem_id="pg-stop", scale=1)
         page.link = gr.Button("Copy share link", elem_id="pg-copy-link", scale=1)
@@ -373,10 +373,12 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
         gr.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
               [page.example_note, page.example_key], queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
-    # Generate is enabled only after the restore: a click before it would read the page's defaults
-    # (the loading status Gradio keeps does not hold a click back until another event's outputs land)
+    # The buttons a link's run= clicks (Generate, Compare's and lockstep's runs) are enabled only after
+    # the restore: a click before it would read the page's defaults (the loading status Gradio keeps does
+    # not hold a click back until another event's outputs land)
+    runs = [page.generate, page.compare_run, page.whatif.pair_run]
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(
-        lambda: gr.Button(interactive=True), None, page.generate, queue=False, **QUIET).then(
+        lambda: [gr.Button(interactive=True)] * len(runs), None, runs, queue=False, **QUIET).then(
         None, page.run_flag, None, js=RUN_JS, api_visibility="private")
     for button, ex in zip(page.example_buttons, examples()):
         button.click(lambda ex=ex: {**page.apply_config(ex.config, weights=False),

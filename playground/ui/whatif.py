@@ -199,7 +199,8 @@ def layout() -> WhatIf:
                                        elem_id=f"pg-pair-dtype-{side.lower()}")
                            for side, value in (("A", "float32"), ("B", "int4"))]
         pair_text = gr.Textbox("", label="Text both read (empty: the Explore run's)", lines=2, elem_id="pg-pair-text")
-        pair_run = gr.Button("Read in lockstep", variant="primary", elem_id="pg-pair-run")
+        # enabled with Generate once the page's load event has restored a link's settings (page._wire_share)
+        pair_run = gr.Button("Read in lockstep", variant="primary", elem_id="pg-pair-run", interactive=False)
         pair_plot = plot_component(empty_figure("Read a text in lockstep to see where the models part"),
                                    show_label=False, elem_id="pg-pair-plot")
         pair_step = gr.Slider(0, 1, value=0, step=1, label="Step: both distributions side by side", visible=False,
