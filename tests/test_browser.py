@@ -173,8 +173,14 @@ def test_stop_on_compare_ends_both_sides(page, url, store):
     assert 3 <= n_a < 200 and 3 <= n_b < 200
     page.wait_for_timeout(1000)
     assert (len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))) == (n_a, n_b)  # nothing after Stop
-    # both sides are drawn at their last step
+    # both sides are drawn at their last step: Stop's chain says "stopped" first, then redraws the charts,
+    # which on a loaded machine can take longer than the second above
+    page.wait_for_function("() => ['pg-dist-a', 'pg-dist-b'].every("
+                           "(id) => document.querySelectorAll(`#${id} .barlayer .point path`).length > 0)",
+                           timeout=30_000, polling=100)
+    print(f"[timing] compare stop: both sides drawn {time.perf_counter() - clicked:.2f} s after the click")
     assert bar_count(page, "pg-dist-a") > 0 and bar_count(page, "pg-dist-b") > 0
+    assert (len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))) == (n_a, n_b)
 
 
 def test_speculative_round_detail_follows_the_selected_step(page, url, store):
