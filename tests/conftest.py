@@ -8,6 +8,7 @@ tests/test_test_names.py keeps that map true. Browser tests take ``browser``, ``
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -45,6 +46,39 @@ def pytest_configure(config):
 # The files that take minutes start first, one on each worker, so that no worker starts one of them
 # when the other has nothing left to do (make test runs a test file at a time on each of two workers).
 LONG_FILES = ("test_cpu_capabilities.py", "test_bench.py")
+
+
+# With an empty cache the first process that needs SmolLM2 or Gemma 3 converts it while every other one
+# that needs it waits on the conversion lock with its core idle: in a cold run the two workers' first
+# Gemma setups took 57 s each, one converting and the other waiting (their stacks, dumped at 40 s, show
+# it). So under xdist the controller starts one background process as the session starts, which
+# converts what is missing (SmolLM2 first), while the workers begin with the long files. A worker that
+# needs a model before it is ready waits on the same lock; if the background process fails, the first
+# worker to ask converts the model as before.
+PRECONVERT = ("smollm2-135m", "gemma3-270m")
+PRECONVERT_CODE = "import sys; from playground.models import ModelStore; s = ModelStore(); [s.get(k) for k in sys.argv[1:]]"
+
+
+def unconverted(keys=PRECONVERT) -> list[str]:
+    from playground.models.lineup import cache_root
+    return [key for key in keys if not (cache_root() / "converted" / key).is_dir()]
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, "workerinput") or config.getoption("--toy-only") or not getattr(config.option, "numprocesses", 0):
+        return
+    missing = unconverted()
+    if missing:
+        config.preconvert = subprocess.Popen([sys.executable, "-c", PRECONVERT_CODE, *missing], cwd=ROOT,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_sessionfinish(session):
+    proc = getattr(session.config, "preconvert", None)
+    if proc is not None and proc.poll() is None:  # a short session: the conversion is not needed any more
+        proc.terminate()
+        proc.wait(timeout=60)
 
 
 def pytest_collection_modifyitems(config, items):
