@@ -60,8 +60,9 @@ PRECONVERT_CODE = "import sys; from playground.models import ModelStore; s = Mod
 
 
 def unconverted(keys=PRECONVERT) -> list[str]:
-    from playground.models.lineup import cache_root
-    return [key for key in keys if not (cache_root() / "converted" / key).is_dir()]
+    from playground.models import weights_cache
+    from playground.models.store import converted_dir
+    return [key for key in keys if not weights_cache.is_sealed(converted_dir(key))]
 
 
 def pytest_sessionstart(session):
@@ -78,7 +79,10 @@ def pytest_sessionfinish(session):
     proc = getattr(session.config, "preconvert", None)
     if proc is not None and proc.poll() is None:  # a short session: the conversion is not needed any more
         proc.terminate()
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def pytest_collection_modifyitems(config, items):

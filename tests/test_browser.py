@@ -179,7 +179,6 @@ def test_stop_on_compare_ends_both_sides(page, url, store):
                            "(id) => document.querySelectorAll(`#${id} .barlayer .point path`).length > 0)",
                            timeout=30_000, polling=100)
     print(f"[timing] compare stop: both sides drawn {time.perf_counter() - clicked:.2f} s after the click")
-    assert bar_count(page, "pg-dist-a") > 0 and bar_count(page, "pg-dist-b") > 0
     assert (len(tokens(page, "pg-text-a")), len(tokens(page, "pg-text-b"))) == (n_a, n_b)
 
 

@@ -44,10 +44,15 @@ pytestmark = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this t
 
 @pytest.fixture(scope="module")
 def int4(smollm):
-    """SmolLM2's int4 copy as it is made, before its self-check: a test that needs the check asks
-    ``with_weights``, which checks this same copy. (The check's probe alone takes about 30 s on the
-    default, scalar kernels, where tests/test_cpu_capabilities.py runs this file's layout tests.)"""
-    return smollm._variant("int4")
+    return smollm.with_weights("int4")
+
+
+@pytest.fixture(scope="module")
+def int4_layers(smollm):
+    """SmolLM2's layer matrices over the file's blocks, as its int4 copy is built from them, without the
+    copy's self-check, whose probe alone takes about 30 s on the default (scalar) kernels, where
+    tests/test_cpu_capabilities.py runs this file's layout tests."""
+    return gguf_int4.layer_linears(smollm.model, models.gguf_path("smollm2-135m"))
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +143,9 @@ def test_rows_are_matched_to_the_loaded_weights_exactly(smollm, tensors, monkeyp
         gguf_int4.read_blocks(tensors["blk.3.attn_norm.weight"])
 
 
-def test_the_kernel_multiplies_by_the_files_weights(smollm, int4, tensors):
-    layer, attn = int4.fast.layers[7], smollm.model.model.layers[7].self_attn
-    ours = layer.qkv.dequantised()
+def test_the_kernel_multiplies_by_the_files_weights(smollm, int4_layers, tensors):
+    attn = smollm.model.model.layers[7].self_attn
+    ours = int4_layers[7]["qkv"].dequantised()
     file_values = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
     parts = [gguf_int4.match_rows(gguf_int4.read_blocks(tensors[f"blk.7.attn_{p}.weight"]), w, p)
              for p, w in (("q", attn.q_proj.weight), ("k", attn.k_proj.weight), ("v", attn.v_proj.weight))]

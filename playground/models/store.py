@@ -67,6 +67,11 @@ def unmark_quantized(model: Any) -> None:
             module.config._is_quantized = False
 
 
+def converted_dir(key: str) -> Path:
+    """Where the first start's conversion of ``key``'s GGUF file is cached for later starts."""
+    return cache_root() / "converted" / key
+
+
 def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any, Any]:
     """Dequantise the GGUF once; later starts read the cached safetensors (checked, rebuilt once if damaged)."""
     def convert(tmp: Path) -> tuple[Any, Any]:
@@ -81,7 +86,7 @@ def _load_gguf(key: str, device: torch.device, progress: Progress) -> tuple[Any,
         model.generation_config.save_pretrained(tmp)
         return model.to(pick_dtype(device)), tokenizer
 
-    return weights_cache.load_or_build(cache_root() / "converted" / key, lambda d: _load_pretrained(d, device),
+    return weights_cache.load_or_build(converted_dir(key), lambda d: _load_pretrained(d, device),
                                        convert, progress, key)
 
 
