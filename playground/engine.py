@@ -22,7 +22,9 @@ from strategies.forcing import resolve_forced
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import LIMIT_REASON, GrammarLimit, GrammarSpec, compile_grammar
 
-MAX_PROMPT_CHARS = 20_000
+# the longest text taken from outside, whatever reads it: a prompt, a system prompt, a text to score, to read
+# in lockstep or to test for a watermark (playground.whatif.score.check_texts)
+MAX_TEXT_CHARS = 20_000
 MAX_SEED = 2**31 - 1
 MAX_TOP_N = 100
 
@@ -69,10 +71,10 @@ class Request:
         object.__setattr__(self, "lens", tuple(sorted(set(lens))))
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise InvalidRequest("prompt must not be empty")
-        if len(self.prompt) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"prompt must be at most {MAX_PROMPT_CHARS} characters, got {len(self.prompt)}")
-        if len(self.system) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"system prompt must be at most {MAX_PROMPT_CHARS} characters, "
+        if len(self.prompt) > MAX_TEXT_CHARS:
+            raise InvalidRequest(f"prompt must be at most {MAX_TEXT_CHARS} characters, got {len(self.prompt)}")
+        if len(self.system) > MAX_TEXT_CHARS:
+            raise InvalidRequest(f"system prompt must be at most {MAX_TEXT_CHARS} characters, "
                                  f"got {len(self.system)}")
 
 

@@ -32,20 +32,34 @@ def param(default: Any, help: str, *, low: float | None = None, high: float | No
     return dataclasses.field(default=default, metadata=meta)
 
 
+def number_text(x: float) -> str:
+    """``x`` as a message shows it: a whole number in full (2147483648, never 2.14748e+09), any other
+    number in its shortest form that reads back as the same value (0.05, 1e-05, 0.30000000000000004)."""
+    if isinstance(x, int) or (math.isfinite(x) and float(x).is_integer()):
+        return str(int(x))
+    return f"{x:g}" if float(f"{x:g}") == x else repr(float(x))
+
+
 def range_text(meta: Mapping[str, Any]) -> str:
     if meta.get("choices"):
         return "one of " + ", ".join(str(c) for c in meta["choices"])
     low, high = meta.get("low"), meta.get("high")
     left = "(" if meta.get("low_open") else "["
     right = ")" if meta.get("high_open") else "]"
-    lo = "-inf" if low is None else f"{low:g}"
-    hi = "inf" if high is None else f"{high:g}"
+    lo = "-inf" if low is None else number_text(low)
+    hi = "inf" if high is None else number_text(high)
     return f"in {left}{lo}, {hi}{right}"
 
 
+KIND_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
 def check_value(name: str, value: Any, meta: Mapping[str, Any], kind: type) -> Any:
-    """Coerce ``value`` to ``kind`` and check it against ``meta``; return it."""
+    """Coerce ``value`` to ``kind`` and check it against ``meta``; return it. A number may come as its
+    text (the CLI's flags, a share link); a bool is not a number here (``True`` is no key)."""
     try:
+        if kind in (int, float) and isinstance(value, bool):
+            raise TypeError
         if kind is bool:
             if isinstance(value, str):
                 if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -62,7 +76,7 @@ def check_value(name: str, value: Any, meta: Mapping[str, Any], kind: type) -> A
         else:
             value = kind(value)
     except (TypeError, ValueError):
-        raise InvalidRequest(f"{name} must be a {kind.__name__}, got {value!r}") from None
+        raise InvalidRequest(f"{name} must be {KIND_NAMES[kind]}, got {value!r}") from None
     choices = meta.get("choices")
     if choices:
         if value not in choices:
@@ -76,7 +90,7 @@ def check_value(name: str, value: Any, meta: Mapping[str, Any], kind: type) -> A
         if high is not None:
             bad = bad or value > high or bool(meta.get("high_open") and value == high)
         if bad:
-            raise InvalidRequest(f"{name} must be {range_text(meta)}, got {value:g}")
+            raise InvalidRequest(f"{name} must be {range_text(meta)}, got {number_text(value)}")
     return value
 
 

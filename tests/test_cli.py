@@ -40,7 +40,7 @@ def test_list_shows_models_strategies_and_flags(capsys):
     (["--strategy", "sampling", "--temperature", "-1"], "temperature must be in [0, 100], got -1"),
     (["--strategy", "sampling", "--temperature", "nan"], "temperature must be in [0, 100], got nan"),
     (["--strategy", "sampling", "--top-p", "1.5"], "top_p must be in (0, 1], got 1.5"),
-    (["--strategy", "sampling", "--top-k", "-3"], "top_k must be in [0, 1e+06], got -3"),
+    (["--strategy", "sampling", "--top-k", "-3"], "top_k must be in [0, 1000000], got -3"),
     (["--strategy", "sampling", "--min-p", "2"], "min_p must be in [0, 1], got 2"),
     (["--strategy", "sampling", "--repetition-penalty", "0"], "repetition_penalty must be in (0, 10], got 0"),
     (["--max-new-tokens", "0"], "max_new_tokens must be an integer in [1, 512], got 0"),

@@ -73,7 +73,7 @@ def test_cli_takes_kebab_case_flags_for_the_new_stages(capsys):
     (["--dry-sequence-breakers", "oops"], "dry_sequence_breakers must be comma-separated quoted strings"),
     (["--dynatemp-exponent", "0"], "dynatemp_exponent must be in (0, 100], got 0"),
     (["--mirostat-eta", "2"], "mirostat_eta must be in (0, 1], got 2"),
-    (["--no-repeat-ngram-size", "1.5"], "no_repeat_ngram_size must be a int, got '1.5'"),
+    (["--no-repeat-ngram-size", "1.5"], "no_repeat_ngram_size must be an integer, got '1.5'"),
     (["--word-bias", "the=9000"], "word_bias entries must be word or word=bias with bias in [-100, 100] or -inf"),
     (["--order", "top_k,bogus"], "order must be transformers or llama.cpp, or stage names"),
 ])

@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 import gradio as gr
 import pytest
 
-from playground.engine import MAX_PROMPT_CHARS, MAX_SEED, run
+from playground.engine import MAX_SEED, MAX_TEXT_CHARS, run
 from playground.errors import InvalidRequest
 from playground.models import MAX_NEW_TOKENS
 from playground.models.dtypes import DTYPES
@@ -227,12 +227,12 @@ def test_a_prompt_is_carried_whole_up_to_a_runs_limit_and_refused_beyond(page):
     prompt = "é&? " * 1500  # 6000 characters: more than links used to carry, less than a run takes
     cfg = dataclasses.replace(share.defaults(), prompt=prompt)
     assert share.decode(share.encode(cfg))[0].prompt == prompt
-    over = dataclasses.replace(share.defaults(), prompt="a" * (MAX_PROMPT_CHARS + 1))
-    with pytest.raises(InvalidRequest, match=f"prompt must be at most {MAX_PROMPT_CHARS} characters, got "
-                                             f"{MAX_PROMPT_CHARS + 1}"):
+    over = dataclasses.replace(share.defaults(), prompt="a" * (MAX_TEXT_CHARS + 1))
+    with pytest.raises(InvalidRequest, match=f"prompt must be at most {MAX_TEXT_CHARS} characters, got "
+                                             f"{MAX_TEXT_CHARS + 1}"):
         share.encode(over)
-    back, warnings = share.decode({"prompt": "a" * (MAX_PROMPT_CHARS + 1)})
-    assert back.prompt == share.DEFAULT_PROMPT and any(str(MAX_PROMPT_CHARS + 1) in w for w in warnings)
+    back, warnings = share.decode({"prompt": "a" * (MAX_TEXT_CHARS + 1)})
+    assert back.prompt == share.DEFAULT_PROMPT and any(str(MAX_TEXT_CHARS + 1) in w for w in warnings)
 
 
 def test_a_link_longer_than_a_browser_opens_is_refused_with_its_length():
@@ -295,8 +295,8 @@ def test_a_lockstep_read_goes_into_the_link_and_comes_back_to_be_read_again(page
 def test_a_lockstep_in_a_link_with_other_weights_or_too_long_a_text_is_left_out_with_a_warning():
     cfg, warnings = share.decode({"pair_a": "float64", "pair_b": "int4", "pair_text": "x"})
     assert cfg.pair_a == "" and any("float64" in w and "float32" in w for w in warnings)
-    cfg, warnings = share.decode({"pair_a": "float32", "pair_b": "int4", "pair_text": "x" * (MAX_PROMPT_CHARS + 1)})
-    assert cfg.pair_text == "" and any(str(MAX_PROMPT_CHARS + 1) in w for w in warnings)
-    with pytest.raises(InvalidRequest, match=f"lockstep's text must be at most {MAX_PROMPT_CHARS}"):
+    cfg, warnings = share.decode({"pair_a": "float32", "pair_b": "int4", "pair_text": "x" * (MAX_TEXT_CHARS + 1)})
+    assert cfg.pair_text == "" and any(str(MAX_TEXT_CHARS + 1) in w for w in warnings)
+    with pytest.raises(InvalidRequest, match=f"lockstep's text must be at most {MAX_TEXT_CHARS}"):
         share.encode(dataclasses.replace(share.defaults(), pair_a="float32", pair_b="int4",
-                                         pair_text="x" * (MAX_PROMPT_CHARS + 1)))
+                                         pair_text="x" * (MAX_TEXT_CHARS + 1)))

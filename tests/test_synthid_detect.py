@@ -135,7 +135,7 @@ def test_cli_detect_synthid_json_matches_the_detector_on_a_toy_run(capsys):
     (["--synthid-keys", ",".join(["1"] * 65)], "synthid_keys must hold 1 to 64 keys (one per tournament layer), got 65"),
     (["--synthid-keys", ""], "synthid_keys must name the keys the text was watermarked with, got none"),
     (["--synthid-keys", "1", "--synthid-ngram-len", "1"], "synthid_ngram_len must be in [2, 32], got 1"),
-    (["--synthid-keys", "1", "--synthid-ngram-len", "five"], "synthid_ngram_len must be a int, got 'five'"),
+    (["--synthid-keys", "1", "--synthid-ngram-len", "five"], "synthid_ngram_len must be an integer, got 'five'"),
     (["--synthid-keys", "1", "--synthid-ngram-len", "9"], "text must hold at least ngram_len (9) tokens"),
 ])
 def test_cli_detect_synthid_bad_input_exits_2_with_one_line(capsys, args, message):

@@ -168,14 +168,26 @@ def test_top_p_sorts_only_what_it_needs_yet_matches_a_full_sort():
     (dict(temperature=math.nan), "temperature must be in [0, 100], got nan"),
     (dict(top_p=1.5), "top_p must be in (0, 1], got 1.5"),
     (dict(top_p=0.0), "top_p must be in (0, 1], got 0"),
-    (dict(top_k=-1), "top_k must be in [0, 1e+06], got -1"),
+    (dict(top_k=-1), "top_k must be in [0, 1000000], got -1"),  # integers in full, never 1e+06
+    (dict(top_k=2_000_000), "top_k must be in [0, 1000000], got 2000000"),
+    (dict(top_k=True), "top_k must be an integer, got True"),  # a bool is no number
+    (dict(temperature=True), "temperature must be a number, got True"),
     (dict(min_p=1.2), "min_p must be in [0, 1], got 1.2"),
     (dict(repetition_penalty=0.0), "repetition_penalty must be in (0, 10], got 0"),
     (dict(order="top_k,top_p"), "order must list each of"),
-    (dict(top_k=2.5), "top_k must be a int, got 2.5"),
+    (dict(top_k=2.5), "top_k must be an integer, got 2.5"),
 ])
 def test_bad_values_name_value_and_range(kwargs, message):
     from playground.errors import InvalidRequest
     with pytest.raises(InvalidRequest) as err:
         ChainParams(**kwargs)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize("value, text", [
+    (2147483648, "2147483648"), (2.0**31, "2147483648"), (1e6, "1000000"), (0.0, "0"), (-1, "-1"),
+    (1.5, "1.5"), (0.05, "0.05"), (1e-05, "1e-05"), (2147483648.5, "2147483648.5"), (math.inf, "inf"),
+])
+def test_numbers_in_messages_are_written_in_full(value, text):
+    from strategies.params import number_text
+    assert number_text(value) == text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -12,8 +13,9 @@ from transformers.generation.watermarking import WatermarkDetector
 
 from playground.cli import main
 from playground.cli.flags import strategy_parser
-from playground.engine import Request, run
-from playground.whatif.watermark import detect_text
+from playground.engine import MAX_TEXT_CHARS, Request, run
+from playground.errors import InvalidRequest
+from playground.whatif.watermark import detect_synthid_text, detect_text
 from strategies.green_lists import DEFAULT_KEY
 from strategies.watermark_detect import detect
 
@@ -122,7 +124,11 @@ def test_cli_detect_json_matches_the_detector_on_a_watermarked_toy_run(capsys):
     (["--watermark-gamma", "1.5"], "watermark_gamma must be in (0, 1), got 1.5"),
     (["--watermark-gamma", "0"], "watermark_gamma must be in (0, 1), got 0"),
     (["--watermark-scheme", "minhash"], "watermark_scheme must be one of lefthash, selfhash, got 'minhash'"),
-    (["--watermark-key", "-1"], "watermark_key must be in [0, 2.14748e+09], got -1"),
+    (["--watermark-key", "-1"], "watermark_key must be in [0, 2147483647], got -1"),
+    (["--watermark-key", "2147483648"], "watermark_key must be in [0, 2147483647], got 2147483648"),
+    (["--watermark-key", "1.5"], "watermark_key must be an integer, got '1.5'"),
+    (["--text", "x" * (MAX_TEXT_CHARS + 1)], f"text must be at most {MAX_TEXT_CHARS} characters, got "
+                                             f"{MAX_TEXT_CHARS + 1}"),
     (["--text", "  "], "text must not be empty"),
     (["--model", "no-such-model"], "model must be one of toy, toy-small, smollm2-135m, gemma3-270m"),
     (["--prompt", "", "--text", "3"], "text must hold at least two tokens when there is no prompt"),
@@ -131,6 +137,25 @@ def test_cli_detect_bad_input_exits_2_with_one_line(capsys, args, message):
     assert main(["detect", "--model", "toy", "--prompt", "1 2", "--text", "3 4 5", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and message in err
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"key": True}, "watermark_key must be an integer, got True"),
+    ({"gamma": False}, "watermark_gamma must be a number, got False"),
+    ({"text": 123}, "text must be a string, got int"),
+    ({"text": "1 " * (MAX_TEXT_CHARS // 2 + 1)}, f"text must be at most {MAX_TEXT_CHARS} characters"),
+    ({"prompt": None}, "prompt must be a string, got NoneType"),
+])
+def test_detect_text_refuses_what_is_not_its_type_or_too_long(store, kwargs, message):
+    """A bool is not a key, a number is not a text, and a text from outside has the one length limit
+    every reader of outside texts has (engine.MAX_TEXT_CHARS: lockstep's and score's too)."""
+    with pytest.raises(InvalidRequest, match=f"^{re.escape(message)}"):
+        detect_text(store, "toy", **{"text": "3 4 5", "prompt": "1 2", **kwargs})
+
+
+def test_detect_synthid_text_refuses_a_text_over_the_limit(store):
+    with pytest.raises(InvalidRequest, match=f"text must be at most {MAX_TEXT_CHARS} characters"):
+        detect_synthid_text(store, "toy", "1 " * (MAX_TEXT_CHARS // 2 + 1), "5,6")
 
 
 def test_run_flags_include_the_watermark_by_themselves():

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
-from playground.engine import MAX_PROMPT_CHARS
+from playground.engine import MAX_TEXT_CHARS
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from strategies.forcing import parse_path
@@ -121,11 +121,11 @@ def check_limits(config: Config) -> None:
     """InvalidRequest naming the value and its limit where ``config`` holds more than a run takes: a link
     carries every value whole or not at all."""
     for name, text in (("prompt", config.prompt), ("system prompt", config.system)):
-        if len(text) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(text)}: "
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidRequest(f"{name} must be at most {MAX_TEXT_CHARS} characters, got {len(text)}: "
                                  "a share link never cuts it")
-    if len(config.pair_text) > MAX_PROMPT_CHARS:
-        raise InvalidRequest(f"the lockstep's text must be at most {MAX_PROMPT_CHARS} characters, got "
+    if len(config.pair_text) > MAX_TEXT_CHARS:
+        raise InvalidRequest(f"the lockstep's text must be at most {MAX_TEXT_CHARS} characters, got "
                              f"{len(config.pair_text)}: a share link never cuts it")
     if config.grammar_kind and len(config.grammar_text) > MAX_GRAMMAR_CHARS:
         raise InvalidRequest(f"the {config.grammar_kind} grammar must be at most {MAX_GRAMMAR_CHARS} characters, "
@@ -158,8 +158,8 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     if "model" in pairs:
         cfg.model = pairs["model"]
     for key, name in (("prompt", "prompt"), ("system", "system prompt")):
-        if key in pairs and len(pairs[key]) > MAX_PROMPT_CHARS:
-            warnings.append(f"ignored {key}: {name} must be at most {MAX_PROMPT_CHARS} characters, "
+        if key in pairs and len(pairs[key]) > MAX_TEXT_CHARS:
+            warnings.append(f"ignored {key}: {name} must be at most {MAX_TEXT_CHARS} characters, "
                             f"got {len(pairs[key])}")
         elif key in pairs:
             setattr(cfg, key, pairs[key])
@@ -211,8 +211,8 @@ def _pair_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> No
     if a not in DTYPES or b not in DTYPES:
         bad = a if a not in DTYPES else b
         warnings.append(f"ignored the lockstep: its weights must be one of {', '.join(DTYPES)}, got {bad!r}")
-    elif len(text) > MAX_PROMPT_CHARS:
-        warnings.append(f"ignored the lockstep: its text must be at most {MAX_PROMPT_CHARS} characters, "
+    elif len(text) > MAX_TEXT_CHARS:
+        warnings.append(f"ignored the lockstep: its text must be at most {MAX_TEXT_CHARS} characters, "
                         f"got {len(text)}")
     else:
         cfg.pair_model, cfg.pair_a, cfg.pair_b, cfg.pair_text = pairs.get("pair_model", ""), a, b, text

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from playground.engine import MAX_PROMPT_CHARS
+from playground.engine import MAX_TEXT_CHARS
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
 from playground.trace import Trace, rnd
@@ -45,13 +45,13 @@ def text_ids(lm: LM, text: str) -> list[int]:
 
 
 def check_texts(text: Any, prompt: Any, system: Any, empty: str = "text must not be empty") -> None:
-    """A text to read, its prompt and system prompt: strings within MAX_PROMPT_CHARS, the text not blank
+    """A text to read, its prompt and system prompt: strings within MAX_TEXT_CHARS, the text not blank
     (``empty``: the refusal's words)."""
     for name, value in (("text", text), ("prompt", prompt), ("system prompt", system)):
         if not isinstance(value, str):
             raise InvalidRequest(f"{name} must be a string, got {type(value).__name__}")
-        if len(value) > MAX_PROMPT_CHARS:
-            raise InvalidRequest(f"{name} must be at most {MAX_PROMPT_CHARS} characters, got {len(value)}")
+        if len(value) > MAX_TEXT_CHARS:
+            raise InvalidRequest(f"{name} must be at most {MAX_TEXT_CHARS} characters, got {len(value)}")
     if not text.strip():
         raise InvalidRequest(empty)
 

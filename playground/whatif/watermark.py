@@ -15,7 +15,7 @@ from typing import Any
 
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
-from playground.whatif.score import split_context, text_ids
+from playground.whatif.score import check_texts, split_context, text_ids
 from strategies.params import check_value, field_kind
 from strategies.sampling.samplers import SamplerParams
 from strategies.sampling.synthid import parse_keys
@@ -38,9 +38,8 @@ def detect_text(store: ModelStore, model: str, text: str, prompt: str = "", syst
                 ignore_repeated_ngrams: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """The detection as JSON: ``z``, ``p_value``, ``green``, ``scored``, ``green_fraction`` and ``marks``
     (one per token of the text: id, text, green, counted), with the settings and the context's mode."""
+    check_texts(text, prompt, system)
     gamma, scheme, key = checked_settings(gamma, scheme, SamplerParams().watermark_key if key is None else key)
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequest("text must not be empty")
     lm = store.get(model, progress)
     context, scored, mode = split_context(lm, text, prompt, system, chat)
     found = detect(context + scored, lm.vocab_size, gamma, key, scheme, context=len(context),
@@ -79,8 +78,7 @@ def detect_synthid_text(store: ModelStore, model: str, text: str, keys: Any, ngr
     settings = SamplerParams(**dict(zip(SYNTHID_SETTINGS, values)))  # each value, and the keys' format and count
     if not settings.synthid_keys:
         raise InvalidRequest("synthid_keys must name the keys the text was watermarked with, got none")
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequest("text must not be empty")
+    check_texts(text, "", "")
     lm = store.get(model, progress)
     ids = text_ids(lm, text)
     found = detect_synthid(ids, parse_keys(settings.synthid_keys), settings.synthid_ngram_len,
