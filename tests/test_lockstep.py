@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from playground.charts.lockstep import lockstep_figure, step_figure
 from playground.errors import InvalidRequest
+from playground.whatif import lockstep as lockstep_module
 from playground.whatif.lockstep import lockstep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,39 @@ def test_toy_against_toy_small_by_hand(store, toy, toy_small):
         assert st["p_b"] == pytest.approx(float(pb[t, ids[0, t + 1]]), rel=1e-5)
     kls = [st["kl_ab"] for st in record["steps"]]
     assert record["summary"]["max_kl_ab"] == max(kls) and record["summary"]["largest"][0] == kls.index(max(kls))
+
+
+class Nudged:
+    """``lm`` with a small fixed nudge added to its logits: a second model that nearly agrees with it."""
+
+    def __init__(self, lm, nudge: torch.Tensor):
+        self.lm, self.nudge = lm, nudge
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+    def forward(self, ids):
+        out = self.lm.forward(ids)
+        return SimpleNamespace(logits=out.logits + self.nudge[:out.logits.shape[-1]])
+
+
+def test_small_divergences_are_computed_in_float64(store, toy, monkeypatch):
+    """Two models that part by a KL near 1e-7: every figure equals a float64 computation from the same float32
+    logits to the record's six digits (in float32 the sums are wrong by half or more at this size)."""
+    nudge = torch.randn(toy.vocab_size, generator=torch.Generator().manual_seed(5)) * 1e-2
+    b = Nudged(toy, nudge)
+    monkeypatch.setattr(lockstep_module, "_model", lambda store, key, dtype, progress: b if key == "toy-small" else toy)
+    record = lockstep(store, "1 2 9 10 11 12 13", "toy", "toy-small")
+    ids = torch.tensor([[1, 2, 9, 10, 11, 12, 13]])
+    with torch.no_grad():
+        logits = toy.forward(ids).logits[0, :-1].float()
+    la, lb = logits.double().log_softmax(-1), (logits + nudge).double().log_softmax(-1)
+    pa, pb = la.exp(), lb.exp()
+    for t, st in enumerate(record["steps"]):
+        assert 0 < st["kl_ab"] < 1e-4
+        assert st["kl_ab"] == pytest.approx(float((pa[t] * (la[t] - lb[t])).sum()), rel=1e-5)
+        assert st["kl_ba"] == pytest.approx(float((pb[t] * (lb[t] - la[t])).sum()), rel=1e-5)
+        assert st["tv"] == pytest.approx(float(0.5 * (pa[t] - pb[t]).abs().sum()), rel=1e-5)
 
 
 def test_smollm2_float32_against_int4(store, smollm):
