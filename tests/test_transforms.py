@@ -191,3 +191,32 @@ def test_bad_values_name_value_and_range(kwargs, message):
 def test_numbers_in_messages_are_written_in_full(value, text):
     from strategies.params import number_text
     assert number_text(value) == text
+
+
+@pytest.mark.parametrize("probs, p, kept", [
+    ([0.3, 0.1, 0.1, 0.5], 0.8, [1, 0, 0, 1]),  # transformers' own test: 0.5 + 0.3 rounds to float32's 0.8
+    ([0.15, 0.3, 0.3, 0.25], 0.8, [0, 1, 1, 1]),
+    ([0.125, 0.5, 0.25, 0.125], 0.5, [0, 1, 0, 0]),  # exact in binary: the top token alone reaches 0.5
+    ([0.125, 0.5, 0.25, 0.125], 0.75, [0, 1, 1, 0]),
+    ([0.1, 0.2, 0.3, 0.4], 0.7, [0, 0, 1, 1]),  # 0.4 + 0.3 is 0.70000005 in float32, p 0.69999999
+    ([0.1, 0.2, 0.3, 0.4], 0.9, [0, 1, 1, 1]),  # 0.89999998 both sides
+])
+def test_top_p_at_an_exact_boundary_keeps_the_smallest_set_that_reaches_p(probs, p, kept):
+    logits = torch.tensor([probs]).log()
+    out, decision = TopP(p).decide(logits, NO_CONTEXT)
+    assert torch.isfinite(out)[0].int().tolist() == kept
+    assert int(decision["rank"]) == sum(kept)
+
+
+def test_top_p_keeps_k_tokens_when_p_is_the_float32_mass_of_the_top_k():
+    """The rule, stated in float32 on both sides: with p the running sum of the k most probable tokens
+    (as cumsum gives it), exactly k are kept, whatever that sum's rounding."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(200):
+        logits = torch.randn((1, 12), generator=gen) * 2
+        running = logits.softmax(-1).sort(descending=True).values.cumsum(-1)[0]
+        k = int(torch.randint(1, 11, (1,), generator=gen))
+        if float(running[k - 1]) > 1 or float(running[k - 1]) == float(running[k]):
+            continue
+        out = TopP(float(running[k - 1])).apply(logits, NO_CONTEXT)
+        assert int(torch.isfinite(out).sum()) == k

@@ -101,6 +101,15 @@ class TopP(TransformBase):
     tokens whose mass reaches p. A token is kept when the mass of the tokens
     ranked above it is still below p, so the top token is always kept.
 
+    Rounding at the boundary: the masses are the running sums (``cumsum``) of the
+    sorted probabilities in the logits' dtype, and p is compared in that dtype
+    too (p rounded to it). The mass above a token is the running sum up to the
+    token before it, the same number the set reaching p is judged by, never
+    the running sum less the token's own probability (rounded otherwise). So a
+    set whose rounded sum equals rounded p reaches p: p = 0.8 on
+    [0.3, 0.1, 0.1, 0.5] keeps [0.3, 0.5] (0.5 + 0.3 rounds to float32's 0.8),
+    as transformers' ``TopPLogitsWarper`` keeps.
+
     Only as many tokens as needed are sorted: top-64, then x4, until the mass
     of the sorted head reaches p (the full vocabulary is rarely sorted).
     """
@@ -113,12 +122,13 @@ class TopP(TransformBase):
         k = min(64, vocab)
         while True:
             head, idx = torch.topk(probs, k, dim=-1)
-            if k == vocab or bool((head.sum(-1) >= self.p).all()):
+            running = head.cumsum(-1)
+            if k == vocab or bool((running[..., -1] >= self.p).all()):
                 break
             k = min(vocab, k * 4)
-        running = head.cumsum(-1)
-        keep_sorted = (running - head) < self.p
-        keep_sorted[..., 0] = True
+        above = torch.cat([torch.zeros_like(running[..., :1]), running[..., :-1]], dim=-1)
+        keep_sorted = above < self.p
+        keep_sorted[..., 0] = True  # also where p rounds to 0 in the dtype (p = 1e-50 in float32)
         keep = torch.zeros_like(logits, dtype=torch.bool).scatter(1, idx, keep_sorted)
         cumulative = torch.full_like(probs, float("nan")).scatter(1, idx, running)
         decision = {"p": self.p, "rank": keep_sorted.sum(-1), "mass": (head * keep_sorted).sum(-1),
