@@ -16,7 +16,10 @@ From that one declaration:
 - it is built from the parameters' values (``build``: the class's ``from_settings``, which a stage
   overrides when it needs the request's generator or model);
 - whether it truncates (removes tokens) is written into its trace record (``strategies.recording``),
-  where charts and warnings read it.
+  where charts and warnings read it;
+- a stage built directly (``MinP(1.05)``, as sample many and the tools build them) is checked in its
+  constructor against the same declarations (``declare``: the parameter classes register their fields),
+  so a value a request would refuse raises the request's ``InvalidRequest`` (a ValueError) there too.
 
 The registry holds no stage itself: the stage modules (strategies/sampling/) fill it when imported.
 It sits at the strategies' root, below the families, so that the recorder can read it.
@@ -30,6 +33,7 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from playground.seam import LanguageModel
+from strategies.params import check_value, field_kind
 
 Decision = dict[str, Any]
 
@@ -63,6 +67,16 @@ class TransformBase:
     """
 
     name: str  # set by @stage (whether it truncates is the registry's: STAGES[name].truncates)
+
+    def __post_init__(self) -> None:
+        """Check each numeric field against the range of the request parameter it is read from (run by the
+        dataclass's ``__init__``; a stage that defines its own ``__post_init__`` calls this one first)."""
+        spec = STAGES.get(getattr(type(self), "name", ""))
+        for field, name in (spec.params if spec is not None else {}).items():
+            declared = DECLARED.get(name)
+            if declared is not None and field_kind(declared) in (int, float) and hasattr(self, field):
+                value = check_value(name, getattr(self, field), declared.metadata, field_kind(declared))
+                object.__setattr__(self, field, value)
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
@@ -122,6 +136,15 @@ class StageSpec:
 
 
 STAGES: dict[str, StageSpec] = {}
+# the request parameters a stage may read, by name: their declarations (range, kind), from ``declare``
+DECLARED: dict[str, dataclasses.Field] = {}
+
+
+def declare(params: type) -> None:
+    """Register the fields of the parameter class ``params`` (a dataclass of ``param()`` fields) as the
+    declarations the stages' constructors check their values against."""
+    for f in dataclasses.fields(params):
+        DECLARED[f.name] = f
 
 
 def stage(name: str, *, params: dict[str, str] | None = None, truncates: bool) -> Callable[[T], T]:

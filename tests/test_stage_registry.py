@@ -13,7 +13,8 @@ from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, accept_chosen, build_chain, record_chain
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, WATCHING_FIELDS, SamplerParams, build_sampler_chain
-from strategies.sampling.truncations import XTC
+from strategies.sampling.transforms import MinP, Temperature, TopK, TopP
+from strategies.sampling.truncations import XTC, Epsilon
 from strategies.stages import STAGES, Outcome, stage
 from tests.word_lm import WordLM
 
@@ -137,3 +138,37 @@ def test_accept_adds_what_a_stage_learned_without_editing_the_decision_it_return
 
 def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
     assert sorted(set(STAGES) - set(STAGE_MARKS) - set(STAGE_SUMMARIES)) == []
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: MinP(1.05), "min_p must be in [0, 1], got 1.05"),  # would cut every token
+    (lambda: TopP(0.0), "top_p must be in (0, 1], got 0"),
+    (lambda: TopK(-3), "top_k must be in [0, 1000000], got -3"),
+    (lambda: Temperature(-1.0), "temperature must be in [0, 100], got -1"),
+    (lambda: Epsilon(1.0), "epsilon_cutoff must be in [0, 1), got 1"),
+    (lambda: Mirostat(5.0, eta=0.0), "mirostat_eta must be in (0, 1], got 0"),
+    (lambda: XTC(0.5, 1.5, torch.Generator()), "xtc_threshold must be in [0, 1], got 1.5"),
+    (lambda: TopK(True), "top_k must be an integer, got True"),
+])
+def test_a_stage_built_directly_is_checked_in_its_constructor(build, message):
+    """Sample many and the tools build stages without a request: the constructor refuses what the request
+    would, naming the value and the range (a ValueError, as transformers' warpers raise)."""
+    with pytest.raises(ValueError) as err:
+        build()
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("name", FROM_PARAMS)
+def test_every_stage_built_directly_refuses_a_value_past_its_range(name):
+    """Each numeric field of every registered stage, set just past its parameter's range, is refused in the
+    stage's constructor; its own defaults pass."""
+    spec = STAGES[name]
+    fields = {f.name: f for f in dataclasses.fields(SamplerParams)}
+    for field, param_name in spec.params.items():
+        meta = fields[param_name].metadata
+        if not isinstance(fields[param_name].default, (int, float)) or isinstance(fields[param_name].default, bool):
+            continue
+        over = meta["high"] + (1 if fields[param_name].type == "int" else 0.5)
+        settings = spec.settings(SamplerParams(**STRING_VALUES if name in ("word_bias", "synthid") else {}))
+        with pytest.raises(InvalidRequest, match=rf"^{param_name} must be in "):
+            spec.cls.from_settings({**settings, field: over}, torch.Generator(), WordLM("w{}"))

@@ -19,7 +19,7 @@ import torch
 
 from playground.errors import InvalidRequest
 from strategies.params import Params, param
-from strategies.stages import STAGES, Decision, Outcome, TransformBase
+from strategies.stages import STAGES, Decision, Outcome, TransformBase, declare
 
 STAGE_NAMES = ("penalty", "temperature", "top_k", "top_p", "min_p")
 DEFAULT_ORDER = ",".join(STAGE_NAMES)
@@ -48,6 +48,9 @@ class ChainParams(Params):
             raise InvalidRequest(f"order must list each of {', '.join(STAGE_NAMES)} once (and grammar at most "
                                  f"once, where a grammar goes: first when it is not named), got {self.order!r}")
         object.__setattr__(self, "order", ",".join(names))
+
+
+declare(ChainParams)
 
 
 def build_chain(p: ChainParams) -> list[TransformBase]:

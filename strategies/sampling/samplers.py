@@ -57,7 +57,7 @@ from strategies.params import param
 from strategies.sampling import adaptive, synthid, truncations, watermark  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
-from strategies.stages import STAGES, TransformBase, stages_on
+from strategies.stages import STAGES, TransformBase, declare, stages_on
 from strategies.watch import WatchParams
 
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -184,6 +184,9 @@ class SamplerParams(LoopStopParams, WatchParams, ChainParams):
         if self.dynatemp_min > self.dynatemp_max:
             raise InvalidRequest(f"dynatemp_min must be at most dynatemp_max ({self.dynatemp_max:g}), "
                                  f"got {self.dynatemp_min:g}")
+
+
+declare(SamplerParams)
 
 
 def watermarks_before_greedy(order: str, temperature: float, on: dict[str, bool]) -> str:
