@@ -106,3 +106,23 @@ def test_the_rest_bar_says_not_enumerated_where_an_outcome_left_out_has_no_proba
     result["outcomes"][-1]["probability"] = None  # a record whose rarest outcome has no exact probability
     sampled, exact = sample_figure(result).data
     assert exact.y[-1] is None and "not enumerated" in exact.x[-1] and "not enumerated" in exact.customdata[-1]
+
+
+def test_sample_many_and_score_run_the_pages_weights_and_say_which(store):
+    """The page's own Sample-many and Score handlers, called with the page's inputs and Weights at bfloat16:
+    both run the toy in bfloat16 (as Generate would), not Request's float32 default, and each view names the
+    weights that ran."""
+    demo = build_demo(store)
+    set_to = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0, "pg-dtype": "bfloat16",
+              "pg-whatif-n": 20, "pg-whatif-k": 2, "pg-whatif-text": "3 4 5"}
+    by_api = {}
+    for name in ("sample_many", "score"):
+        fn = next(f for f in demo.fns.values() if f.api_name == name)
+        frames = list(fn.fn(*[set_to.get(getattr(c, "elem_id", None), c.value) for c in fn.inputs]))
+        by_api[name] = {getattr(c, "elem_id", None): v for c, v in frames[-1].items()}
+    demo.close()
+    with open(by_api["sample_many"]["pg-whatif-file"], encoding="utf-8") as f:
+        assert json.load(f)["dtype"] == "bfloat16"
+    assert "toy in bfloat16 weights" in by_api["sample_many"]["pg-whatif-table"]
+    assert by_api["score"]["pg-whatif-summary"].count("toy in bfloat16 weights") == 1
+    assert by_api["score"]["pg-whatif-tokens"]  # the text was scored

@@ -117,7 +117,7 @@ def sample_table_html(result: dict[str, Any], top: int = 30) -> str:
     foot = f"<p>… {more} more outcomes in the JSON download.</p>" if more > 0 else ""
     timing = result["timing"]
     return (f"{gap_html(result)}<p>{'Rows of one batched pass' if result['batched'] else 'One run per seed'}, "
-            f"{timing['seconds']} s.</p><table class='pg-table'><tr><th>count</th><th>frequency</th>"
+            f"{_weights(result)}{timing['seconds']} s.</p><table class='pg-table'><tr><th>count</th><th>frequency</th>"
             f"<th>exact</th><th>first seed</th><th>outcome</th></tr>{''.join(rows)}</table>{foot}")
 
 
@@ -145,6 +145,11 @@ def gap_html(result: dict[str, Any], top: int = 30) -> str:
             f"{''.join(rows)}</table>")
 
 
+def _weights(result: dict[str, Any]) -> str:
+    """"{model} in {dtype} weights, " for a result that records its weights ("" for one that does not)."""
+    return f"{escape(result['model'])} in {escape(result['dtype'])} weights, " if result.get("dtype") else ""
+
+
 def score_html(summary: dict[str, Any]) -> str:
     """Perplexity, total log-probability, and a table of the text's tokens (coloured by probability)."""
     rows = []
@@ -165,5 +170,5 @@ def score_html(summary: dict[str, Any]) -> str:
         f"{' and is a whole valid text' if g['whole'] else ' but is not yet a whole valid text'}.</p>")
     return (f"{where}<p><b>perplexity {summary['perplexity']:.4g}</b> · total log-probability "
             f"{summary['total_logprob']:.4g} · scored {'as the answer to the prompt' if summary['mode'] == 'chat' else 'raw'}"
-            f"</p><table class='pg-table'><tr><th>token</th><th>prob</th><th>rank</th><th>surprisal (nats)</th>"
+            f"{' · ' + _weights(summary).rstrip(', ') if summary.get('dtype') else ''}</p><table class='pg-table'><tr><th>token</th><th>prob</th><th>rank</th><th>surprisal (nats)</th>"
             f"<th>entropy (nats)</th><th>greedy</th></tr>{''.join(rows)}</table>")

@@ -21,7 +21,7 @@ from playground.charts.whatif import sample_figure, sample_table_html, score_htm
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.models import OFFLINE
-from playground.models.dtypes import DTYPES
+from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.ui import events
 from playground.ui.events import (
     MODEL_EVENT,
@@ -52,23 +52,26 @@ PAIR_JS = "window.addEventListener('pg-pair-select', (e) => trigger('click', {st
 
 def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any],
                      seed: Any, n: Any, tokens: Any, system: str = "", chat: bool | None = None,
-                     batched: bool = True, progress: Progress | None = None, grammar: Any = None
-                     ) -> tuple[go.Figure, str, dict[str, Any]]:
+                     batched: bool = True, progress: Progress | None = None, grammar: Any = None,
+                     dtype: str = DEFAULT_DTYPE) -> tuple[go.Figure, str, dict[str, Any]]:
     """(frequency vs exact bars, outcome table HTML, the sample-many result). With a ``grammar``
-    ({"kind", "text"}) the bars add P(y | y valid) and the table says what the gap means."""
+    ({"kind", "text"}) the bars add P(y | y valid) and the table says what the gap means. ``dtype``: the
+    page's Weights, as Generate runs them (the table names the weights that ran)."""
     req = Request(model=model, strategy=strategy, prompt=prompt, params=dict(params or {}), seed=seed,
                   max_new_tokens=_int("tokens", tokens, 1, MAX_TOKENS), system=system or "", chat=chat,
-                  grammar=grammar)
+                  grammar=grammar, dtype=dtype or DEFAULT_DTYPE)
     result = sample_many(store, req, n, batched, progress)
     return sample_figure(result), sample_table_html(result), result
 
 
 def score_view(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
-               chat: bool | None = None, progress: Progress | None = None, grammar: Any = None
-               ) -> tuple[str, str, dict[str, Any], int, tuple[go.Figure, go.Figure, go.Figure]]:
+               chat: bool | None = None, progress: Progress | None = None, grammar: Any = None,
+               dtype: str = DEFAULT_DTYPE) -> tuple[str, str, dict[str, Any], int, tuple[go.Figure, go.Figure, go.Figure]]:
     """(coloured text, summary table, trace dict, the selected step, that step's three charts).
-    The selected step is the most surprising token (with a grammar the text leaves: that token)."""
-    trace = score(store, model, text, prompt, system or "", chat, progress=progress, grammar=grammar)
+    The selected step is the most surprising token (with a grammar the text leaves: that token).
+    ``dtype``: the page's Weights, as Generate runs them (the summary names the weights that ran)."""
+    trace = score(store, model, text, prompt, system or "", chat, progress=progress, grammar=grammar,
+                  dtype=dtype or DEFAULT_DTYPE)
     d = trace.to_dict()
     step = max(range(len(trace.steps)), key=lambda i: trace.steps[i].extra["surprisal"] or 0.0)
     leaves = (trace.extra["score"].get("grammar") or {}).get("leaves_at")
@@ -224,7 +227,7 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         fig, table, result = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                          bool(batched), events.progress(progress),
-                                         grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")))
+                                         grammar_value(cfg.get("grammar_kind"), cfg.get("grammar_text")), cfg["dtype"])
         yield keyed({w.sample_plot: plot_value(fig, theme), w.sample_table: table,
                      w.sample_file: write_sample_many_json(result)})
 
@@ -233,11 +236,11 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                       if c is not None]
     grammar_inputs = grammar_inputs if len(grammar_inputs) == 2 else []
 
-    def on_score(model: str, prompt: str, system: str, chat: Any, text: str, theme: str, *grammar: Any,
+    def on_score(model: str, prompt: str, system: str, chat: Any, dtype: str, text: str, theme: str, *grammar: Any,
                  progress: Any = None) -> Iterator[Any]:
         tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
                                                    events.progress(progress), grammar_value(*grammar)
-                                                   if grammar else None)
+                                                   if grammar else None, dtype)
         yield keyed({w.score_tokens: tokens, w.score_summary: table, w.score_trace: trace,
                      **dict(zip(w.score_plots, (plot_value(f, theme) for f in figs)))})
 
@@ -251,8 +254,9 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
                        [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
-    w.score_run.click(handler(on_score, 6 + len(grammar_inputs), True),
-                      [page.model, page.prompt, page.system, page.chat, w.score_text, page.theme, *grammar_inputs],
+    w.score_run.click(handler(on_score, 7 + len(grammar_inputs), True),
+                      [page.model, page.prompt, page.system, page.chat, page.dtype, w.score_text, page.theme,
+                       *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     def on_detect(*values: Any, progress: Any = None) -> Iterator[Any]:

@@ -44,13 +44,13 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
 from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
-from playground.models import ModelStore, Progress
+from playground.models import LM, ModelStore, Progress
 from strategies.loops import find_loops
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
 from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
@@ -444,7 +444,7 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
         gap = dict(grammar_gap(lm, ctx.prompt_ids, chain, grammar, order, ctx.max_new_tokens, tally.counts, n),
                    spec=grammar.spec.to_dict(), meaning=GAP_MEANING)
     seconds = time.perf_counter() - started
-    return {"model": lm.key, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
+    return {"model": lm.key, "dtype": cast(LM, lm).weights, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
             "prompt_ids": list(ctx.prompt_ids), "seed": req.seed, "n": n, "tokens": ctx.max_new_tokens,
             "batched": use_batch, "reference": _reference_name(spec.name, chain, grammar is not None),
             "outcomes": _outcomes(lm, tally, exact, n, getattr(params, "loop_repeats", 0),

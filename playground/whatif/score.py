@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from playground.engine import MAX_TEXT_CHARS
+from playground.engine import MAX_TEXT_CHARS, in_dtype
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
 from playground.trace import Trace, rnd
@@ -77,12 +77,14 @@ def split_context(lm: LM, text: str, prompt: str, system: str, chat: bool | None
 
 @torch.inference_mode()
 def score(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
-          chat: bool | None = None, top_n: int = 20, progress: Progress | None = None, grammar: Any = None
-          ) -> Trace:
-    """Teacher-force ``text`` (after ``prompt``) through ``model``; see the module docstring."""
+          chat: bool | None = None, top_n: int = 20, progress: Progress | None = None, grammar: Any = None,
+          dtype: str = "float32") -> Trace:
+    """Teacher-force ``text`` (after ``prompt``) through ``model`` in the weights ``dtype`` resolves to
+    (``auto``: as a run's, playground.engine.in_dtype; recorded in ``extra["dtype"]``); see the module
+    docstring."""
     spec = GrammarSpec.from_dict(grammar)
     check_texts(text, prompt, system)
-    lm = store.get(model, progress)
+    lm = in_dtype(store.get(model, progress), dtype, progress)
     compiled = None if spec is None else compile_grammar(spec, lm)
     context, scored, mode = split_context(lm, text, prompt, system, chat)
     unscored = context if mode == "raw" and not prompt.strip() and context == text_ids(lm, text)[:1] else []
@@ -102,6 +104,7 @@ def score(store: ModelStore, model: str, text: str, prompt: str = "", system: st
     trace.text = lm.decode(unscored + scored)
     trace.finish_reason = "scored"
     trace.timing.target_forward_passes = 1
+    trace.extra["dtype"] = lm.weights
     total = sum(t.logprob for t in trace.tokens)
     trace.extra["score"] = {"mode": mode, "tokens": len(scored), "total_logprob": rnd(total),
                             "perplexity": rnd(math.exp(-total / len(scored))),
@@ -146,7 +149,8 @@ def summary(trace: Trace) -> dict[str, Any]:
                        "logprob": rnd(token.logprob), "rank": step.extra["rank"],
                        "surprisal": step.extra["surprisal"], "entropy": rnd(step.entropy),
                        "greedy": step.extra["greedy_text"]})
-    out = {"model": trace.model, "prompt": trace.prompt, "text": trace.text, "mode": section["mode"],
+    out = {"model": trace.model, "dtype": trace.extra.get("dtype"), "prompt": trace.prompt, "text": trace.text,
+           "mode": section["mode"],
            "tokens": tokens, "perplexity": section["perplexity"], "total_logprob": section["total_logprob"]}
     if "grammar" in section:
         lead = len(section["unscored"])
