@@ -10,6 +10,7 @@ from transformers.generation.logits_process import WatermarkLogitsProcessor
 
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from playground.whatif.watermark import detect_text
 from strategies.green_lists import DEFAULT_KEY, green_mask
 from strategies.sampling.chain import accept_chosen, record_chain
 from strategies.sampling.samplers import PRESETS, SamplerParams, build_sampler_chain
@@ -118,6 +119,19 @@ def test_a_runs_trace_carries_the_stages_records_and_they_agree_with_the_detecto
                                                        abs=1e-6)
         assert d["green_mass_after"] == pytest.approx(sum(p for i, p in zip(ids_, record["probs"]) if i in green),
                                                       abs=1e-6)
+
+
+@pytest.mark.parametrize("scheme", ["lefthash", "selfhash"])
+def test_the_runs_count_and_detect_on_its_text_score_the_same_tokens(store, scheme):
+    """One rule, the text's tokens: a run that ends at the end-of-sequence token does not score it (the text
+    does not hold it), so its last count and z are what ``detect`` finds on its text after its prompt."""
+    params = {"watermark_delta": 2.0, "watermark_gamma": 0.5, "watermark_scheme": scheme}
+    trace = run(store, Request("toy", "sampling", "1 2", params, seed=0, max_new_tokens=12)).to_dict()
+    assert trace["finish_reason"] == "eos" and trace["tokens"][-1]["id"] in store.get("toy").eos_ids
+    last = next(st for st in trace["steps"][-1]["stages"] if st["name"] == "watermark")["decision"]
+    found = detect_text(store, "toy", trace["text"], "1 2", gamma=0.5, scheme=scheme)
+    assert last["scored"] == found["scored"] == len(trace["tokens"]) - 1
+    assert (last["green_count"], last["z"]) == (found["green"], pytest.approx(found["z"], rel=1e-5))  # six digits
 
 
 def test_the_stage_draws_nothing_from_the_runs_generator(toy):

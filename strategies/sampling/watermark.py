@@ -19,17 +19,23 @@ returned). ``accept`` adds ``chosen_green`` [batch]: whether the chosen token is
 detector counts it (for selfhash, in its own list, wherever it ranked); and the detector's running
 count over the run's tokens so far: ``scored`` and ``green_count`` [batch] and their ``z``
 (strategies/watermark_detect.py ``z_score``), so the z after the last step is what ``detect`` finds on
-the prompt's ids and the run's tokens (the prompt not scored, its last token seeding the first list).
-Forced tokens count too: the text holds them.
+the prompt's ids and the run's text (the prompt not scored, its last token seeding the first list).
+
+The rule for which tokens are scored, the run's and ``detect``'s (playground/whatif/watermark.py) alike:
+the text's tokens. Forced tokens count: the text holds them. An end-of-sequence token (the model's
+``eos_ids``) does not, nor anything a row draws after one: it ends the run and is no part of the text,
+so a detector reading the text never sees it (as SynthID's stage and detector leave it out).
 
 With an empty context there is no previous token: nothing is biased, as transformers skips the step.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from playground.seam import LanguageModel
 from strategies.green_lists import SELFHASH_CANDIDATES, green_mask, is_green
 from strategies.stages import Decision, Outcome, TransformBase, stage
 from strategies.watermark_detect import z_score
@@ -45,8 +51,14 @@ class Watermark(TransformBase):
     gamma: float
     scheme: str
     key: int
-    # the run's "scored" and "green" so far, [batch]: state, advanced by accept
+    eos_ids: frozenset[int] = frozenset()  # the model's end-of-sequence tokens: never scored
+    # the run's "scored" and "green" so far, and whether each row has ended, [batch]: state, advanced by accept
     counts: dict[str, torch.Tensor] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any], generator: torch.Generator | None = None,
+                      lm: LanguageModel | None = None) -> "Watermark":
+        return cls(**settings, eos_ids=frozenset(lm.eos_ids) if lm is not None else frozenset())
 
     def _green_row(self, logits_row: torch.Tensor, ids: list[int]) -> torch.Tensor:
         """[vocab] bool (CPU): the tokens of one row that get the bias."""
@@ -83,11 +95,13 @@ class Watermark(TransformBase):
             flags = [bool(outcome.decision["green"][r, c]) for r, c in enumerate(chosen)]
         green = torch.tensor(flags, dtype=torch.bool)
         # lefthash scores a token only after a token that seeds its list (the step saw a context)
-        counted = self.scheme == "selfhash" or bool(outcome.decision["seeded"])
+        seeded = self.scheme == "selfhash" or bool(outcome.decision["seeded"])
         zeros = torch.zeros(len(chosen), dtype=torch.long)
-        scored = self.counts.get("scored", zeros) + int(counted)
-        green_count = self.counts.get("green", zeros) + (green.long() if counted else 0)
-        self.counts.update(scored=scored, green=green_count)
+        ended = self.counts.get("ended", zeros.bool()) | torch.tensor([c in self.eos_ids for c in chosen])
+        counted = (~ended).long() * int(seeded)  # [batch]: the text's tokens only (the module docstring)
+        scored = self.counts.get("scored", zeros) + counted
+        green_count = self.counts.get("green", zeros) + green.long() * counted
+        self.counts.update(scored=scored, green=green_count, ended=ended)
         z = [z_score(int(g), int(n), self.gamma) if n else float("nan") for g, n in zip(green_count, scored)]
         return {"chosen_green": green, "scored": scored.clone(), "green_count": green_count.clone(),
                 "z": torch.tensor(z, dtype=torch.float64)}
