@@ -1,11 +1,14 @@
-"""What exact verification costs: the lean forwards' row-by-row attention and row-bounded dense
-products (every row of a pass computed as its one-token step computes it) against one attention
-call with a causal mask and one product over all rows, the same weights, one process.
+"""What exact verification costs: the lean forwards' row-by-row attention and products in calls of the
+row counts probed exact on this CPU (``playground.models.fast.rows``: every row of a pass computed as
+its one-token step computes it) against one attention call with a causal mask and one product over
+all rows, and against the fixed form before the probe (dense products in calls of 32 rows, 4-bit
+ones whole, which this CPU's kernels need not keep exact), the same weights, one process.
 
 For each weights type it prints plain decoding's tokens/s, the prefill of the prompt and the cost
 of verifying a draft of ``--draft`` tokens (one pass after the prompt), per token, in both forms,
-with the ratio exact / one call (plain decoding runs one row a pass, so its ratio should be about
-1), and the largest logit difference between one pass and one token at a time in each form.
+with the ratios exact / one call and exact / fixed 32 (plain decoding runs one row a pass, so its
+ratios should be about 1), and the largest logit difference between one pass and one token at a time
+in each form.
 
     .venv/bin/python bench/bench_exact.py [--tokens 32] [--repeats 5] [--draft 5] [--quick]
 
@@ -46,13 +49,25 @@ def one_call_attention(q, keys, values, lengths, gather=None, step_mask=None, **
 
 @contextmanager
 def one_call():
-    saved = llama.stepwise_attention, gemma.stepwise_attention, layers.DENSE_ROWS
+    saved = llama.stepwise_attention, gemma.stepwise_attention, layers.row_calls
     llama.stepwise_attention = gemma.stepwise_attention = one_call_attention
-    layers.DENSE_ROWS = 1 << 30
+    layers.row_calls = lambda weight, n: [n]
     try:
         yield
     finally:
-        llama.stepwise_attention, gemma.stepwise_attention, layers.DENSE_ROWS = saved
+        llama.stepwise_attention, gemma.stepwise_attention, layers.row_calls = saved
+
+
+@contextmanager
+def fixed_rows(rows: int = 32):
+    """The form before the probe: dense products in calls of ``rows`` rows, 4-bit ones in one call."""
+    saved = layers.row_calls
+    layers.row_calls = lambda weight, n: ([min(rows, n - i) for i in range(0, n, rows)]
+                                          if isinstance(weight, torch.Tensor) else [n])
+    try:
+        yield
+    finally:
+        layers.row_calls = saved
 
 
 @torch.inference_mode()
@@ -99,6 +114,8 @@ def main() -> None:
         measure(lm, prompt_ids, 4, 1, args.draft, gap=False)  # warm-up
         with one_call():
             before = measure(lm, prompt_ids, args.tokens, args.repeats, args.draft)
+        with fixed_rows():
+            fixed = measure(lm, prompt_ids, args.tokens, args.repeats, args.draft)
         after = measure(lm, prompt_ids, args.tokens, args.repeats, args.draft)
         print(f"{key} {weights}: {len(prompt_ids)}-token prompt, {args.tokens} tokens, median of {args.repeats}")
         print(f"  plain decode   one call {1 / before['decode']:6.1f} tok/s   exact {1 / after['decode']:6.1f} tok/s   "
@@ -107,8 +124,13 @@ def main() -> None:
               f"ratio exact / one call {after['prefill'] / before['prefill']:.3f}")
         print(f"  verify {args.draft} tokens one call {1000 * before['verify']:6.2f} ms/token exact {1000 * after['verify']:6.2f} "
               f"ms/token ratio exact / one call {after['verify'] / before['verify']:.3f}")
+        print(f"  against the fixed 32-row form: plain decode ratio {after['decode'] / fixed['decode']:.3f}, "
+              f"prefill {after['prefill'] / fixed['prefill']:.3f}, verify {after['verify'] / fixed['verify']:.3f}")
         print(f"  largest logit difference, one pass vs one token at a time: one call {before['gap']:.3g}, "
-              f"exact {after['gap']:.3g}")
+              f"fixed 32 {fixed['gap']:.3g}, exact {after['gap']:.3g}")
+        if lm.check is not None:
+            for form in lm.check.row_forms:
+                print(f"    {form.describe()}")
 
 
 if __name__ == "__main__":

@@ -134,6 +134,8 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
                 trace.extra["grammar"] = req.grammar.to_dict()
             if lm.check is not None:
                 trace.timing.extra["weights_check_seconds"] = round(lm.check.seconds, 3)
+                if lm.check.row_forms:  # choosing each product's rows per call on this CPU
+                    trace.timing.extra["row_probe_seconds"] = round(lm.check.probe_seconds, 3)
             if trace.finish_reason == OUT_OF_TIME and budget.seconds is not None:
                 trace.extra["time_budget_seconds"] = budget.seconds  # the page names it
             yield trace

@@ -1,12 +1,13 @@
-"""The fast-path tests on the CPUs this machine is not: once per torch CPU capability it can
-dispatch to besides its own, each in a subprocess with ``ATEN_CPU_CAPABILITY`` set.
+"""The fast-path tests on the CPUs this machine is not: once per kernel tier it has below its own,
+each in a subprocess with ``ATEN_CPU_CAPABILITY`` and ``ONEDNN_MAX_CPU_ISA`` set.
 
-torch picks its CPU kernels (and the int4 kernel's packed layout) by capability, so a fast path
-checked only where it was written can be wrong elsewhere; here a developer on an AVX-512 machine
-runs the AVX2 and default kernels too, and one on an AVX2 machine the default kernels. For AVX2
-and the default kernels oneDNN is held to the same instructions (``ONEDNN_MAX_CPU_ISA``), so
-bfloat16 matrix products are emulated as on a CPU without native bfloat16. The suite's own run
-covers the native capability.
+torch picks its CPU kernels (and the int4 kernel's packed layout) by capability, and oneDNN its
+bfloat16 products by tier (AVX2; AVX512_CORE, bfloat16 emulated; AVX512_CORE_BF16, native; AMX), each
+rounding in its own way, so a fast path checked only where it was written can be wrong elsewhere, and
+a pass's rows can round otherwise than steps. The tiers come from the CPU's flags
+(``playground.models.cpu.onednn_tiers``): an AMX machine runs what a Zen 4 runs, a Zen 4 what a
+Skylake-to-Ice-Lake Xeon runs, and every x86 machine the AVX2 and default kernels. The suite's own
+run covers the CPU's highest tier.
 """
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from playground.models.cpu import CPUINFO, capabilities, cpu_flags, torch_capability
+from playground.models.cpu import (
+    CAPABILITY_FLAGS,
+    CPUINFO,
+    ONEDNN_TIERS,
+    capabilities,
+    cpu_flags,
+    onednn_tiers,
+    torch_capability,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +53,15 @@ KERNEL_SHAPES = ("packed_plane or packed_in_slices or stack or kernel_multiplies
                  "or hidden_states or one_pass_and_steps_equal "
                  "or (speculative_equals_greedy_on_the_lean_path and early_exit and int4) "
                  "or (scores_as_its_path_alone and int4)")
-SELECT = {"default": ("packed_plane or packed_in_slices or stack or rows_are_matched or kernel_multiplies "
-                      "or (fast_paths_pass and bfloat16)"),
-          "avx2": KERNEL_SHAPES, "avx512": KERNEL_SHAPES}
-ONEDNN_ISA = {"avx2": "AVX2", "default": "SSE41"}
+# By oneDNN tier. The VNNI tier adds int8 instructions to AVX512_CORE, which no product here uses, so
+# it runs one test per product kind (dense bfloat16, the int4 kernel, a tree's attention); the
+# lowest AVX-512 tier also runs the same-text sweep's quick mode (every draft, bfloat16 and int4).
+ONE_PER_KIND = "one_pass_equals_steps or batched_rows or dense_product or tree_pass"
+SELECT = {"SSE41": ("packed_plane or packed_in_slices or stack or rows_are_matched or kernel_multiplies "
+                    "or (fast_paths_pass and bfloat16)"),
+          "AVX2": KERNEL_SHAPES, "AVX512_CORE": KERNEL_SHAPES, "AVX512_CORE_VNNI": ONE_PER_KIND,
+          "AVX512_CORE_BF16": KERNEL_SHAPES}
+SAME_TEXT_TIERS = ("AVX512_CORE",)
 
 
 def other_capabilities(cpuinfo: Path = CPUINFO) -> list[str]:
@@ -92,15 +106,40 @@ def test_this_cpu_runs_what_torch_picked_by_itself():
     assert out.stdout.strip().lower() == capabilities(cpu_flags())[-1], out.stderr[-2000:]
 
 
-@pytest.mark.parametrize("capability", other_capabilities())
-def test_fast_path_tests_pass_on_other_kernels(capability):
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
-    if capability in ONEDNN_ISA:
-        env["ONEDNN_MAX_CPU_ISA"] = ONEDNN_ISA[capability]
+def other_tiers(cpuinfo: Path = CPUINFO) -> list[tuple[str, str]]:
+    """(torch capability, oneDNN tier) for every oneDNN tier the CPU described by ``cpuinfo`` has, less
+    its highest (the suite's own run): an AMX machine runs what a Zen 4 runs (AVX512_CORE_BF16), a
+    Zen 4 what an AVX-512 CPU without bfloat16 runs (AVX512_CORE, AVX512_CORE_VNNI), and each the
+    AVX2 and default kernels. torch's capability is held to the tier's family, never above its own."""
+    order = list(CAPABILITY_FLAGS)
+    own = order.index(torch_capability().lower())
+    allowed = capabilities(cpu_flags(cpuinfo))
+    tiers = [(ONEDNN_TIERS[isa][0], isa) for isa in onednn_tiers(cpu_flags(cpuinfo))[:-1]]
+    return [(cap, isa) for cap, isa in tiers if cap in allowed and order.index(cap) <= own]
+
+
+def test_tiers_follow_the_flags(tmp_path):
+    zen4 = AVX512 + " avx512_vnni"
+    assert onednn_tiers(cpu_flags(plant(tmp_path, zen4))) == ("SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI",
+                                                              "AVX512_CORE_BF16")
+    assert onednn_tiers(cpu_flags(plant(tmp_path, zen4 + " amx_tile amx_bf16 amx_int8")))[-1] == "AVX512_CORE_AMX"
+    assert onednn_tiers(cpu_flags(plant(tmp_path, AVX2_ONLY))) == ("SSE41", "AVX2")
+    assert [isa for _, isa in other_tiers(plant(tmp_path, AVX2_ONLY))] == ["SSE41"]
+
+
+@pytest.mark.parametrize("capability, isa", other_tiers())
+def test_fast_path_tests_pass_on_other_kernels(capability, isa):
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability, "ONEDNN_MAX_CPU_ISA": isa}
     files = FILES[:2] if capability == "default" else FILES
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECT[capability],
-                             *files],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECT[isa], *files],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-2000:]
-    assert result.returncode == 0, f"ATEN_CPU_CAPABILITY={capability}: {summary}\n{result.stdout[-6000:]}"
+    where = f"ATEN_CPU_CAPABILITY={capability} ONEDNN_MAX_CPU_ISA={isa}"
+    assert result.returncode == 0, f"{where}: {summary}\n{result.stdout[-6000:]}"
     assert " passed" in summary and "failed" not in summary, summary
+    if isa in SAME_TEXT_TIERS:
+        sweep = subprocess.run([sys.executable, "-m", "playground.tools.same_text", "--quick", "--weights", "bfloat16,int4"],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        lines = [line for line in sweep.stdout.splitlines() if "differing texts" in line]
+        assert sweep.returncode == 0 and len(lines) == 2, f"{where}: {sweep.stdout[-3000:]}{sweep.stderr[-2000:]}"
+        assert all("differing texts 0 of" in line for line in lines), lines

@@ -11,7 +11,7 @@ import torch
 
 from playground.charts import break_even
 from playground.engine import Request, run
-from playground.models.fast import check, layers
+from playground.models.fast import check, layers, rows
 from playground.models.fast.gemma import LeanGemma
 from playground.models.fast.layers import linear, stepwise_attention, tree_rows
 from playground.ui.handlers import status_html
@@ -128,11 +128,20 @@ def test_rope_by_roll_is_rotate_half_bit_for_bit(dtype):
                        reference.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
 
 
-def test_a_dense_product_of_many_rows_is_its_rows_one_at_a_time():
+@pytest.mark.parametrize("shape", [(96, 64), (576, 1536), (640, 2048)])
+def test_a_dense_product_of_many_rows_is_its_rows_one_at_a_time(shape):
+    """Whatever limit the probe chose on this CPU (SmolLM2's and Gemma 3's down products among the
+    shapes), a product over many rows gives each row its one-row numbers."""
     torch.manual_seed(0)
-    weight, x = torch.randn(96, 64).bfloat16(), torch.randn(1, 3 * layers.DENSE_ROWS + 5, 64).bfloat16()
-    rows = torch.cat([torch.nn.functional.linear(x[:, i:i + 1], weight) for i in range(x.shape[1])], dim=1)
-    assert torch.equal(linear(x, weight), rows)
+    weight = torch.randn(*shape).bfloat16()
+    limit = rows.form(weight)
+    assert 1 <= limit.rows <= rows.MAX_ROWS and limit.threads == torch.get_num_threads()
+    x = torch.randn(1, 2 * rows.MAX_ROWS + 5, shape[1]).bfloat16()
+    # each row as a step's own [1, 1, in] tensor (x[0, i][None, None] has a fresh tensor's strides)
+    one_by_one = torch.cat([torch.nn.functional.linear(x[0, i][None, None], weight) for i in range(x.shape[1])], dim=1)
+    assert torch.equal(linear(x, weight), one_by_one)
+    again = rows.probe(weight)  # the probe measures the kernel, not chance: the same choice twice
+    assert (again.rows, again.stop) == (limit.rows, limit.stop) or "probe time" in limit.stop + again.stop
 
 
 @pytest.mark.parametrize("prompt, weights, tokens", [

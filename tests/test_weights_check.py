@@ -9,19 +9,21 @@ import numpy as np
 import pytest
 import torch
 
+from playground.cli import models as models_cli
 from playground.engine import Request, in_dtype, run
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, WeightsRefused
 from playground.models.dtypes import INT4_FAST_CAPABILITIES, cpu_capability, cpu_has_native_bf16
 from playground.models.fast import check as weights_check
 from playground.models.fast import int4 as gguf_int4
+from playground.models.fast import rows
 from playground.ui.handlers import status_html
 
 needs_kernel = pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
 
 
 @pytest.mark.parametrize("weights", ["bfloat16", pytest.param("int4", marks=needs_kernel)])
-def test_the_fast_paths_pass_here_and_are_recorded(store, smollm, weights):
+def test_the_fast_paths_pass_here_and_are_recorded(store, smollm, weights, monkeypatch, capsys):
     copy = smollm.with_weights(weights)
     check = copy.check
     assert check.weights == weights and check.capability == torch.backends.cpu.get_cpu_capability()
@@ -34,6 +36,17 @@ def test_the_fast_paths_pass_here_and_are_recorded(store, smollm, weights):
     assert trace["timing"]["weights_check_seconds"] == round(check.seconds, 3)
     status = status_html(trace, final=True)
     assert f"total variation {check.max_tv:.3f} at most" in status and check.capability in status
+    # the rows each product takes a call here: every distinct product of the lean forward, probed once
+    products = {rows.form(w).product for layer in copy.fast.layers for w in (layer.qkv, layer.out, layer.gate_up,
+                                                                              layer.down)} | {rows.form(copy.fast.head).product}
+    assert {f["product"] for f in trace["weights_check"]["row_forms"]} == products
+    assert all(1 <= f["rows"] <= rows.MAX_ROWS for f in trace["weights_check"]["row_forms"])
+    assert trace["timing"]["row_probe_seconds"] == round(check.probe_seconds, 3) > 0
+    assert "Rows per matrix product call" in weights_check.describe_record(trace["weights_check"])
+    monkeypatch.setattr(models_cli, "ModelStore", lambda device: store)
+    assert models_cli.cmd_models(["smollm2-135m", "--weights", weights]) == 0
+    printed = capsys.readouterr().out
+    assert all(f.describe().split(" (")[0] in printed for f in check.row_forms), printed
 
 
 def test_float32_is_the_reference(store):

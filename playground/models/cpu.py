@@ -49,3 +49,23 @@ def torch_capability() -> str:
     """The kernel family torch dispatches to in this process ("DEFAULT", "AVX2", "AVX512", ...);
     ``ATEN_CPU_CAPABILITY`` can lower it (or, on a CPU without it, raise it to a crash)."""
     return torch.backends.cpu.get_cpu_capability()
+
+
+# oneDNN's kernel tiers (``ONEDNN_MAX_CPU_ISA``), lowest first, with the flags each needs and the torch
+# capability it sits under. Each tier rounds bfloat16 products its own way (native bfloat16 from
+# AVX512_CORE_BF16, AMX tiles from AVX512_CORE_AMX), so a CPU is tested on every tier it has.
+ONEDNN_TIERS: dict[str, tuple[str, frozenset[str]]] = {
+    "SSE41": ("default", frozenset({"sse4_1"})),
+    "AVX2": ("avx2", CAPABILITY_FLAGS["avx2"]),
+    "AVX512_CORE": ("avx512", CAPABILITY_FLAGS["avx512"]),
+    "AVX512_CORE_VNNI": ("avx512", CAPABILITY_FLAGS["avx512"] | {"avx512_vnni"}),
+    "AVX512_CORE_BF16": ("avx512", CAPABILITY_FLAGS["avx512"] | {"avx512_vnni", "avx512_bf16"}),
+    "AVX512_CORE_AMX": ("avx512", CAPABILITY_FLAGS["avx512"] | {"avx512_vnni", "avx512_bf16", "amx_tile",
+                                                                "amx_bf16", "amx_int8"}),
+}
+
+
+def onednn_tiers(flags: frozenset[str]) -> tuple[str, ...]:
+    """The oneDNN tiers a CPU with ``flags`` can run, lowest first (its highest is what oneDNN picks
+    by itself)."""
+    return tuple(name for name, (_, needs) in ONEDNN_TIERS.items() if needs <= flags)

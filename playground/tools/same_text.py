@@ -8,6 +8,9 @@ every prompt, every draft, it compares the token ids and prints where a text par
     python -m playground.tools.same_text --model smollm2-135m --weights float32,bfloat16,int4
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m playground.tools.same_text ...   # AVX2 kernels
 
+``--quick``: 2 prompts x 20 tokens, every weights type and draft (under a minute on SmolLM2; the
+capability sweep runs it on every kernel tier: tests/test_cpu_capabilities.py).
+
 It prints one line per weights type: ``<model> <weights>: differing texts 0 of 60 (early_exit 0, ...)``,
 and exits with status 1 if any text differs.
 """
@@ -65,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--drafts", default="", help="comma-separated (default: early_exit, prompt_lookup, and eagle "
                                                  "where the model has a head; toy-small for toy)")
+    ap.add_argument("--quick", action="store_true", help="2 prompts x 20 tokens")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.tokens = min(args.prompts, 2), min(args.tokens, 20)
     torch.set_num_threads(1)
     toy = args.model.startswith("toy")
     if args.drafts:
@@ -88,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model} {weights}: differing texts {total} of {len(prompts) * len(drafts)} "
               f"({', '.join(f'{d} {n}' for d, n in differing.items())}); "
               f"{time.perf_counter() - started:.0f} s", flush=True)
+        check = store.get(args.model).with_weights(weights).check
+        for form in check.row_forms if check is not None else ():
+            print(f"  {form.describe()}", flush=True)
     return 1 if failed else 0
 
 

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 
 from playground.models.cpu import torch_capability
+from playground.models.fast import rows
+from playground.models.fast.rows import RowForm
 
 MAX_TV = 0.1  # per position: the parity tests' bound for bfloat16 and int4 against float32
 MEAN_TV = 0.03  # over the probe's positions
@@ -41,6 +43,7 @@ class WeightsCheck:
     seconds: float  # the variant's pass (the float32 pass, made once per model, is the Probe's)
     error: str = ""  # what the path raised instead of giving logits, if it did
     one_pass_gap: float = 0.0  # ``one_pass_gap``: several tokens in one pass against one at a time
+    row_forms: tuple[RowForm, ...] = ()  # how many rows each of the lean forward's products takes a call here
 
     @property
     def passed(self) -> bool:
@@ -54,6 +57,11 @@ class WeightsCheck:
         return (f"{where} differs from float32 by total variation {self.max_tv:.2f} at most, {self.mean_tv:.3f} "
                 f"on average ({verdict} the allowed {MAX_TV} and {MEAN_TV})")
 
+    @property
+    def probe_seconds(self) -> float:
+        """What choosing the row forms cost (their probes, first met in this check or before it)."""
+        return sum(f.seconds for f in self.row_forms)
+
     def record(self) -> dict[str, Any]:
         """The trace's form: no wall-clock figure (that goes under ``timing``)."""
         d = {"weights": self.weights, "reference": "float32", "capability": self.capability,
@@ -61,6 +69,8 @@ class WeightsCheck:
              "tolerance": {"max_tv": MAX_TV, "mean_tv": MEAN_TV}, "passed": self.passed}
         if self.error:
             d["error"] = self.error
+        if self.row_forms:
+            d["row_forms"] = [f.record() for f in self.row_forms]
         return d
 
 
@@ -125,8 +135,10 @@ def check_weights(probe: Probe, variant: Any) -> WeightsCheck:
     tv = 0.5 * (got.softmax(-1) - expected).abs().sum(-1)
     tv = torch.nan_to_num(tv, nan=1.0)  # NaN logits are as wrong as can be
     gap = one_pass_gap(variant, prompt_ids, continuation, got)
+    fast = getattr(variant, "fast", None)  # a stand-in LM of a test has none
+    forms = tuple(rows.forms_of(fast)) if fast is not None else ()
     return WeightsCheck(variant.weights, torch_capability(), float(tv.max()), float(tv.mean()),
-                        time.perf_counter() - start, one_pass_gap=gap)
+                        time.perf_counter() - start, one_pass_gap=gap, row_forms=forms)
 
 
 def weights_record(check: WeightsCheck | None, weights: str, passed_over: list[str],
@@ -151,7 +163,14 @@ def describe_record(record: dict[str, Any]) -> str:
         head = f"{record['weights']}: the weights as loaded, the reference the fast paths are checked against."
     refused = record.get("passed_over") or []
     return " ".join([head, *([gap_sentence(record["one_pass_gap"])] if "one_pass_gap" in record else []),
+                     *([forms_sentence(record["row_forms"])] if record.get("row_forms") else []),
                      *(f"Passed over: {r}." for r in refused)])
+
+
+def forms_sentence(forms: list[dict[str, Any]]) -> str:
+    """How many rows a call each product takes on this CPU (``rows.RowForm.record``), in one sentence."""
+    parts = [f"{f['product']} {f['rows']} ({f['stop']})" for f in forms]
+    return "Rows per matrix product call, chosen by probing this CPU: " + "; ".join(parts) + "."
 
 
 def gap_sentence(gap: float) -> str:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from playground.models import dtypes
+from playground.models.fast.rows import call_rows, flat_rows, product, row_calls
 
 CACHE_BLOCK = 256  # the cache grows in whole blocks, so a decode step never reallocates
 
@@ -161,22 +162,18 @@ class LeanForwardClass(Protocol):
     def supports(self, model: Any) -> bool: ...
 
 
-# A dense matrix multiplies at most this many rows per call. oneDNN's bfloat16 product computes each
-# row as a one-row product does up to 32 rows and switches to a blocking that rounds the rows
-# otherwise beyond (measured on AVX-512 with native bfloat16; on AVX2 up to 64 rows at least), so a
-# pass over a prompt or a draft gives every row the numbers of a one-token step.
-DENSE_ROWS = 32
-
-
 def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    if not isinstance(weight, torch.Tensor):
-        return weight(x)
-    rows = x.numel() // x.shape[-1]
-    if rows <= DENSE_ROWS:
-        return F.linear(x, weight)
-    flat = x.reshape(rows, x.shape[-1])
-    out = torch.cat([F.linear(chunk, weight) for chunk in flat.split(DENSE_ROWS)])
-    return out.view(*x.shape[:-1], weight.shape[0])
+    """``x @ weight.T`` with each row's numbers those of a one-row product: at most the rows this
+    CPU's kernel keeps exact go in one call (``playground.models.fast.rows``, probed per product),
+    every call a fresh-strided [1, n, in] (``rows.call_rows``), a step's [1, 1, in] included, as
+    transformers' step multiplies it."""
+    flat = flat_rows(x)
+    rows = flat.shape[0]
+    calls = [rows] if rows == 1 else row_calls(weight, rows)
+    starts = [sum(calls[:i]) for i in range(len(calls))]
+    parts = [product(call_rows(flat, start, start + n), weight) for start, n in zip(starts, calls)]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def stepwise_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lengths: list[int],
