@@ -198,7 +198,7 @@ NEEDS = {"xtc_threshold": {"xtc_probability": 1.0}, "dry_base": {"dry_multiplier
          "dry_allowed_length": {"dry_multiplier": 0.8}, "dry_sequence_breakers": {"dry_multiplier": 0.8},
          "dynatemp_exponent": {"dynatemp_min": 0.5, "dynatemp_max": 1.5}, "dynatemp_min": {"dynatemp_max": 100.0},
          "dynatemp_max": {"dynatemp_min": 5e-324}, "mirostat_eta": {"mirostat_tau": 5.0},
-         "adaptive_p_decay": {"adaptive_p_target": 0.3}}
+         "adaptive_p_decay": {"adaptive_p_target": 0.3}, "penalty_last_n": {"frequency_penalty": 1.0}}
 TINY = 5e-324  # the smallest positive float
 
 

@@ -12,6 +12,7 @@ from playground.engine import Request, run
 from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, accept_chosen, build_chain, record_chain
+from strategies.sampling.repeats import PresenceFrequency
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, WATCHING_FIELDS, SamplerParams, build_sampler_chain
 from strategies.sampling.transforms import MinP, Temperature, TopK, TopP
 from strategies.sampling.truncations import XTC, Epsilon
@@ -148,6 +149,7 @@ def test_every_registered_stage_is_drawn_with_a_mark_or_summed_up():
     (lambda: Epsilon(1.0), "epsilon_cutoff must be in [0, 1), got 1"),
     (lambda: Mirostat(5.0, eta=0.0), "mirostat_eta must be in (0, 1], got 0"),
     (lambda: XTC(0.5, 1.5, torch.Generator()), "xtc_threshold must be in [0, 1], got 1.5"),
+    (lambda: PresenceFrequency(-2.5), "presence_penalty must be in [-2, 2], got -2.5"),
     (lambda: TopK(True), "top_k must be an integer, got True"),
 ])
 def test_a_stage_built_directly_is_checked_in_its_constructor(build, message):

@@ -81,6 +81,8 @@ STAGE_MARKS: dict[str, Mark] = {
                 panel="coin {coin_text} · {verdict}"),
     "mirostat": Mark("level", "threshold", "mirostat μ {mu:.2f} bits: p ≥ 2^−μ = {threshold:.3g}",
                      "μ {mu:.2f} → {mu_after:.2f}", MIROSTAT),
+    "presence_frequency": Mark("ids", "ids", "penalised −{presence:g} if seen, −{frequency:g} × count",
+                               "{touched} ids of {counted} tokens", PENALISED),
     "dry": Mark("ids", "ids", "DRY −{multiplier:g}×{base:g}^(n−{allowed_length})", "longest repeat {match_length}",
                 PENALISED),
     "no_repeat_ngram": Mark("ids", "ids", "banned: would repeat a {n}-gram", "{banned} banned", BANNED),

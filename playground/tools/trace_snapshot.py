@@ -23,7 +23,8 @@ from playground.models import ModelStore
 TIMING_KEYS = ("timing", "elapsed", "elapsed_s", "seconds")
 
 STAGES_ON: dict[str, dict[str, Any]] = {
-    "penalty": {"repetition_penalty": 1.3}, "temperature": {"temperature": 0.8}, "top_k": {"top_k": 5},
+    "penalty": {"repetition_penalty": 1.3}, "presence_frequency": {"presence_penalty": 0.5, "frequency_penalty": 0.5},
+    "temperature": {"temperature": 0.8}, "top_k": {"top_k": 5},
     "top_p": {"top_p": 0.9}, "min_p": {"min_p": 0.05}, "typical_p": {"typical_p": 0.9},
     "epsilon": {"epsilon_cutoff": 0.01}, "eta": {"eta_cutoff": 0.01}, "top_nsigma": {"top_nsigma": 1.5},
     "xtc": {"xtc_probability": 0.5, "xtc_threshold": 0.1}, "dry": {"dry_multiplier": 0.8},

@@ -1,4 +1,4 @@
-"""Stages that read the text so far: DRY, no-repeat n-gram and bias by word.
+"""Stages that read the text so far: presence and frequency penalties, DRY, no-repeat n-gram and bias by word.
 
 Shapes and contract as ``TransformBase`` (strategies/sampling/transforms.py) states them. Decisions
 (per row unless a plain number):
@@ -8,6 +8,10 @@ Shapes and contract as ``TransformBase`` (strategies/sampling/transforms.py) sta
   (the longest repeat found); ``span_start``, ``span_end``: the context positions [start, end) of the
   earlier occurrence of that repeat, and ``repeat_start``: where its copy at the end of the context
   begins (-1 when there is none);
+- presence_frequency: ``presence``, ``frequency``, ``last_n``; ``counted`` [batch] (the run's tokens in the
+  window); ``touched`` [batch] (distinct ids penalised); ``count`` [batch, vocab] (each token's count in the
+  window); ``penalty`` [batch, vocab] (what was subtracted from each logit); ``ids`` [batch, vocab] (the
+  tokens penalised that an earlier stage had not cut);
 - no_repeat_ngram: ``n``; ``ids`` [batch, vocab] (the tokens banned); ``banned`` (how many);
 - word_bias: ``bias`` [batch, vocab] (what was added to each logit); ``ids`` [batch, vocab] (the tokens
   biased); ``banned`` (how many got -inf).
@@ -26,7 +30,7 @@ import torch
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from strategies.sampling.transforms import NEG_INF
-from strategies.stages import Decision, TransformBase, stage
+from strategies.stages import Decision, Outcome, TransformBase, stage
 from strategies.untrusted_json import loads_untrusted
 
 DEFAULT_BREAKERS = '"\\n", ":", "\\"", "*"'
@@ -98,6 +102,77 @@ def dry_exponent_cap(base: float) -> int | None:
     """The largest exponent n - allowed_length DRY raises ``base`` to (None: no cap, base ~ 1), so
     base^exponent stays below float32's largest value: llama.cpp's int(log(FLT_MAX) / log(base))."""
     return int(FLOAT_MAX_LOG / math.log(base)) if base > 1.000001 else None
+
+
+def presence_frequency_penalised(logits: torch.Tensor, count: torch.Tensor, presence: float,
+                                 frequency: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits - (presence x (count > 0) + frequency x count), and that penalty; ``logits`` and ``count``
+    [batch, vocab]. A finite logit stays finite (clamped to the dtype's range), -inf stays -inf."""
+    penalty = (presence * (count > 0) + frequency * count).to(logits.dtype)
+    big = torch.finfo(logits.dtype).max
+    return torch.where(torch.isfinite(logits), (logits - penalty).clamp(-big, big), logits), penalty
+
+
+@stage("presence_frequency", params={"presence": "presence_penalty", "frequency": "frequency_penalty",
+                                     "last_n": "penalty_last_n"}, truncates=False)
+@dataclass(frozen=True)
+class PresenceFrequency(TransformBase):
+    """Presence and frequency penalties, as the OpenAI API, vLLM and llama.cpp define them: additive,
+    over the tokens the run has generated,
+
+        logit[t] -= presence x (count[t] > 0) + frequency x count[t],
+
+    ``count[t]`` the times token t occurs among the run's last ``last_n`` tokens (-1: all of them; 0: none,
+    so nothing changes). A negative value favours repeats. The prompt is not counted, as vLLM counts
+    only the output for these two (its repetition penalty reads prompt and output; the playground's
+    ``penalty`` stage reads the whole context, as transformers'). Tokens forced into the run count:
+    the text holds them, so forcing a run's own first tokens gives that run back.
+
+    How the engines differ, as their sources read:
+    - vLLM (``apply_penalties`` in vllm/model_executor/layers/utils.py): the counts are taken over
+      every output token so far, no window; the order in its sampler is repetition, frequency,
+      presence, after the logit bias and before temperature.
+    - llama.cpp (``llama_sampler_penalties`` in src/llama-sampling.cpp): one stage holds the repeat,
+      frequency and presence penalties, applied to a token in that order, and all three count the
+      same window: the last ``penalty_last_n`` tokens the sampler was told of (a ring buffer filled by
+      ``accept``). Its default is 64; 0 disables the stage; -1 means the context size (resolved by
+      its ``--repeat-last-n`` help; the stage's constructor itself clamps a negative to 0).
+      llama-server tells the sampler every prompt token before the first draw, so there the window
+      holds the prompt's tail too until generated tokens push it out; here it holds the run's tokens
+      only. In llama.cpp's default sampler order the penalties stage comes first.
+    So ``last_n`` -1 gives vLLM's and the OpenAI API's rule, and ``last_n`` 64 gives llama.cpp's once the
+    run has 64 tokens of its own.
+
+    The stage keeps the run's tokens (``accept`` adds each chosen one); ``decide`` only reads them.
+    A finite logit stays finite (clamped to the dtype's range); a token cut before stays cut.
+    """
+
+    presence: float
+    frequency: float = 0.0
+    last_n: int = -1
+    generated: list = field(default_factory=list, compare=False)  # the run's tokens, one [batch] tensor each
+
+    def counts(self, batch: int, vocab: int, device: torch.device) -> torch.Tensor:
+        """[batch, vocab] long: each token's count among the run's last ``last_n`` tokens."""
+        window = self.generated if self.last_n < 0 else self.generated[len(self.generated) - self.last_n:]
+        out = torch.zeros(batch, vocab, dtype=torch.long, device=device)
+        if not window or self.last_n == 0:
+            return out
+        ids = torch.stack([w.to(device) for w in window], dim=1)
+        return out.scatter_add(1, ids, torch.ones_like(ids))
+
+    def decide(self, logits: torch.Tensor, context: torch.Tensor) -> tuple[torch.Tensor, Decision]:
+        batch, vocab = logits.shape
+        count = self.counts(batch, vocab, logits.device)
+        out, penalty = presence_frequency_penalised(logits, count, self.presence, self.frequency)
+        hit = (count > 0) & torch.isfinite(logits)
+        return out, {"presence": self.presence, "frequency": self.frequency, "last_n": self.last_n,
+                     "counted": count.sum(-1), "touched": (count > 0).sum(-1), "count": count,
+                     "penalty": torch.where(hit, penalty, torch.zeros_like(penalty)), "ids": hit}
+
+    def accept(self, outcome: Outcome) -> Decision:
+        self.generated.append(outcome.chosen.detach().reshape(-1).long())
+        return {}
 
 
 @stage("dry", params={"multiplier": "dry_multiplier", "base": "dry_base", "allowed_length": "dry_allowed_length",

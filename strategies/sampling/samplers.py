@@ -1,22 +1,24 @@
 """The full sampler chain of the sampling strategies: every stage, its knobs, two preset orders.
 
 ``SamplerParams`` extends the shared ``ChainParams`` (penalty, temperature, top-k, top-p, min-p)
-with typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature, mirostat v2, no-repeat n-gram,
-bias by word, top-H, p-less, adaptive-p, the green-list watermark and SynthID Text. Each has a no-op value at which
+with presence and frequency penalties, typical-p, epsilon, eta, top-nσ, XTC, DRY, dynamic temperature,
+mirostat v2, no-repeat n-gram, bias by word, top-H, p-less, adaptive-p, the green-list watermark and SynthID Text. Each has a no-op value at which
 it drops out of the chain.
 
 ``order`` names the stages in the order they run, or a preset:
 - ``transformers``: the order ``generate`` applies its processors and warpers in (sequence bias,
   repetition penalty, no-repeat n-gram; then temperature, top-k, top-p, min-p, typical, epsilon,
   eta; top-H right after temperature, where transformers 5.x puts ``TopHLogitsWarper``), the stages
-  it lacks placed beside their kin (p-less beside min-p); the watermark after every stage that
+  it lacks placed beside their kin (p-less beside min-p; presence and frequency right after the repetition
+  penalty, where vLLM applies them); the watermark after every stage that
   reshapes or cuts, where ``generate`` appends its ``WatermarkLogitsProcessor`` ("after all logits
   processing"), and before mirostat and adaptive-p, which pick the token; SynthID right after it, where
   ``generate`` appends its ``SynthIDTextWatermarkLogitsProcessor`` (the same slot, and the paper's: the
   tournament draws from the distribution that would be sampled, after top-k and temperature, so that
   averaged over keys the token's distribution is exactly that one);
 - ``llama.cpp``: llama.cpp's default sampler chain
-  ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature``, with mirostat and adaptive-p
+  ``penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature`` (its ``penalties`` is the repetition
+  penalty, then presence and frequency, one stage there, two here), with mirostat and adaptive-p
   last (there they pick the token, so they must end the chain) and the stages it lacks beside their
   kin (top-H beside typical, p-less beside min-p). llama.cpp has no watermark: it goes after temperature,
   last before the stages that pick, as in the transformers order, so that delta raises the green odds
@@ -61,12 +63,12 @@ from strategies.stages import STAGES, TransformBase, declare, stages_on
 from strategies.watch import WatchParams
 
 PRESETS: dict[str, tuple[str, ...]] = {
-    "transformers": ("word_bias", "penalty", "no_repeat_ngram", "dry", "temperature", "dynamic_temperature",
-                     "top_h", "top_k", "top_p", "min_p", "p_less", "typical_p", "epsilon", "eta", "top_nsigma",
-                     "xtc", "watermark", "synthid", "mirostat", "adaptive_p"),
-    "llama.cpp": ("word_bias", "penalty", "no_repeat_ngram", "dry", "top_nsigma", "top_k", "typical_p", "top_h",
-                  "top_p", "min_p", "p_less", "xtc", "epsilon", "eta", "dynamic_temperature", "temperature",
-                  "watermark", "synthid", "mirostat", "adaptive_p"),
+    "transformers": ("word_bias", "penalty", "presence_frequency", "no_repeat_ngram", "dry", "temperature",
+                     "dynamic_temperature", "top_h", "top_k", "top_p", "min_p", "p_less", "typical_p", "epsilon",
+                     "eta", "top_nsigma", "xtc", "watermark", "synthid", "mirostat", "adaptive_p"),
+    "llama.cpp": ("word_bias", "penalty", "presence_frequency", "no_repeat_ngram", "dry", "top_nsigma", "top_k",
+                  "typical_p", "top_h", "top_p", "min_p", "p_less", "xtc", "epsilon", "eta", "dynamic_temperature",
+                  "temperature", "watermark", "synthid", "mirostat", "adaptive_p"),
 }
 SAMPLER_STAGES = PRESETS["transformers"]
 # the knobs that watch a run rather than shape its distribution: they belong to no stage of the chain
@@ -130,6 +132,15 @@ class SamplerParams(LoopStopParams, WatchParams, ChainParams):
                                       low=0, high=100, noop=0, step=1, ui_max=10)
     word_bias: str = param("", "Bias by word: 'word=bias' comma-separated; a word alone (or =-inf) is banned. "
                            "Empty = off.", noop="")
+    presence_penalty: float = param(0.0, "Presence penalty (OpenAI, vLLM, llama.cpp): subtract this from the logit "
+                                    "of every token the run has generated (within penalty_last_n); the prompt is "
+                                    "not counted. Negative favours repeats. 0 = off.", low=-2.0, high=2.0, noop=0.0,
+                                    step=0.05)
+    frequency_penalty: float = param(0.0, "Frequency penalty: subtract this × the times a token was generated "
+                                     "(within penalty_last_n). 0 = off.", low=-2.0, high=2.0, noop=0.0, step=0.05)
+    penalty_last_n: int = param(-1, "Presence and frequency penalties count the run's last n tokens: -1 = all "
+                                "(vLLM, the OpenAI API), 64 = llama.cpp's default, 0 = none. The repetition "
+                                "penalty reads the whole text.", low=-1, high=1_000_000, step=1, ui_max=512)
     top_h: float = param(0.0, "Top-H: keep the top tokens while their cumulative entropy stays at most h × the "
                          "entropy (over the top 100, as transformers computes it). 0 = off.", low=0.0, high=1.0,
                          noop=0.0, step=0.01)
