@@ -1,8 +1,10 @@
 """The sampler stages beyond the basic five: parity with transformers' processors where one exists
-(typical, epsilon, eta, no-repeat n-gram, sequence bias), hand-computed tables for the others
+(typical, epsilon, eta, no-repeat n-gram, sequence bias), with llama.cpp's test vectors and vLLM's formula
+for the presence and frequency penalties, hand-computed tables for the others
 (top-nσ, XTC, DRY, dynamic temperature, mirostat), the statistics of XTC's coin and of mirostat's
 sampling at a fixed seed, and the parameters, orders and presets."""
 import math
+import re
 
 import pytest
 import torch
@@ -19,9 +21,10 @@ from word_lm import WordLM
 from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import DynamicTemperature, Mirostat
 from strategies.sampling.chain import Multinomial, accept_chosen, record_chain
-from strategies.sampling.repeats import DRY, NoRepeatNGram, WordBias
+from strategies.sampling.repeats import DRY, NoRepeatNGram, PresenceFrequency, WordBias, presence_frequency_penalised
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
+from strategies.stages import Outcome
 
 NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)
 
@@ -254,7 +257,7 @@ def test_decisions_do_not_modify_inputs():
     before = logits.clone()
     for t in (TypicalP(0.5), Epsilon(0.01), Eta(0.01), TopNSigma(1.0), XTC(1.0, 0.01, torch.Generator()),
               DRY(1.0, 2.0, 2, ("\n",), lambda i: f"t{i}"), DynamicTemperature(0.5, 1.5, 1.0), Mirostat(3.0, 0.1),
-              NoRepeatNGram(2), WordBias((((3,), -2.0),))):
+              NoRepeatNGram(2), WordBias((((3,), -2.0),)), PresenceFrequency(1.0, 0.5)):
         out, _ = t.decide(logits, context)
         assert torch.equal(logits, before), t.name
         assert bool(torch.isfinite(out).any(-1).all()), t.name
@@ -264,15 +267,17 @@ def test_decisions_do_not_modify_inputs():
 
 def test_noop_values_drop_out_and_presets_order_the_stages():
     assert build_sampler_chain(SamplerParams(), torch.Generator(), WordLM()) == []
-    every = dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05, repetition_penalty=1.1, typical_p=0.9,
+    every = dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05, repetition_penalty=1.1, presence_penalty=0.5,
+                 frequency_penalty=0.5, typical_p=0.9,
                  epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=1.0, xtc_probability=0.5, dry_multiplier=0.8,
                  dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=5.0, no_repeat_ngram_size=3, word_bias="w1",
                  top_h=0.5, p_less=True, adaptive_p_target=0.3, watermark_delta=2.0, synthid_keys="1,2")
     for preset, names in PRESETS.items():
         chain = build_sampler_chain(SamplerParams(order=preset, **every), torch.Generator(), WordLM())
         assert tuple(t.name for t in chain) == names
-    # llama.cpp's default chain, its own stages in its order; the samplers that pick the token last
-    native = ("penalty", "dry", "top_nsigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
+    # llama.cpp's default chain, its own stages in its order (its one penalties stage is the repetition
+    # penalty, then presence and frequency); the samplers that pick the token last
+    native = ("penalty", "presence_frequency", "dry", "top_nsigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature")
     assert tuple(n for n in PRESETS["llama.cpp"] if n in native) == native
     assert PRESETS["llama.cpp"][-2:] == PRESETS["transformers"][-2:] == ("mirostat", "adaptive_p")
     # transformers 5.x: temperature, then TopHLogitsWarper, then top-k, top-p, min-p, typical, epsilon, eta;
@@ -314,6 +319,9 @@ def test_word_bias_spells_each_word_with_and_without_a_leading_space():
     (dict(mirostat_tau=-1.0), "mirostat_tau must be in [0, 100], got -1"),
     (dict(mirostat_eta=0.0), "mirostat_eta must be in (0, 1], got 0"),
     (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size must be in [0, 100], got -2"),
+    (dict(presence_penalty=2.5), "presence_penalty must be in [-2, 2], got 2.5"),
+    (dict(frequency_penalty=-2.05), "frequency_penalty must be in [-2, 2], got -2.05"),
+    (dict(penalty_last_n=-2), "penalty_last_n must be in [-1, 1000000], got -2"),
     (dict(word_bias="paris=lots"), "word_bias entries must be word or word=bias with bias in [-100, 100] or -inf"),
     (dict(order="top_k,nope"), "order must be transformers or llama.cpp, or stage names"),
     (dict(order="top_k,top_k"), "order must be transformers or llama.cpp, or stage names"),
@@ -334,3 +342,113 @@ def test_stages_that_need_the_generator_or_the_model_say_so():
         build_sampler_chain(SamplerParams(xtc_probability=0.5))
     with pytest.raises(InvalidRequest, match="dry needs the request's model"):
         build_sampler_chain(SamplerParams(dry_multiplier=0.5))
+
+
+# --- presence and frequency penalties: llama.cpp's vectors, vLLM's formula ---------------------------
+
+def told(stage: PresenceFrequency, tokens: list[int], forced: bool = False) -> PresenceFrequency:
+    """``stage`` after the run chose ``tokens``, one step each (batch 1)."""
+    for tok in tokens:
+        stage.accept(Outcome(torch.zeros(1, 1), torch.zeros(1, 1), {}, torch.tensor([tok]), forced))
+    return stage
+
+
+# llama.cpp tests/test-sampling.cpp, test_penalties with repeat 1, frequency 5, presence 5 and the window
+# the length of the tokens told: five tokens at p 0.2, and the probabilities after the penalties.
+LLAMA_CPP_PENALTIES = [
+    ([0], [0.000011, 0.249997, 0.249997, 0.249997, 0.249997]),
+    ([0, 1, 2], [0.000023, 0.000023, 0.000023, 0.499966, 0.499966]),
+    ([0, 1, 2, 0, 0], [0.000000, 0.000023, 0.000023, 0.499977, 0.499977]),
+]
+
+
+@pytest.mark.parametrize("last_tokens, expected", LLAMA_CPP_PENALTIES)
+def test_presence_and_frequency_match_llama_cpps_test_vectors(last_tokens, expected):
+    """llama.cpp runs these at 5, outside the OpenAI range the stage takes ([-2, 2]): the formula the stage
+    applies runs them, on the counts the stage keeps over a window of len(last_tokens)."""
+    logits = torch.full((1, 5), 0.2).log()
+    stage = told(PresenceFrequency(1.0, 1.0, last_n=len(last_tokens)), last_tokens)
+    count = stage.counts(1, 5, logits.device)
+    assert count[0].tolist() == [last_tokens.count(t) for t in range(5)]
+    out, _ = presence_frequency_penalised(logits, count, 5.0, 5.0)
+    assert out.softmax(-1)[0].tolist() == pytest.approx(expected, abs=1e-5)  # llama.cpp's own tolerance
+
+
+def test_presence_and_frequency_at_the_top_of_their_range_on_llama_cpps_distribution():
+    """The third vector's tokens at presence = frequency = 2, by hand: token 0 seen 3 times loses 2 + 6,
+    tokens 1 and 2 lose 2 + 2, tokens 3 and 4 nothing."""
+    stage = told(PresenceFrequency(2.0, 2.0), [0, 1, 2, 0, 0])
+    probs = stage.apply(torch.full((1, 5), 0.2).log(), NO_CONTEXT).softmax(-1)[0]
+    weights = torch.tensor([math.exp(-8), math.exp(-4), math.exp(-4), 1.0, 1.0])
+    assert probs.tolist() == pytest.approx((weights / weights.sum()).tolist(), rel=1e-5)
+
+
+def vllm_penalties(logits, output_ids, presence, frequency):
+    """vLLM's presence and frequency penalties (apply_penalties, vllm/model_executor/layers/utils.py),
+    restated: bin counts of the output tokens only, then logits -= frequency x counts, then logits -=
+    presence x (counts > 0)."""
+    counts = torch.zeros_like(logits, dtype=torch.long).scatter_add(1, output_ids, torch.ones_like(output_ids))
+    out = logits - frequency * counts
+    return out - presence * (counts > 0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_presence_and_frequency_match_vllms_formula_on_random_runs(seed):
+    g = torch.Generator().manual_seed(seed)
+    batch, vocab, n = 3, 40, int(torch.randint(1, 30, (1,), generator=g))
+    logits = torch.randn(batch, vocab, generator=g) * 3
+    output = torch.randint(0, vocab, (batch, n), generator=g)
+    prompt = torch.randint(0, vocab, (batch, 7), generator=g)  # read by the repetition penalty, never here
+    presence, frequency = (float(x) for x in torch.rand(2, generator=g) * 4 - 2)
+    stage = PresenceFrequency(presence, frequency)
+    for i in range(n):
+        stage.accept(Outcome(logits, logits, {}, output[:, i], forced=False))
+    before = logits.clone()
+    out, decision = stage.decide(logits, torch.cat([prompt, output], dim=1))
+    assert torch.equal(logits, before)
+    assert torch.allclose(out, vllm_penalties(logits, output, presence, frequency), atol=1e-5)
+    assert decision["counted"].tolist() == [n] * batch
+    assert torch.equal(decision["ids"], decision["count"] > 0)
+
+
+def test_the_window_counts_only_the_last_n_tokens_of_the_run():
+    tokens = [1, 1, 2, 3, 3, 3]
+    logits = torch.zeros(1, 5)
+    penalties = {}
+    for last_n in (-1, 0, 2, 4, 6, 100):
+        out, d = told(PresenceFrequency(0.5, 1.0, last_n=last_n), tokens).decide(logits, NO_CONTEXT)
+        window = tokens if last_n < 0 else tokens[len(tokens) - last_n:] if last_n else []
+        expected = [0.5 * (window.count(t) > 0) + window.count(t) for t in range(5)]
+        assert (-out[0]).tolist() == expected and d["counted"].tolist() == [len(window)]
+        penalties[last_n] = expected
+    assert penalties[0] == [0.0] * 5 and penalties[2] == [0, 0, 0, 2.5, 0] and penalties[-1] == penalties[6]
+
+
+def test_presence_and_frequency_count_forced_tokens_and_leave_cut_tokens_cut():
+    logits = torch.tensor([[0.0, float("-inf"), 1.0]])
+    stage = told(PresenceFrequency(-2.0, 0.0), [1, 2], forced=True)  # negative: a boost
+    out, d = stage.decide(logits, NO_CONTEXT)
+    assert out[0].tolist() == [0.0, float("-inf"), 3.0] and d["ids"][0].tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(presence=2.5), "presence_penalty must be in [-2, 2], got 2.5"),
+    (dict(presence=0.0, frequency=-3.0), "frequency_penalty must be in [-2, 2], got -3"),
+    (dict(presence=0.5, last_n=-5), "penalty_last_n must be in [-1, 1000000], got -5"),
+])
+def test_a_presence_frequency_stage_built_out_of_range_raises(kwargs, message):
+    with pytest.raises(InvalidRequest, match=re.escape(message)):
+        PresenceFrequency(**kwargs)
+
+
+def test_a_run_records_each_steps_counts_of_the_tokens_generated_before_it(store):
+    from playground.engine import Request, run
+    trace = run(store, Request("toy", "sampling", "1 2 1 2", {"presence_penalty": 1.0, "frequency_penalty": 0.5},
+                               seed=3, max_new_tokens=8)).to_dict()
+    seen: list[int] = []
+    for step in trace["steps"]:
+        [rec] = [st for st in step["stages"] if st["name"] == "presence_frequency"]
+        d, ids = rec["decision"], [c["id"] for c in step["candidates"]]
+        assert d["count"] == [seen.count(i) for i in ids]  # the prompt's 1s and 2s are not counted
+        assert d["penalty"] == pytest.approx([1.0 * (seen.count(i) > 0) + 0.5 * seen.count(i) for i in ids])
+        seen.append(step["chosen"])
