@@ -3,6 +3,7 @@ KV cache, a layer's matrix (dense or 4-bit), RoPE's rotate-half and the rebindin
 views of a stack."""
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Literal, Protocol, TypedDict, Union
 
 import torch
@@ -170,8 +171,7 @@ def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     flat = flat_rows(x)
     rows = flat.shape[0]
     calls = [rows] if rows == 1 else row_calls(weight, rows)
-    starts = [sum(calls[:i]) for i in range(len(calls))]
-    parts = [product(call_rows(flat, start, start + n), weight) for start, n in zip(starts, calls)]
+    parts = [product(call_rows(flat, end - n, end), weight) for end, n in zip(accumulate(calls), calls)]
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     return out.view(*x.shape[:-1], out.shape[-1])
 

@@ -164,17 +164,6 @@ def row_calls(weight: Any, n: int) -> list[int]:
     return form(weight).split(n)
 
 
-def chosen() -> list[RowForm]:
-    """Every form probed in this process, in the order met."""
-    return list(_FORMS.values())
-
-
-def forget() -> None:
-    """Drop the probed forms (a test that probes under other settings)."""
-    with _LOCK:
-        _FORMS.clear()
-
-
 def forms_of(fast: Any) -> list[RowForm]:
     """The forms of a lean forward's products (each layer's matrices and the head), one per kind and
     shape, probing those not yet met. The logit lens's head is probed when the lens first reads."""
