@@ -51,6 +51,7 @@ import torch
 from playground.engine import MAX_SEED, Request, prepare, run
 from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
+from playground.whatif.step_record import TOP_LOGPROBS, StepRecord
 from strategies.loops import find_loops
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
 from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
@@ -74,11 +75,13 @@ Outcome = tuple[int, ...]
 @dataclass
 class Sample:
     """One seed's draw: the outcomes it holds (one; k for stochastic beam) and their log-probabilities
-    under the reference distribution (None where it has none)."""
+    under the reference distribution (None where it has none); ``steps``, when the draw was asked to
+    record them, what each step saw (playground/whatif/step_record.py)."""
 
     seed: int
     outcomes: list[Outcome]
     logprobs: list[float | None]
+    steps: list[StepRecord] = field(default_factory=list)
 
 
 @dataclass
@@ -135,8 +138,8 @@ def reference_chain(strategy: str, params: Any) -> list | None:
 
 @torch.inference_mode()
 def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], Any], prompt_ids: list[int],
-              seeds: list[int], max_new_tokens: int, grammar: CompiledGrammar | None = None, order: str = ""
-              ) -> list[Sample]:
+              seeds: list[int], max_new_tokens: int, grammar: CompiledGrammar | None = None, order: str = "",
+              record: bool = False) -> list[Sample]:
     """One batched decode: sample r is the run with seed ``seeds[r]`` (see the module docstring).
 
     The rows of each forward pass are the distinct texts so far, not the samples: samples that
@@ -146,6 +149,8 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
     With a ``grammar``, one grammar stage (placed by ``order``) holds a matcher per row, moved on
     with the rows; a sample ends, as its single run does, when its text is whole and the grammar
     allows nothing more, or when the grammar allows no token (that step draws nothing).
+
+    With ``record``, each sample's ``steps`` hold what its row's step saw (``step_records``).
     """
     stage = None if grammar is None else Grammar(grammar, 1)
     chain = with_grammar(chain, stage, order)
@@ -156,6 +161,7 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
     row_of = [0] * len(seeds)  # sample -> its row in the current batch
     drawn: list[list[int]] = [[] for _ in seeds]
     logprobs = [0.0] * len(seeds)
+    steps: list[list[StepRecord]] = [[] for _ in seeds]
     alive = list(range(len(seeds)))
     for i in range(max_new_tokens):
         final, dead = chain_with_dead(chain, stage, logits, context)
@@ -165,6 +171,10 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
             token = int(selectors[r].select(final[row_of[r]:row_of[r] + 1])[0][0])
             drawn[r].append(token)
             logprobs[r] += float(final_logp[row_of[r], token])
+        if record and alive:
+            for r, rec in zip(alive, step_records(logits, final_logp, [row_of[r] for r in alive],
+                                                  [drawn[r][-1] for r in alive])):
+                steps[r].append(rec)
         alive = [r for r in alive if drawn[r][-1] not in lm.eos_ids]
         if not alive or i + 1 == max_new_tokens:
             break
@@ -188,7 +198,23 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
         cache.reorder_cache(parents)
         context = torch.cat([context[parents], new], dim=1)
         logits = lm.forward(new, cache).logits[:, -1]
-    return [Sample(s, [tuple(d)], [lp]) for s, d, lp in zip(seeds, drawn, logprobs)]
+    return [Sample(s, [tuple(d)], [lp], st) for s, d, lp, st in zip(seeds, drawn, logprobs, steps)]
+
+
+def step_records(logits: torch.Tensor, final_logp: torch.Tensor, rows: list[int], tokens: list[int]
+                 ) -> list[StepRecord]:
+    """The records of one step (step_record.py): sample i drew ``tokens[i]`` on row ``rows[i]``;
+    ``logits`` [rows, vocab] are the model's, ``final_logp`` [rows, vocab] the log-probabilities after
+    the chain."""
+    raw_logp = logits.float().log_softmax(-1)
+    raw_entropy = torch.special.entr(raw_logp.exp()).sum(-1).tolist()
+    entropy = torch.special.entr(final_logp.float().exp()).sum(-1).tolist()
+    top = raw_logp.topk(min(TOP_LOGPROBS, raw_logp.shape[-1]), dim=-1).values.tolist()
+    at_rows, at_tokens = torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device)
+    chosen = final_logp.float()[at_rows, at_tokens].tolist()
+    raw_chosen = raw_logp[at_rows, at_tokens].tolist()
+    return [StepRecord(t, lp, raw, entropy[r], raw_entropy[r], top[r])
+            for r, t, lp, raw in zip(rows, tokens, chosen, raw_chosen)]
 
 
 def chain_with_dead(chain: list, stage: Grammar | None, logits: torch.Tensor, context: torch.Tensor
@@ -212,12 +238,12 @@ def _generator(lm: Any, seed: int) -> torch.Generator:
 
 def draw_batched(lm: Any, chain: list, strategy: str, prompt_ids: list[int], seeds: list[int],
                  max_new_tokens: int, progress: Progress, grammar: CompiledGrammar | None = None,
-                 order: str = "") -> list[Sample]:
+                 order: str = "", record: bool = False) -> list[Sample]:
     samples: list[Sample] = []
     for start in range(0, len(seeds), ROWS_PER_PASS):
         progress(start / len(seeds), f"sampling rows {start} to {min(len(seeds), start + ROWS_PER_PASS) - 1}")
         samples += draw_rows(lm, chain, BATCHED[strategy], prompt_ids, seeds[start:start + ROWS_PER_PASS],
-                             max_new_tokens, grammar, order)
+                             max_new_tokens, grammar, order, record)
     return samples
 
 
