@@ -3,6 +3,7 @@
 An extractor is written as a string (the CLI's ``--extract``, a question's ``extract``):
 
 - ``last_number``: the last number in the text (``-3``, ``1,024``, ``2.50``), normalised (``1024``, ``2.5``);
+- ``first_number``: the first one (a base model that answers, then writes the next question);
 - ``regex:PATTERN``: the first match of PATTERN (Python ``re``); its first group when it has groups;
 - ``json:FIELD``: the field FIELD (dots for nesting: ``answer.city``) of the first JSON object in the text,
   as JSON (a string without its quotes);
@@ -23,7 +24,7 @@ from typing import Any, Callable
 from playground.errors import InvalidRequest
 from strategies.sampling.grammar import choices_of
 
-EXTRACTOR_KINDS = ("last_number", "regex", "json", "choices")
+EXTRACTOR_KINDS = ("last_number", "first_number", "regex", "json", "choices")
 MAX_PATTERN_CHARS = 1000
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
@@ -51,6 +52,11 @@ def last_number(text: str) -> Answer:
         return Answer(None)
     m = found[-1]
     return Answer(normalise_number(m.group()), m.span())
+
+
+def first_number(text: str) -> Answer:
+    m = NUMBER.search(text)
+    return Answer(None) if m is None else Answer(normalise_number(m.group()), m.span())
 
 
 def regex_extractor(pattern: str) -> Extractor:
@@ -131,11 +137,13 @@ def make_extractor(spec: str) -> Extractor:
     kind, _, arg = spec.partition(":")
     if kind == "last_number" and not arg:
         return last_number
+    if kind == "first_number" and not arg:
+        return first_number
     if kind == "regex":
         return regex_extractor(arg)
     if kind == "json":
         return json_extractor(arg)
     if kind == "choices":
         return choices_extractor(arg)
-    raise InvalidRequest(f"an extractor must be one of last_number, regex:PATTERN, json:FIELD, choices:A|B|..., "
+    raise InvalidRequest(f"an extractor must be one of last_number, first_number, regex:PATTERN, json:FIELD, choices:A|B|..., "
                          f"got {spec!r:.200}")
