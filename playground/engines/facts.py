@@ -1,0 +1,182 @@
+"""What each engine does with a sampler's settings, per engine version, with the sources they were read
+from: the one table the exports, the importers, the engine presets and the list of what an engine cannot
+express all read. To update an engine, change its row here and run tests/test_engines_export.py.
+
+Each row holds, in the playground's own parameter and stage names:
+- ``defaults``: the values a client that sets nothing gets (the engine preset sets these);
+- ``stages``: the stages the engine has, each with its name there;
+- ``order``: the fixed order it applies them in (None: the user orders them, llama.cpp's ``--samplers``);
+- ``notes``: where a name means something else there, or the engine applies something the run did not,
+  each with its source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from playground.errors import InvalidRequest
+
+LLAMA_CPP_COMMIT = "001d906a6d86e2490e394361e7cc6f478b100088"
+LLAMA_CPP = f"https://github.com/ggml-org/llama.cpp/blob/{LLAMA_CPP_COMMIT}"
+VLLM_SAMPLER = "https://github.com/vllm-project/vllm/blob/3e342658b2e9c85a30a54d19e64e5ad77b8a26a6"
+VLLM_PARAMS = "https://github.com/vllm-project/vllm/blob/00388f6573ccfcffad607b8c9ecdf341a4669ceb"
+OLLAMA = "https://github.com/ollama/ollama/blob/fb30760996871fa9460115c753afd2c60d4ab0f7"
+TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/generation"
+
+STAGE_WORDS = {
+    "word_bias": "bias by word", "penalty": "repetition penalty", "presence_frequency": "presence and frequency "
+    "penalties", "no_repeat_ngram": "no-repeat n-gram ban", "dry": "DRY", "temperature": "temperature",
+    "dynamic_temperature": "dynamic temperature", "top_h": "top-H", "top_k": "top-k", "top_p": "top-p",
+    "min_p": "min-p", "p_less": "p-less", "typical_p": "typical-p", "epsilon": "epsilon cutoff", "eta": "eta cutoff",
+    "top_nsigma": "top-nσ", "xtc": "XTC", "watermark": "green-list watermark", "synthid": "SynthID Text watermark",
+    "mirostat": "mirostat v2", "adaptive_p": "adaptive-p",
+}
+
+
+@dataclass(frozen=True)
+class Note:
+    """One fact about an engine, in a person's words, and where it can be checked."""
+
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    key: str
+    title: str
+    version: str
+    defaults: dict[str, Any]
+    defaults_source: str
+    stages: dict[str, str]
+    stages_source: str
+    order: tuple[str, ...] | None
+    order_source: str
+    notes: tuple[Note, ...] = ()
+    limits: dict[str, tuple[float, float]] = field(default_factory=dict)  # parameter -> the range it takes
+
+
+LLAMA_ORDER_NOTE = Note("llama.cpp's penalties stage is one sampler: the repetition penalty, then the frequency and "
+                        "presence penalties, all three over one window, --repeat-last-n (64 by default; -1 = the "
+                        "context), which llama-server fills with the prompt's tokens before the first draw.",
+                        f"{LLAMA_CPP}/src/llama-sampling.cpp (llama_sampler_penalties)")
+
+ENGINES: dict[str, EngineFacts] = {
+    "llama.cpp": EngineFacts(
+        key="llama.cpp", title="llama.cpp",
+        version=f"llama.cpp master at {LLAMA_CPP_COMMIT[:8]} (the sampler settings are those of b10488, the build "
+                "Ollama v0.33.0-rc2 pins)",
+        defaults={"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0,
+                  "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "penalty_last_n": 64,
+                  "dry_multiplier": 0.0, "xtc_probability": 0.0, "xtc_threshold": 0.1, "top_nsigma": 0.0,
+                  "mirostat_tau": 0.0, "adaptive_p_target": -1.0, "order": "llama.cpp"},
+        defaults_source=f"{LLAMA_CPP}/common/common.h (struct common_params_sampling: temp 0.80, top_k 40, top_p "
+                        "0.95, min_p 0.05, penalty_last_n 64, mirostat 0, top_n_sigma -1)",
+        stages={"penalty": "penalties", "presence_frequency": "penalties", "dry": "dry", "top_nsigma": "top_n_sigma",
+                "top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p", "min_p": "min_p", "xtc": "xtc",
+                "temperature": "temperature", "dynamic_temperature": "temperature", "mirostat": "mirostat",
+                "adaptive_p": "adaptive_p"},
+        stages_source=f"{LLAMA_CPP}/common/sampling.cpp (common_sampler_types_from_names) and common/arg.cpp",
+        order=None,
+        order_source=f"{LLAMA_CPP}/common/common.h (samplers: penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;"
+                     "xtc;temperature, changed with --samplers)",
+        notes=(LLAMA_ORDER_NOTE,
+               Note("With --mirostat 2, llama.cpp runs only temperature and mirostat: the other samplers of the "
+                    "chain are skipped.", f"{LLAMA_CPP}/common/sampling.cpp (common_sampler_init)"),
+               Note("Dynamic temperature in llama.cpp is one temperature stage, T in [--temp - --dynatemp-range, "
+                    "--temp + --dynatemp-range].", f"{LLAMA_CPP}/common/arg.cpp (--dynatemp-range)"),
+               Note("A GGUF's general.sampling.* keys (temp, top_k, top_p, min_p, xtc_*, penalty_*, mirostat*, "
+                    "sequence) become the defaults of the flags not given (PR #17120); the export gives each.",
+                    "https://github.com/ggml-org/llama.cpp/pull/17120"),
+               Note("llama-server takes stop strings, a grammar and every sampler value per request too; a "
+                    "request's fields override the flags.", f"{LLAMA_CPP}/tools/server/README.md")),
+    ),
+    "vllm": EngineFacts(
+        key="vllm", title="vLLM",
+        version="vLLM main at 3e342658 (v1 sampler) and 00388f65 (SamplingParams)",
+        defaults={"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
+                  "presence_penalty": 0.0, "frequency_penalty": 0.0, "penalty_last_n": -1,
+                  "order": "penalty,presence_frequency,temperature,min_p,top_k,top_p"},
+        defaults_source=f"{VLLM_PARAMS}/vllm/sampling_params.py (SamplingParams: temperature 1.0, top_p 1.0, "
+                        "top_k 0, min_p 0.0, max_tokens 16, seed None)",
+        stages={"penalty": "repetition_penalty", "presence_frequency": "presence_penalty/frequency_penalty",
+                "temperature": "temperature", "min_p": "min_p", "top_k": "top_k", "top_p": "top_p"},
+        stages_source=f"{VLLM_PARAMS}/vllm/sampling_params.py",
+        order=("penalty", "presence_frequency", "temperature", "min_p", "top_k", "top_p"),
+        order_source=f"{VLLM_SAMPLER}/vllm/v1/sample/sampler.py (Sampler docstring: penalties, temperature, "
+                     "min_p, then top_k and top_p)",
+        notes=(Note("vLLM counts presence and frequency over every token the request has generated (no window).",
+                    f"{VLLM_SAMPLER}/vllm/v1/sample/ops/penalties.py (apply_all_penalties)"),
+               Note("vLLM's OpenAI server starts with --generation-config auto: the model's generation_config.json "
+                    "gives the defaults of every field a request leaves out; the export sets each one.",
+                    "https://docs.vllm.ai/en/latest/configuration/engine_args.html#-generation-config"),
+               Note("vLLM treats a temperature below 1e-5 as greedy.", f"{VLLM_SAMPLER}/vllm/v1/sample/sampler.py")),
+    ),
+    "transformers": EngineFacts(
+        key="transformers", title="transformers",
+        version="transformers 5.23.0",
+        defaults={"temperature": 0.0, "order": "transformers"},
+        defaults_source=f"{TRANSFORMERS}/configuration_utils.py (GenerationConfig._get_default_generation_params: "
+                        "do_sample False, max_length 20; with do_sample=True alone: temperature 1.0, top_k 50)",
+        stages={"penalty": "repetition_penalty", "no_repeat_ngram": "no_repeat_ngram_size",
+                "temperature": "temperature", "top_h": "top_h", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                "typical_p": "typical_p", "epsilon": "epsilon_cutoff", "eta": "eta_cutoff"},
+        stages_source=f"{TRANSFORMERS}/utils.py (GenerationMixin._get_logits_processor)",
+        order=("penalty", "no_repeat_ngram", "temperature", "top_h", "top_k", "top_p", "min_p", "typical_p",
+               "epsilon", "eta"),
+        order_source=f"{TRANSFORMERS}/utils.py (GenerationMixin._get_logits_processor appends the processors in "
+                     "this order)",
+        notes=(Note("generate() fills every GenerationConfig field left None from the model's generation_config.json "
+                    "(Gemma 3's top_k 64, for one), then from its own defaults (top_k 50); the export sets each.",
+                    f"{TRANSFORMERS}/utils.py (GenerationMixin._prepare_generation_config)"),
+               Note("With do_sample=False (temperature 0 here) generate() skips temperature, top-k, top-p, min-p, "
+                    "typical-p, epsilon and eta; only the penalties act before the argmax.",
+                    f"{TRANSFORMERS}/utils.py (GenerationMixin._get_logits_processor)"),
+               Note("transformers' stop_strings need the tokenizer passed to generate().",
+                    f"{TRANSFORMERS}/utils.py (GenerationMixin._get_stopping_criteria)")),
+    ),
+    "ollama": EngineFacts(
+        key="ollama", title="Ollama",
+        version="Ollama v0.33.0-rc2 (commit fb307609), which runs llama-server b10488",
+        defaults={"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,
+                  "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "penalty_last_n": 64,
+                  "order": "llama.cpp"},
+        defaults_source=f"{OLLAMA}/api/types.go (DefaultOptions: temperature 0.8, top_k 40, top_p 0.9, "
+                        "repeat_last_n 64, repeat_penalty 1.0, seed -1, num_predict -1; min_p 0 sent as is)",
+        stages={"penalty": "repeat_penalty", "presence_frequency": "presence_penalty/frequency_penalty",
+                "top_k": "top_k", "typical_p": "typical_p", "top_p": "top_p", "min_p": "min_p",
+                "temperature": "temperature"},
+        stages_source=f"{OLLAMA}/api/types.go (Options) and docs/modelfile.mdx (PARAMETER)",
+        order=("penalty", "presence_frequency", "top_k", "typical_p", "top_p", "min_p", "temperature"),
+        order_source=f"{OLLAMA}/llm/llama_server.go (llamaServerCompletionRequest sends no samplers, so "
+                     "llama-server's default order applies)",
+        notes=(LLAMA_ORDER_NOTE,
+               Note("A model from Ollama's library carries its own Modelfile PARAMETERs (stop strings, often "
+                    "temperature), which apply where neither the request nor your Modelfile sets them.",
+                    f"{OLLAMA}/docs/modelfile.mdx"),
+               Note("Ollama takes a grammar only as a request's format (a JSON schema), not in a Modelfile.",
+                    f"{OLLAMA}/llm/llama_server.go (format -> json_schema)")),
+    ),
+    "openai": EngineFacts(
+        key="openai", title="the OpenAI API",
+        version="OpenAI API reference, chat completions (2025)",
+        defaults={"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                  "penalty_last_n": -1},
+        defaults_source="https://platform.openai.com/docs/api-reference/chat/create",
+        stages={"presence_frequency": "presence_penalty/frequency_penalty", "temperature": "temperature",
+                "top_p": "top_p"},
+        stages_source="https://platform.openai.com/docs/api-reference/chat/create",
+        order=None,
+        order_source="https://platform.openai.com/docs/api-reference/chat/create (the order is not stated)",
+        notes=(Note("The OpenAI API does not say in which order it applies temperature and top_p.",
+                    "https://platform.openai.com/docs/api-reference/chat/create"),),
+        limits={"temperature": (0.0, 2.0)},
+    ),
+}
+
+
+def engine_facts(key: str) -> EngineFacts:
+    """The row of ``key``; InvalidRequest for an engine the table does not hold."""
+    if key not in ENGINES:
+        raise InvalidRequest(f"engine must be one of {', '.join(ENGINES)}, got {key!r}")
+    return ENGINES[key]

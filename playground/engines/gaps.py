@@ -1,0 +1,73 @@
+"""What an engine cannot express of a run, in a person's words: a stage it lacks, an order it fixes that the
+run did not follow, a value outside what it takes, a seed that draws other numbers. The engine-specific
+lines (a window, a grammar, stop strings) come from each export module; ``formats.export`` joins them.
+"""
+from __future__ import annotations
+
+from playground.engines.facts import STAGE_WORDS, EngineFacts
+from playground.engines.settings import RunSettings, stage_params
+from strategies.params import number_text
+
+
+def shown(value: object) -> str:
+    return number_text(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+
+
+def stage_values(s: RunSettings, stage: str) -> str:
+    """'top_k 40, ...': the run's values of the parameters the stage reads."""
+    return ", ".join(f"{name} {shown(s.value(name))}" for name in stage_params(stage))
+
+
+def missing_stages(facts: EngineFacts, s: RunSettings, skip: tuple[str, ...] = ()) -> list[str]:
+    """One line per stage the run turns on and the engine does not have."""
+    return [f"{facts.title} has no {STAGE_WORDS[name]}: the run's {stage_values(s, name)} is left out"
+            for name in s.on() if name not in facts.stages and name not in skip]
+
+
+def carried_on(facts: EngineFacts, s: RunSettings) -> list[str]:
+    """The stages the run turns on that the engine has, in the run's order."""
+    return [name for name in s.on() if name in facts.stages]
+
+
+def order_gap(facts: EngineFacts, s: RunSettings) -> list[str]:
+    """A line when the engine's fixed order puts two of the run's stages the other way round."""
+    if facts.order is None or s.params.temperature == 0 and facts.key == "transformers":
+        return []
+    ran = carried_on(facts, s)
+    fixed = sorted(ran, key=facts.order.index)
+    if ran == fixed:
+        return []
+    return [f"{facts.title} applies its stages in a fixed order, {' → '.join(STAGE_WORDS[n] for n in fixed)}; "
+            f"this run applied {' → '.join(STAGE_WORDS[n] for n in ran)} (the same values give another "
+            f"distribution)"]
+
+
+def limit_gaps(facts: EngineFacts, s: RunSettings) -> list[str]:
+    """A line per value outside the range the engine takes (the export clamps it)."""
+    out = []
+    for name, (low, high) in facts.limits.items():
+        value = s.value(name)
+        if not low <= value <= high:
+            out.append(f"{facts.title} takes {name} in [{number_text(low)}, {number_text(high)}]; the run's "
+                       f"{number_text(value)} is written as {number_text(min(max(value, low), high))}")
+    return out
+
+
+def seed_gap(facts: EngineFacts, s: RunSettings) -> list[str]:
+    if not s.samples or s.seed is None:
+        return []
+    owner = facts.title + ("'" if facts.title.endswith("s") else "'s")
+    return [f"the seed {s.seed} fixes {owner} own random draws, not the playground's: the same settings "
+            "give the same distributions, other samples"]
+
+
+def common_gaps(facts: EngineFacts, s: RunSettings, skip: tuple[str, ...] = ()) -> list[str]:
+    """The lines every engine shares: missing stages, a fixed order, out-of-range values, the seed."""
+    return [*missing_stages(facts, s, skip), *order_gap(facts, s), *limit_gaps(facts, s), *seed_gap(facts, s)]
+
+
+def grammar_gap(title: str, s: RunSettings, takes: tuple[str, ...], where: str) -> list[str]:
+    """A line when the run's grammar is of a kind the engine (or this export of it) does not take."""
+    if s.grammar is None or s.grammar["kind"] in takes:
+        return []
+    return [f"{title} takes no {s.grammar['kind']} grammar{where}: the run's grammar is left out"]

@@ -1,0 +1,351 @@
+"""llama-server and llama-cli flags from a run, and a llama.cpp command line read back into one.
+
+Every flag a GGUF's ``general.sampling.*`` keys or llama.cpp's defaults would otherwise fill is written
+(temperature, top-k, top-p, min-p, XTC's probability, the penalties and their window, mirostat and
+``--samplers``), so what runs is what the playground ran, not the model's or the engine's choice.
+``--samplers`` lists llama.cpp's stages in the run's order. facts.py holds the sources.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from playground.engines.facts import ENGINES
+from playground.engines.gaps import common_gaps, grammar_gap, shown
+from playground.engines.settings import RunSettings, sampler_params
+from playground.errors import InvalidRequest
+from strategies.params import number_text
+from strategies.sampling.grammar import choices_of
+from strategies.sampling.repeats import parse_breakers
+from strategies.sampling.samplers import expand_order
+
+FACTS = ENGINES["llama.cpp"]
+TRUNCATIONS = ("dry", "top_nsigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "dynamic_temperature")
+SAMPLER_NAMES = {"penalties": ("penalty", "presence_frequency"), "dry": ("dry",), "top_n_sigma": ("top_nsigma",),
+                 "top_k": ("top_k",), "typ_p": ("typical_p",), "top_p": ("top_p",), "min_p": ("min_p",),
+                 "xtc": ("xtc",), "temperature": ("temperature",), "adaptive_p": ("adaptive_p",)}
+ALIASES = {"typical": "typ_p", "typical_p": "typ_p", "typ": "typ_p", "nucleus": "top_p", "temp": "temperature",
+           "top_nsigma": "top_n_sigma", "penalty": "penalties"}
+# flag -> the playground parameter it sets (the simple ones: one number each)
+NUMBER_FLAGS = {"--temp": "temperature", "--top-k": "top_k", "--top-p": "top_p", "--min-p": "min_p",
+                "--typical": "typical_p", "--repeat-penalty": "repetition_penalty",
+                "--presence-penalty": "presence_penalty", "--frequency-penalty": "frequency_penalty",
+                "--repeat-last-n": "penalty_last_n", "--dry-multiplier": "dry_multiplier", "--dry-base": "dry_base",
+                "--dry-allowed-length": "dry_allowed_length", "--xtc-probability": "xtc_probability",
+                "--xtc-threshold": "xtc_threshold", "--top-nsigma": "top_nsigma", "--mirostat-ent": "mirostat_tau",
+                "--mirostat-lr": "mirostat_eta", "--adaptive-target": "adaptive_p_target",
+                "--adaptive-decay": "adaptive_p_decay"}
+SHORT = {"-s": "--seed", "-n": "--n-predict", "--predict": "--n-predict", "-r": "--reverse-prompt",
+         "--temperature": "--temp", "--typical-p": "--typical", "-j": "--json-schema"}
+OTHER_VALUED = {"-m", "--model", "--port", "--host", "-c", "--ctx-size", "-ngl", "--n-gpu-layers", "-t", "--threads",
+                "-p", "--prompt", "-hf", "--hf-repo", "-a", "--alias", "-b", "--batch-size", "-np", "--parallel"}
+
+
+def uses_dynatemp(s: RunSettings) -> bool:
+    """Dynamic temperature goes out as llama.cpp's one temperature stage, which needs temperature 1 here."""
+    return "dynamic_temperature" in s.on() and s.params.temperature == 1.0
+
+
+def samplers(s: RunSettings) -> list[str]:
+    """llama.cpp's stage names in the run's order (penalties once, at the first of its two stages)."""
+    on, out = s.on(), []
+    for name in s.params.order.split(","):
+        if name == "dynamic_temperature" and not uses_dynatemp(s) or name == "temperature" and uses_dynatemp(s):
+            continue
+        if name in ("mirostat",) or name == "adaptive_p" and name not in on:
+            continue
+        llama = "temperature" if name == "dynamic_temperature" else FACTS.stages.get(name)
+        if llama is not None and llama not in out:
+            out.append(llama)
+    return out
+
+
+def window(s: RunSettings) -> int:
+    """--repeat-last-n: the presence and frequency window when they are on, else the whole context (the
+    repetition penalty here reads the whole text)."""
+    return s.params.penalty_last_n if "presence_frequency" in s.on() else -1
+
+
+def temperature_flags(s: RunSettings) -> list[tuple[str, Any]]:
+    p = s.params
+    if uses_dynatemp(s):
+        return [("--temp", (p.dynatemp_min + p.dynatemp_max) / 2),
+                ("--dynatemp-range", (p.dynatemp_max - p.dynatemp_min) / 2), ("--dynatemp-exp", p.dynatemp_exponent)]
+    return [("--temp", p.temperature)]
+
+
+def flags(s: RunSettings, cli: bool = False) -> list[tuple[str, Any]]:
+    """(flag, value) pairs of the export, value None for a flag that takes none; in the order written."""
+    p, on = s.params, s.on()
+    out: list[tuple[str, Any]] = [*temperature_flags(s), ("--top-k", p.top_k), ("--top-p", p.top_p),
+                                  ("--min-p", p.min_p), ("--repeat-penalty", p.repetition_penalty),
+                                  ("--presence-penalty", p.presence_penalty),
+                                  ("--frequency-penalty", p.frequency_penalty), ("--repeat-last-n", window(s)),
+                                  ("--xtc-probability", p.xtc_probability)]
+    if "xtc" in on:
+        out.append(("--xtc-threshold", p.xtc_threshold))
+    if "typical_p" in on:
+        out.append(("--typical", p.typical_p))
+    if "top_nsigma" in on:
+        out.append(("--top-nsigma", p.top_nsigma))
+    if "dry" in on:
+        out += [("--dry-multiplier", p.dry_multiplier), ("--dry-base", p.dry_base),
+                ("--dry-allowed-length", p.dry_allowed_length), ("--dry-penalty-last-n", -1)]
+        out += [("--dry-sequence-breaker", b) for b in parse_breakers(p.dry_sequence_breakers)]
+    out.append(("--mirostat", 2 if "mirostat" in on else 0))
+    if "mirostat" in on:
+        out += [("--mirostat-ent", p.mirostat_tau), ("--mirostat-lr", p.mirostat_eta)]
+    if "adaptive_p" in on:
+        out += [("--adaptive-target", p.adaptive_p_target), ("--adaptive-decay", p.adaptive_p_decay)]
+    out.append(("--samplers", ";".join(samplers(s))))
+    if s.seed is not None:
+        out.append(("--seed", s.seed))
+    if s.max_new_tokens is not None:
+        out.append(("--n-predict", s.max_new_tokens))
+    out += grammar_flags(s)
+    if cli:
+        out += [("--reverse-prompt", stop) for stop in s.stop]
+    return out
+
+
+def grammar_flags(s: RunSettings) -> list[tuple[str, Any]]:
+    if s.grammar is None:
+        return []
+    if s.grammar["kind"] == "json":
+        return [("--json-schema", s.grammar["text"])]
+    if s.grammar["kind"] == "choices":
+        return [("--grammar", choices_gbnf(choices_of(s.grammar["text"])))]
+    return []
+
+
+def choices_gbnf(choices: list[str]) -> str:
+    """``root ::= "a" | "b"``: GBNF literals in JSON's string escapes, which GBNF reads the same way."""
+    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def gbnf_choices(text: str) -> list[str] | None:
+    """The choices of a grammar ``choices_gbnf`` wrote, or None for any other grammar."""
+    head = "root ::= "
+    if not text.startswith(head):
+        return None
+    try:
+        items = json.loads("[" + text[len(head):].replace('" | "', '", "') + "]")
+    except json.JSONDecodeError:
+        return None
+    ok = isinstance(items, list) and items and all(isinstance(i, str) for i in items)
+    return items if ok and choices_gbnf(items) == text else None
+
+
+def render(s: RunSettings, program: str) -> str:
+    """The command line, one flag a line."""
+    pairs = flags(s, cli=program == "llama-cli")
+    lines = [f"{program} -m MODEL.gguf"] + [flag if value is None else f"{flag} {shlex.quote(shown_value(value))}"
+                                            for flag, value in pairs]
+    return " \\\n  ".join(lines) + "\n"
+
+
+def shown_value(value: Any) -> str:
+    return number_text(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def server_text(s: RunSettings) -> str:
+    return render(s, "llama-server")
+
+
+def cli_text(s: RunSettings) -> str:
+    return render(s, "llama-cli")
+
+
+def gaps(s: RunSettings, cli: bool = False) -> list[str]:
+    """What llama.cpp cannot express of ``s``, beyond the common lines."""
+    on, p, out = s.on(), s.params, common_gaps(FACTS, s)
+    if "dynamic_temperature" in on and not uses_dynatemp(s):
+        out.append(f"llama.cpp has one temperature stage: the run's dynamic temperature ({shown(p.dynatemp_min)} to "
+                   f"{shown(p.dynatemp_max)}) on top of temperature {shown(p.temperature)} is left out")
+    if "mirostat" in on:
+        skipped = [n for n in on if n in TRUNCATIONS or n in ("penalty", "presence_frequency", "adaptive_p")]
+        if skipped:
+            out.append(f"with mirostat llama.cpp runs only temperature before it: the run's {', '.join(skipped)} "
+                       "do not act there")
+    pen = [n for n in on if n in ("penalty", "presence_frequency")]
+    if len(pen) == 2:
+        between = on[on.index(pen[0]) + 1:on.index(pen[1])]
+        if pen[0] != "penalty" or between:
+            out.append("llama.cpp applies the repetition penalty and then presence and frequency as one stage; this "
+                       "run applied them " + ("in the other order" if pen[0] != "penalty" else
+                                              f"with {', '.join(between)} between them"))
+        if p.penalty_last_n != -1:
+            out.append(f"llama.cpp's repetition penalty counts the same last {p.penalty_last_n} tokens as presence and "
+                       "frequency (--repeat-last-n); here it read the whole text")
+    if "presence_frequency" in on and not cli:
+        out.append("llama-server puts the prompt's tokens in the penalties' window before the first draw; here "
+                   "presence and frequency count only the run's own tokens")
+    out += grammar_gap("llama.cpp", s, ("json", "choices"), " as GBNF or a JSON schema")
+    if s.stop and not cli:
+        out.append(f"llama-server takes stop strings per request ('stop' in the JSON body), not as flags: "
+                   f"{list(s.stop)!r} is left out of these flags")
+    return out
+
+
+def server_gaps(s: RunSettings) -> list[str]:
+    return gaps(s)
+
+
+def cli_gaps(s: RunSettings) -> list[str]:
+    return gaps(s, cli=True)
+
+
+# --- reading a command line back ----------------------------------------------------------------------
+
+
+def tokens_of(text: str) -> list[str]:
+    """The words of a command line, its line continuations and comments dropped."""
+    try:
+        return shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as e:
+        raise InvalidRequest(f"the llama.cpp command line does not parse: {e}") from None
+
+
+def pairs_of(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]:
+    """(flag, value) pairs of a command line, and the words that are neither (the program's name)."""
+    pairs: list[tuple[str, str | None]] = []
+    loose: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-") and not _is_number(word):
+            flag, eq, value = word.partition("=")
+            flag = SHORT.get(flag, flag)
+            if not eq and i + 1 < len(words) and (not words[i + 1].startswith("-") or _is_number(words[i + 1])):
+                value, i = words[i + 1], i + 1
+            pairs.append((flag, value if (eq or value) else None))
+        else:
+            loose.append(word)
+        i += 1
+    return pairs, loose
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def sampler_order(text: str, left: list[str], where: str = "--samplers") -> list[str]:
+    """llama.cpp's sampler list ('penalties;top_k;...', from ``where``) -> playground stage names in that order;
+    unknown names into ``left``."""
+    out: list[str] = []
+    for raw in (w.strip() for w in text.replace(",", ";").split(";")):
+        name = ALIASES.get(raw.replace("-", "_"), raw.replace("-", "_"))
+        if name not in SAMPLER_NAMES:
+            if raw:
+                left.append(f"{where} names {raw!r}, which the playground has no stage for")
+            continue
+        out += [n for n in SAMPLER_NAMES[name] if n not in out]
+    return out
+
+
+def read(text: str) -> tuple[RunSettings, list[str]]:
+    """A llama-server or llama-cli command line -> the run it makes (llama.cpp's defaults for the flags not
+    given) and what could not be carried."""
+    pairs, _ = pairs_of(tokens_of(text))
+    values: dict[str, Any] = {k: v for k, v in FACTS.defaults.items() if k != "order"}
+    left: list[str] = []
+    order: list[str] | None = None
+    seed: int | None = None
+    limit: int | None = None
+    stop: list[str] = []
+    grammar: dict[str, str] | None = None
+    breakers: list[str] = []
+    mirostat, dyn_range, dyn_exp = 0, 0.0, 1.0
+    for flag, value in pairs:
+        if flag in NUMBER_FLAGS and value is not None:
+            values[NUMBER_FLAGS[flag]] = value
+        elif flag == "--samplers" and value is not None:
+            order = sampler_order(value, left)
+        elif flag == "--seed" and value is not None:
+            seed = None if int(value) < 0 or int(value) == 0xFFFFFFFF else int(value)
+        elif flag == "--n-predict" and value is not None:
+            limit = None if int(value) < 0 else int(value)
+        elif flag == "--reverse-prompt" and value is not None:
+            stop.append(value)
+        elif flag == "--json-schema" and value is not None:
+            grammar = {"kind": "json", "text": value}
+        elif flag == "--grammar" and value is not None:
+            found = gbnf_choices(value)
+            if found is None:
+                left.append("--grammar: a GBNF grammar (the playground takes a JSON schema, a regex, choices or Lark)")
+            else:
+                grammar = {"kind": "choices", "text": json.dumps(found, ensure_ascii=False)}
+        elif flag == "--dry-sequence-breaker" and value is not None:
+            breakers.append(value)
+        elif flag == "--mirostat" and value is not None:
+            mirostat = int(value)
+        elif flag == "--dynatemp-range" and value is not None:
+            dyn_range = float(value)
+        elif flag == "--dynatemp-exp" and value is not None:
+            dyn_exp = float(value)
+        elif flag == "--dry-penalty-last-n":
+            if value is not None and int(value) != -1:
+                left.append(f"--dry-penalty-last-n {value}: DRY here scans the whole text")
+        elif flag in OTHER_VALUED or flag.startswith("--no-") or flag in ("-cnv", "--conversation", "--jinja"):
+            continue
+        else:
+            left.append(f"{flag}{'' if value is None else ' ' + value}: not a setting the playground has")
+    return finish(values, order, seed, limit, stop, grammar, breakers, mirostat, dyn_range, dyn_exp, left)
+
+
+def finish(values: dict[str, Any], order: list[str] | None, seed: int | None, limit: int | None, stop: list[str],
+           grammar: dict[str, str] | None, breakers: list[str], mirostat: int, dyn_range: float, dyn_exp: float,
+           left: list[str]) -> tuple[RunSettings, list[str]]:
+    if breakers:
+        values["dry_sequence_breakers"] = ", ".join(json.dumps(b, ensure_ascii=False) for b in breakers)
+    if mirostat == 1:
+        left.append("--mirostat 1: mirostat v1 (the playground has v2)")
+    if mirostat != 2:
+        values["mirostat_tau"] = 0.0
+    elif float(values.get("mirostat_tau", 0)) == 0:
+        values["mirostat_tau"] = 5.0  # llama.cpp's default target with mirostat on
+    if dyn_range > 0:
+        t = float(values["temperature"])
+        low = t - dyn_range
+        if low <= 0:
+            left.append(f"--dynatemp-range {shown(dyn_range)} around --temp {shown(t)} reaches {shown(low)}; "
+                        "the playground's dynamic temperature starts above 0, so it starts at 0.01")
+        values.update(temperature=1.0, dynatemp_min=max(low, 0.01), dynatemp_max=t + dyn_range,
+                      dynatemp_exponent=dyn_exp)
+    if float(values.get("top_nsigma", 0)) < 0:
+        values["top_nsigma"] = 0.0
+    if int(values.get("top_k", 0)) < 0:
+        values["top_k"] = 0
+    if order is not None:
+        names = list(order)
+        if "temperature" in names and dyn_range > 0:
+            names.insert(names.index("temperature"), "dynamic_temperature")
+        off = {n: p for n, p in OFF.items() if n not in names and n != "mirostat"}
+        for name, param_values in off.items():
+            if any(str(values.get(k, v)) != str(FACTS.defaults.get(k, v)) for k, v in param_values.items()):
+                left.append(f"{name} is set but not in --samplers, so llama.cpp does not apply it")
+            values.update(param_values)
+        values["order"] = expand_order(",".join(names))
+    else:
+        values["order"] = "llama.cpp"
+    settings = RunSettings(sampler_params(values), "sampling", seed, limit, tuple(stop), grammar)
+    return settings, left
+
+
+# each llama.cpp stage's playground parameters at their no-op values (a stage left out of --samplers)
+OFF = {"penalty": {"repetition_penalty": 1.0}, "presence_frequency": {"presence_penalty": 0.0, "frequency_penalty": 0.0},
+       "dry": {"dry_multiplier": 0.0}, "top_nsigma": {"top_nsigma": 0.0}, "top_k": {"top_k": 0},
+       "typical_p": {"typical_p": 1.0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0},
+       "xtc": {"xtc_probability": 0.0}, "temperature": {"temperature": 1.0}, "adaptive_p": {"adaptive_p_target": -1.0}}
+
+
+def fields(s: RunSettings, cli: bool = False) -> dict[str, Any]:
+    """What llama.cpp is told, as a dict (for comparing two settings the way llama.cpp sees them)."""
+    return {flag: value if not isinstance(value, float) else round(value, 12) for flag, value in flags(s, cli)
+            if flag != "--dry-sequence-breaker"} | {"breakers": [v for f, v in flags(s, cli)
+                                                                if f == "--dry-sequence-breaker"]}

@@ -1,0 +1,102 @@
+"""A run's settings as an engine sees them: the sampler chain's values and order, the seed, the token limit,
+stop strings and the grammar. Every export writes one of these and every importer reads one back.
+
+A greedy run is the chain at temperature 0 with every other stage off (greedy has no stages of its own);
+sampling and gumbel share the chain (gumbel's draws differ, its distribution does not).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from playground.errors import InvalidRequest
+from strategies.sampling.grammar import GRAMMAR_KINDS
+from strategies.sampling.samplers import WATCHING_FIELDS, SamplerParams
+from strategies.stages import STAGES, stages_on
+
+STRATEGIES = ("sampling", "gumbel", "greedy")
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 200
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run asked of its sampler; ``seed`` and ``max_new_tokens`` None: not set."""
+
+    params: SamplerParams = field(default_factory=SamplerParams)
+    strategy: str = "sampling"
+    seed: int | None = 0
+    max_new_tokens: int | None = 32
+    stop: tuple[str, ...] = ()
+    grammar: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise InvalidRequest(f"an engine config is made from a greedy, sampling or gumbel run, "
+                                 f"got strategy {self.strategy!r}")
+        if len(self.stop) > MAX_STOP_STRINGS or any(not isinstance(s, str) or not s or len(s) > MAX_STOP_CHARS
+                                                    for s in self.stop):
+            raise InvalidRequest(f"stop must be at most {MAX_STOP_STRINGS} non-empty strings of at most "
+                                 f"{MAX_STOP_CHARS} characters, got {list(self.stop)!r:.200}")
+        if self.grammar is not None and (self.grammar.get("kind") not in GRAMMAR_KINDS
+                                         or not str(self.grammar.get("text", "")).strip()):
+            raise InvalidRequest(f"grammar must be {{'kind': one of {', '.join(GRAMMAR_KINDS)}, 'text': ...}}, "
+                                 f"got {self.grammar!r:.200}")
+
+    @property
+    def samples(self) -> bool:
+        """Whether the run draws at random (temperature above 0 and not greedy)."""
+        return self.strategy != "greedy" and self.params.temperature > 0
+
+    def on(self) -> list[str]:
+        """The stages the run turns on, in its order."""
+        return stages_on(self.params, self.params.order.split(","))
+
+    def value(self, name: str) -> Any:
+        return getattr(self.params, name)
+
+
+def sampler_params(values: Mapping[str, Any]) -> SamplerParams:
+    """SamplerParams from playground parameter names (numbers or their text); unknown names are refused."""
+    return SamplerParams.from_dict(dict(values))  # type: ignore[return-value]
+
+
+def settings_for(strategy: str, params: Mapping[str, Any], seed: int | None = 0, max_new_tokens: int | None = 32,
+                 stop: tuple[str, ...] = (), grammar: Mapping[str, str] | None = None) -> RunSettings:
+    """The settings of a run of ``strategy`` with ``params`` (its Params' fields, as a request gives them);
+    the knobs that watch a run (loops, watch-list) are not the sampler's and are left out."""
+    if strategy not in STRATEGIES:
+        raise InvalidRequest(f"an engine config is made from a greedy, sampling or gumbel run, got strategy "
+                             f"{strategy!r}")
+    values = {k: v for k, v in params.items() if k not in WATCHING_FIELDS}
+    if strategy == "greedy":
+        values = {"temperature": 0.0}
+    chosen = dict(grammar) if grammar else None
+    if chosen is not None:
+        chosen = {"kind": str(chosen.get("kind")), "text": str(chosen.get("text", ""))}
+    return RunSettings(sampler_params(values), strategy, seed, max_new_tokens, tuple(stop), chosen)
+
+
+def settings_of_trace(trace: Mapping[str, Any]) -> RunSettings:
+    """The settings a trace JSON records: its strategy, params, seed, grammar and its token count as the
+    limit (the request's limit is not in the trace; a run that stopped early gives its length)."""
+    if not isinstance(trace, Mapping) or "strategy" not in trace or not isinstance(trace.get("params"), Mapping):
+        raise InvalidRequest("a trace must be the JSON object `python -m playground run --json` writes "
+                             "(with strategy and params)")
+    tokens = trace.get("tokens") or []
+    limit = trace.get("max_new_tokens") or (len(tokens) if tokens else None)
+    return settings_for(str(trace["strategy"]), trace["params"], trace.get("seed"), limit,
+                        grammar=trace.get("grammar"))
+
+
+def changed_values(params: SamplerParams) -> dict[str, Any]:
+    """The chain's values that differ from SamplerParams' defaults (order included), for a sentence."""
+    default = SamplerParams()
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+            if f.name not in WATCHING_FIELDS and getattr(params, f.name) != getattr(default, f.name)}
+
+
+def stage_params(name: str) -> list[str]:
+    """The request parameters the stage ``name`` reads."""
+    return list(STAGES[name].params.values())
