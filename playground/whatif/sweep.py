@@ -4,7 +4,7 @@ At each value the request is drawn N times with that one parameter changed (seed
 every value, so a point differs from the next only by the parameter): through sample many's batched rows
 where the strategy allows (greedy, sampling, gumbel with the plain five stages; sample_records.py), else
 one engine run per seed (beam width, speculative's gamma, ...). The measures of a point come from the
-samples' own step records (sweep_metrics.py). ``progress(fraction, message)`` hears each value start;
+samples' own step records (sweep_metrics.py). ``progress(fraction, message)`` hears each value start and its draw go on (the fraction of the whole sweep);
 ``stop()`` is asked before each value (and between the runs of a one-by-one draw): a sweep told to stop
 returns the values done, marked ``stopped``. The result is JSON-ready: the request, the values, and one
 point per value with its measures and, with ``keep_samples``, its samples and their records.
@@ -34,6 +34,11 @@ def loop_settings(params: dict) -> tuple[int, int]:
     return (repeats, int(params.get("loop_min_span", 1))) if repeats >= 2 else (LOOP_REPEATS, 1)
 
 
+def within(progress: Progress, i: int, count: int) -> Progress:
+    """``progress`` for the draw of value i of ``count``: its fractions are placed inside that value's share."""
+    return lambda fraction, message: progress((i + fraction) / count, message)
+
+
 def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], n: int,
           extract: str | None = None, expected: Sequence[str] = (), keep_samples: bool = True,
           progress: Progress | None = None, stop: Stop | None = None) -> dict[str, Any]:
@@ -57,7 +62,8 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
             break
         progress(i / len(points_of), f"{param} = {value:g}: {n} samples ({i + 1} of {len(points_of)})")
         point_started = time.perf_counter()
-        draw = draw_records(store, dataclasses.replace(req, params={**req.params, param: value}), n, progress, stop)
+        draw = draw_records(store, dataclasses.replace(req, params={**req.params, param: value}), n,
+                            within(progress, i, len(points_of)), stop)
         model, strategy, batched = draw.model, draw.strategy, batched and draw.batched
         point = {"value": value, **point_metrics(draw.samples, repeats, min_span, extractor, expected),
                  "seconds": round(time.perf_counter() - point_started, 3)}
