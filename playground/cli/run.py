@@ -11,6 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from playground.charts.distribution import distribution_figure
+from playground.cli.engine_flags import add_engine_flags, params_for, say, start_of, strategy_of
 from playground.cli.flags import base_parser, flag, strategy_params, strategy_parser
 from playground.cli.grammar_flags import grammar_of_args
 from playground.engine import Request, run
@@ -38,14 +39,20 @@ def cmd_list() -> int:
 
 
 def cmd_run(argv: Sequence[str]) -> int:
-    known, _ = base_parser().parse_known_args(argv)
-    get_strategy(known.strategy)
-    args = strategy_parser(known.strategy).parse_args(argv)
-    params = strategy_params(args)
-    req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=params, seed=args.seed,
-                  max_new_tokens=args.max_new_tokens, system=args.system, chat=False if args.raw else None,
-                  top_n=args.top_n, forced=parse_force(args.force), dtype=args.dtype,
-                  grammar=grammar_of_args(args), lens=tuple(args.lens))
+    known, _ = add_engine_flags(base_parser()).parse_known_args(argv)
+    start = start_of(known)
+    strategy = strategy_of(argv, known, start)
+    get_strategy(strategy)
+    args = strategy_parser(strategy, add_engine_flags(base_parser())).parse_args(argv)
+    params = params_for(strategy, start, strategy_params(args))
+    say(start.notes)
+    seed = start.run_value(argv, "--seed", args.seed, start.seed)
+    limit = start.run_value(argv, "--max-new-tokens", args.max_new_tokens, start.max_new_tokens)
+    req = Request(model=args.model, strategy=strategy, prompt=args.prompt, params=params,
+                  seed=args.seed if seed is None else seed, max_new_tokens=args.max_new_tokens if limit is None else limit,
+                  system=args.system, chat=False if args.raw else None, top_n=args.top_n,
+                  forced=parse_force(args.force), dtype=args.dtype, grammar=grammar_of_args(args) or start.grammar,
+                  lens=tuple(args.lens))
     budget = Budget(seconds=args.time_budget)
     store = ModelStore(args.device)
     trace = run(store, req, progress=lambda f, m: print(f"[{f:4.0%}] {m}", file=sys.stderr), budget=budget)
