@@ -29,6 +29,8 @@ RATIO_LINES = {  # what each --quick run must print: its ratios against a refere
     "bench_lens.py": [r"toy +float32 +3 rows, .* ratio lens / step \d+\.\d+; the page's button .* \d+\.\d+ steps"],
     "bench_step.py": [r"step profile toy float32: step \d+\.\d+ ms, rest/step \d+\.\d+"],
     "bench_load.py": [r"errors: 0\b", r"seeded answers equal to their serial reference: (\d+)/\1\b"],
+    "bench_sweep.py": [r"toy: sweep of 4 temperatures x 16 samples .* ratio sweep / separate runs \d+\.\d+",
+                       r"separate runs that wrote another text than their batched row: 0 of 64"],
     "bench_watch.py": [r"toy \S+ greedy *: .* watch / plain per-step ratio \d+\.\d+",
                        r"toy \S+ sampling *: .* watch / plain per-step ratio \d+\.\d+"],
 }
@@ -46,6 +48,8 @@ COMPILE_ONLY = {
     "bench_llamacpp.py": "it needs llama.cpp (its first run fetches the sources and builds the library into "
                          ".bench-venv: about 4 minutes on two cores; `make bench` runs it), and llama.cpp runs "
                          "the real GGUF models, not toy",
+    "bench_answers.py": "it answers the 40 questions of assets/questions.json with SmolLM2 and Gemma 3, 16 samples "
+                        "and 16 CoT-decoding branches each, for half an hour on two cores (its --quick runs the toy's task)",
     "bench_page.py": "it times the real app with SmolLM2 in Chromium for minutes, under a busy process on every "
                      "core (`make bench` runs it; tests/test_browser_stop.py holds Stop's latency under load)",
 }
