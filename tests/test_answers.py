@@ -43,6 +43,8 @@ A, B, NONE = Answer("a", (0, 1)), Answer("b", (0, 1)), Answer(None)
 @pytest.mark.parametrize("spec, text, value", [
     ("last_number", "7 + 5 = 12.", "12"), ("last_number", "about 1,024.50 of them", "1024.5"),
     ("last_number", "no digits", None), ("first_number", "12\nQuestion: 3 + 4", "12"),
+    ("result_number", "7 + 5 is 12.", "12"), ("result_number", "75 + 3 = 78", "78"),
+    ("result_number", "10 is 7 + 5", "10"), ("result_number", "the sum 7 + 5 =", None),
     ("regex:answer is (\\w+)", "the answer is Paris.", "Paris"), ("regex:\\d+", "x 42 y", "42"),
     ("json:answer.city", 'so {"answer": {"city": "Rome"}} ok', "Rome"), ("json:n", '{"n": 3}', "3"),
     ("json:n", "{broken", None), ("choices:Paris|Lyon", "Lyon, not Paris", "Lyon"),
@@ -51,7 +53,7 @@ A, B, NONE = Answer("a", (0, 1)), Answer("b", (0, 1)), Answer(None)
 def test_extractors(spec, text, value):
     answer = make_extractor(spec)(text)
     assert answer.value == value
-    if value is not None and not spec.startswith(("last", "first", "json:n")):
+    if value is not None and not spec.startswith(("last", "first", "result", "json:n")):
         assert value.casefold() in text[answer.span[0]:answer.span[1]].casefold()
 
 

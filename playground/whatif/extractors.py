@@ -4,6 +4,8 @@ An extractor is written as a string (the CLI's ``--extract``, a question's ``ext
 
 - ``last_number``: the last number in the text (``-3``, ``1,024``, ``2.50``), normalised (``1024``, ``2.5``);
 - ``first_number``: the first one (a base model that answers, then writes the next question);
+- ``result_number``: the first number that follows no operator (``+ - * / ×``) and comes before no operator
+  or ``=``, so that ``7 + 5 = 12`` and ``7 + 5 is 12`` give 12 where a model restates the sum first;
 - ``regex:PATTERN``: the first match of PATTERN (Python ``re``); its first group when it has groups;
 - ``json:FIELD``: the field FIELD (dots for nesting: ``answer.city``) of the first JSON object in the text,
   as JSON (a string without its quotes);
@@ -24,9 +26,10 @@ from typing import Any, Callable
 from playground.errors import InvalidRequest
 from strategies.sampling.grammar import choices_of
 
-EXTRACTOR_KINDS = ("last_number", "first_number", "regex", "json", "choices")
+EXTRACTOR_KINDS = ("last_number", "first_number", "result_number", "regex", "json", "choices")
 MAX_PATTERN_CHARS = 1000
 NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+RESULT = re.compile(r"(?<![-+*/×] )(?<![-+*/×\d.,])(-?\d+(?:,\d{3})*(?:\.\d+)?)(?!\d|[.,]\d|\s*[-+*/×=])")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ def last_number(text: str) -> Answer:
 def first_number(text: str) -> Answer:
     m = NUMBER.search(text)
     return Answer(None) if m is None else Answer(normalise_number(m.group()), m.span())
+
+
+def result_number(text: str) -> Answer:
+    m = RESULT.search(text)
+    return Answer(None) if m is None else Answer(normalise_number(m.group(1)), m.span(1))
 
 
 def regex_extractor(pattern: str) -> Extractor:
@@ -139,11 +147,13 @@ def make_extractor(spec: str) -> Extractor:
         return last_number
     if kind == "first_number" and not arg:
         return first_number
+    if kind == "result_number" and not arg:
+        return result_number
     if kind == "regex":
         return regex_extractor(arg)
     if kind == "json":
         return json_extractor(arg)
     if kind == "choices":
         return choices_extractor(arg)
-    raise InvalidRequest(f"an extractor must be one of last_number, first_number, regex:PATTERN, json:FIELD, choices:A|B|..., "
+    raise InvalidRequest(f"an extractor must be one of last_number, first_number, result_number, regex:PATTERN, json:FIELD, choices:A|B|..., "
                          f"got {spec!r:.200}")
