@@ -31,9 +31,11 @@ def carried_on(facts: EngineFacts, s: RunSettings) -> list[str]:
 
 def order_gap(facts: EngineFacts, s: RunSettings) -> list[str]:
     """A line when the engine's fixed order puts two of the run's stages the other way round."""
-    if facts.order is None or s.params.temperature == 0 and facts.key == "transformers":
+    if facts.order is None:
         return []
     ran = carried_on(facts, s)
+    if facts.key == "transformers" and not s.samples:  # greedy search: only the penalties act, then the argmax
+        ran = [n for n in ran if n in ("penalty", "no_repeat_ngram", "temperature")]
     fixed = sorted(ran, key=facts.order.index)
     if ran == fixed:
         return []

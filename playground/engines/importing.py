@@ -13,6 +13,7 @@ from playground.engines import llamacpp, ollama, openai_body, transformers_confi
 from playground.engines.model_cards import card_of_gguf
 from playground.engines.settings import RunSettings, sampler_params, settings_of_trace
 from playground.errors import InvalidRequest
+from strategies.sampling.samplers import expand_order
 
 MAX_IMPORT_CHARS = 200_000
 CONFIG_KEYS = {"do_sample", "bos_token_id", "eos_token_id", "transformers_version", "max_length", "typical_p",
@@ -40,12 +41,12 @@ def import_text(text: str) -> Imported:
     if stripped.startswith("{"):
         return import_json(stripped)
     first = stripped.split(None, 1)[0].upper()
-    if first in ("PARAMETER", "FROM") or first.startswith("#") and "PARAMETER " in stripped:
-        return done("Ollama Modelfile", ollama.read(stripped))
     if "SamplingParams(" in stripped:
         return done("vLLM SamplingParams", vllm_params.read_python(stripped))
     if "GenerationConfig(" in stripped:
         return done("transformers GenerationConfig", transformers_config.read_python(stripped))
+    if first in ("PARAMETER", "FROM") or first.startswith("#") and "PARAMETER " in stripped:
+        return done("Ollama Modelfile", ollama.read(stripped))
     if "llama-" in first.lower() or first.startswith("-") or "--temp" in stripped or "--samplers" in stripped:
         return done("llama.cpp command line", llamacpp.read(stripped))
     raise InvalidRequest("the config to import must be a llama-server or llama-cli command line, a "
@@ -76,7 +77,13 @@ def done(kind: str, read: tuple[RunSettings, list[str]]) -> Imported:
 def import_gguf(path: str | Path) -> Imported:
     """A GGUF's general.sampling.* keys over llama.cpp's defaults."""
     card = card_of_gguf(str(path), path)
-    values: dict[str, Any] = {k: v for k, v in llamacpp.FACTS.defaults.items()} | card.values | {"order": card.order}
+    values: dict[str, Any] = {k: v for k, v in llamacpp.FACTS.defaults.items()} | card.values
+    if card.order != "llama.cpp":  # a sequence: llama.cpp runs only the samplers it lists
+        listed = card.order.split(",")
+        for name, off in llamacpp.OFF.items():
+            if name not in listed:
+                values |= off
+    values["order"] = expand_order(card.order) if card.order != "llama.cpp" else "llama.cpp"
     return Imported(RunSettings(sampler_params(values), "sampling", None, None), "GGUF general.sampling.*",
                     list(card.left))
 

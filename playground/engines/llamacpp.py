@@ -338,7 +338,8 @@ def finish(values: dict[str, Any], order: list[str] | None, seed: int | None, li
 
 
 # each llama.cpp stage's playground parameters at their no-op values (a stage left out of --samplers)
-OFF = {"penalty": {"repetition_penalty": 1.0}, "presence_frequency": {"presence_penalty": 0.0, "frequency_penalty": 0.0},
+OFF: dict[str, dict[str, Any]] = {
+       "penalty": {"repetition_penalty": 1.0}, "presence_frequency": {"presence_penalty": 0.0, "frequency_penalty": 0.0},
        "dry": {"dry_multiplier": 0.0}, "top_nsigma": {"top_nsigma": 0.0}, "top_k": {"top_k": 0},
        "typical_p": {"typical_p": 1.0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0},
        "xtc": {"xtc_probability": 0.0}, "temperature": {"temperature": 1.0}, "adaptive_p": {"adaptive_p_target": -1.0}}

@@ -100,7 +100,8 @@ def gguf_sampling(path: str | Path) -> dict[str, Any]:
 def card_of_gguf(model: str, path: str | Path) -> ModelCard:
     """A GGUF's general.sampling.* keys as a card; ``sequence`` (llama.cpp's sampler order) sets the order."""
     keys = gguf_sampling(path)
-    values = {GGUF_FIELDS[k]: v for k, v in keys.items() if k in GGUF_FIELDS}
+    values = {GGUF_FIELDS[k]: float(f"{v:.7g}") if isinstance(v, float) else v for k, v in keys.items()
+              if k in GGUF_FIELDS}  # float32 in the file: its shortest decimal
     left = [f"general.sampling.{k} {v}: not a setting the playground has" for k, v in keys.items()
             if k not in GGUF_FIELDS and k not in ("sequence", "mirostat")]
     if keys.get("mirostat", 0) not in (0, 2):
