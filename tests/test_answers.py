@@ -265,3 +265,16 @@ def test_cli_answers_prints_each_rule(capsys):
     assert "majority" in out and "deepconf" in out and "cot_decoding" in out and "accuracy N=1" in out
     assert main(["answers", "--model", "toy", "--prompt", "1 2", "--n", "2", "--window", "0"]) == 2
     assert "window must be an integer in [1, 4096], got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"expected": [""]}, "expected must be a list of non-empty answers"),
+    ({"branches": -1}, r"branches must be an integer in \[0, 16\] \(0: no branches\), got -1"),
+    ({"resamples": 0}, r"resamples must be an integer in \[1, 10000\], got 0"),
+    ({"extract": "median"}, "an extractor must be one of"), ({"verify": "exact:"}, "a verifier must be")])
+def test_bad_answer_requests_are_refused(store, kwargs, message):
+    args = {"extract": "choices:a|the"} | kwargs
+    with pytest.raises(InvalidRequest, match=message):
+        answers(store, Request(model="toy", strategy="sampling", prompt="1 2", max_new_tokens=4), 2, **args)
+    with pytest.raises(InvalidRequest, match=r"eta must be a percentage in \(0, 100\], got 101"):
+        RuleSettings(eta=101)

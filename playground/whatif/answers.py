@@ -14,13 +14,15 @@ from typing import Any, Sequence
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.models import ModelStore, Progress
-from playground.whatif.accuracy import accuracy_curve
+from playground.whatif.accuracy import accuracy_curve, check_resamples
+from playground.whatif.confidence import check_top_k, check_window
 from playground.whatif.cot_decoding import cot_branches
 from playground.whatif.extractors import Answer, Extractor, make_extractor
 from playground.whatif.rules import (
     DEFAULT_ETA,
     DEFAULT_WINDOW,
     Pick,
+    check_eta,
     cot_decoding,
     deepconf,
     disagreements,
@@ -30,7 +32,7 @@ from playground.whatif.rules import (
 )
 from playground.whatif.sample_records import Stop, draw_records
 from playground.whatif.step_record import TOP_LOGPROBS, Drawn
-from playground.whatif.verifiers import Verifier, make_verifier, same_answer
+from playground.whatif.verifiers import Verifier, check_expected, make_verifier, same_answer
 
 DEFAULT_BRANCHES = 10  # the paper's k
 
@@ -44,6 +46,11 @@ class RuleSettings:
     eta: float = DEFAULT_ETA
     k: int = TOP_LOGPROBS
     aggregate: bool = False
+
+    def __post_init__(self) -> None:
+        check_window(self.window)
+        check_eta(self.eta)
+        check_top_k(self.k)
 
 
 def sample_picks(samples: Sequence[Drawn], answers: Sequence[Answer], settings: RuleSettings,
@@ -90,13 +97,15 @@ def answers(store: ModelStore, req: Request, n: int, extract: str, verify: str |
     JSON-ready: the samples with their answers and records, each rule's pick, the disagreements and,
     with ``expected``, each rule's accuracy from 1 to n samples (CoT-decoding: 1 to ``branches``)."""
     extractor: Extractor = make_extractor(extract)
+    expected = check_expected(expected)
+    resamples = check_resamples(resamples)
     draw = draw_records(store, req, n, progress, stop)
     samples = draw.samples
     got = [extractor(s.text) for s in samples]
     lm = store.get(req.model)
     passes = make_verifier(verify, lm) if verify else None
     picks = sample_picks(samples, got, settings, passes)
-    cot = cot_branches(store, req, branches, progress) if branches else []
+    cot = cot_branches(store, req, branches, progress)
     cot_got = [extractor(b.text) for b in cot]
     if cot:
         picks.append(cot_decoding(cot, cot_got, settings.aggregate))

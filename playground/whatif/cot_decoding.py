@@ -23,8 +23,8 @@ MAX_BRANCHES = 32  # the paper's k is 10
 
 def check_branches(k: int, vocab: int) -> int:
     high = min(MAX_BRANCHES, vocab)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= high:
-        raise InvalidRequest(f"branches must be an integer in [1, {high}], got {k}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= high:
+        raise InvalidRequest(f"branches must be an integer in [0, {high}] (0: no branches), got {k}")
     return k
 
 
@@ -32,6 +32,8 @@ def check_branches(k: int, vocab: int) -> int:
 def branches(lm, prompt_ids: list[int], k: int, max_new_tokens: int) -> list[Drawn]:
     """The k branches, most likely first token first; each branch's ``seed`` is its rank."""
     k = check_branches(k, lm.vocab_size)
+    if k == 0:
+        return []
     out = lm.forward(torch.tensor([prompt_ids], device=lm.device))
     logits, cache = out.logits[:, -1], out.cache
     logp = logits.float().log_softmax(-1)

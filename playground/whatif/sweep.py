@@ -23,6 +23,7 @@ from playground.whatif.grid import sweep_values
 from playground.whatif.sample_many import check_size
 from playground.whatif.sample_records import Stop, draw_records
 from playground.whatif.sweep_metrics import point_metrics
+from playground.whatif.verifiers import check_expected
 
 LOOP_REPEATS = 3  # a span written three times back to back is a loop, unless the request sets its own
 MAX_SWEEP_SAMPLES = 4000  # N x values: the draws one sweep may make
@@ -48,8 +49,7 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
     n = check_size(n, req.max_new_tokens, req.seed)
     if n * len(points_of) > MAX_SWEEP_SAMPLES:
         raise InvalidRequest(f"n x values must be at most {MAX_SWEEP_SAMPLES}, got {n} x {len(points_of)}")
-    if not isinstance(expected, (list, tuple)) or not all(isinstance(e, str) for e in expected):
-        raise InvalidRequest(f"expected must be a list of answers (strings), got {expected!r:.100}")
+    expected = check_expected(expected)
     extractor = make_extractor(extract) if extract else None
     repeats, min_span = loop_settings(dict(req.params))
     started = time.perf_counter()

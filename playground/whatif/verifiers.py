@@ -33,6 +33,13 @@ def same_answer(value: str | None, expected: str) -> bool:
     return a == b
 
 
+def check_expected(expected: Any) -> list[str]:
+    """The accepted answers: a list of non-empty strings (empty: no checker)."""
+    if not isinstance(expected, (list, tuple)) or not all(isinstance(e, str) and e.strip() for e in expected):
+        raise InvalidRequest(f"expected must be a list of non-empty answers (strings), got {expected!r:.100}")
+    return list(expected)
+
+
 def json_verifier(schema: str, lm: Any) -> Verifier:
     if lm is None:
         raise InvalidRequest("a JSON schema verifier needs the model whose tokens it walks")
