@@ -8,7 +8,7 @@ resamples of the question set, percentiles), so it counts which questions were a
 given the expected answer (``exact:``), so its figure is pass@N: the ceiling a perfect checker reaches.
 
     .venv/bin/python bench/bench_answers.py [--models smollm2-135m,gemma3-270m] [--tokens 16]
-        [--temperature 0.7] [--limit 40] [--threads 1] [--quick]
+        [--temperature 0.7] [--limit 40] [--every 1] [--threads 1] [--quick]
 
 ``--quick``: the toy's task only, N = 1 and 4.
 """
@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--limit", type=int, default=40, help="the first LIMIT questions")
+    ap.add_argument("--every", type=int, default=1, help="every EVERY-th question of those (2: half of each kind)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="the toy's task only, N = 1 and 4")
     args = ap.parse_args()
@@ -80,7 +81,7 @@ def main() -> None:
         questions = [Question("toy", "toy", task["prompt"], task["extract"], tuple(task["expected"]))]
         sizes, tokens = [1, 4], task["tokens"]
     else:
-        models, questions, sizes, tokens = args.models.split(","), load_questions()[:args.limit], [1, 4, 16], args.tokens
+        models, questions, sizes, tokens = args.models.split(","), load_questions()[:args.limit:args.every], [1, 4, 16], args.tokens
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {len(questions)} questions, "
           f"sampling at temperature {args.temperature}, {tokens} tokens")
     for model in models:
