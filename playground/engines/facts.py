@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground.errors import InvalidRequest
-
 LLAMA_CPP_COMMIT = "001d906a6d86e2490e394361e7cc6f478b100088"
 LLAMA_CPP = f"https://github.com/ggml-org/llama.cpp/blob/{LLAMA_CPP_COMMIT}"
 VLLM_SAMPLER = "https://github.com/vllm-project/vllm/blob/3e342658b2e9c85a30a54d19e64e5ad77b8a26a6"
@@ -109,7 +107,8 @@ ENGINES: dict[str, EngineFacts] = {
                     f"{VLLM_SAMPLER}/vllm/v1/sample/ops/penalties.py (apply_all_penalties)"),
                Note("vLLM's OpenAI server starts with --generation-config auto: the model's generation_config.json "
                     "gives the defaults of every field a request leaves out; the export sets each one.",
-                    "https://docs.vllm.ai/en/latest/configuration/engine_args.html#-generation-config"),
+                    "https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py (ModelConfig."
+                    "generation_config, default \"auto\"; PR #11164 added it)"),
                Note("vLLM treats a temperature below 1e-5 as greedy.", f"{VLLM_SAMPLER}/vllm/v1/sample/sampler.py")),
     ),
     "transformers": EngineFacts(
@@ -174,9 +173,3 @@ ENGINES: dict[str, EngineFacts] = {
     ),
 }
 
-
-def engine_facts(key: str) -> EngineFacts:
-    """The row of ``key``; InvalidRequest for an engine the table does not hold."""
-    if key not in ENGINES:
-        raise InvalidRequest(f"engine must be one of {', '.join(ENGINES)}, got {key!r}")
-    return ENGINES[key]
