@@ -193,6 +193,10 @@ def test_an_import_lists_what_it_could_not_carry():
     ("", "must not be empty"), ("hello world", "must be a llama-server"), ("[1, 2]", "must be a llama-server"),
     ('{"temperature": -1}', "temperature must be in"), ("{nope", "does not parse"),
     ("PARAMETER temperature 0.5\nWHAT now", "must start with an instruction"),
+    ("PARAMETER seed abc", "seed must be an integer in .-inf, inf., got 'abc'"),
+    ("llama-server --mirostat 3", "--mirostat must be an integer in .0, 2., got '3'"),
+    ("llama-server --top-k lots", "--top-k must be a number, got 'lots'"),
+    ('{"temperature": 0.5, "max_tokens": 0}', "max_new_tokens must be an integer in .1, 1000000000., got 0"),
 ])
 def test_a_bad_import_is_refused_with_the_value(text, message):
     with pytest.raises(InvalidRequest, match=message):

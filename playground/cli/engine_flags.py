@@ -64,6 +64,9 @@ def start_of(args: argparse.Namespace) -> Start:
         out.seed, out.max_new_tokens, out.grammar, out.imported = s.seed, s.max_new_tokens, s.grammar, True
         out.notes.append(f"[import] read {args.import_file} as a {imported.kind}")
         left = list(imported.not_carried)
+        if s.seed is None:
+            out.notes.append("[import] the config sets no seed (the engine would draw one); this run takes --seed "
+                             "(default 0)")
         if s.stop:
             left.append(f"stop strings {list(s.stop)!r}: the playground stops at the model's end of text only")
         out.notes += [f"[import] not carried: {line}" for line in left]

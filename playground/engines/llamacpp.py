@@ -13,7 +13,7 @@ from typing import Any
 
 from playground.engines.facts import ENGINES
 from playground.engines.gaps import common_gaps, grammar_gap, shown
-from playground.engines.settings import RunSettings, sampler_params
+from playground.engines.settings import RunSettings, number, sampler_params, whole
 from playground.errors import InvalidRequest
 from strategies.params import number_text
 from strategies.sampling.grammar import choices_of
@@ -267,9 +267,11 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
         elif flag == "--samplers" and value is not None:
             order = sampler_order(value, left)
         elif flag == "--seed" and value is not None:
-            seed = None if int(value) < 0 or int(value) == 0xFFFFFFFF else int(value)
+            seed = whole("--seed", value)
+            seed = None if seed < 0 or seed == 0xFFFFFFFF else seed
         elif flag == "--n-predict" and value is not None:
-            limit = None if int(value) < 0 else int(value)
+            limit = whole("--n-predict", value)
+            limit = None if limit < 0 else limit
         elif flag == "--reverse-prompt" and value is not None:
             stop.append(value)
         elif flag == "--json-schema" and value is not None:
@@ -283,13 +285,13 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
         elif flag == "--dry-sequence-breaker" and value is not None:
             breakers.append(value)
         elif flag == "--mirostat" and value is not None:
-            mirostat = int(value)
+            mirostat = whole("--mirostat", value, 0, 2)
         elif flag == "--dynatemp-range" and value is not None:
-            dyn_range = float(value)
+            dyn_range = number("--dynatemp-range", value)
         elif flag == "--dynatemp-exp" and value is not None:
-            dyn_exp = float(value)
+            dyn_exp = number("--dynatemp-exp", value)
         elif flag == "--dry-penalty-last-n":
-            if value is not None and int(value) != -1:
+            if value is not None and whole("--dry-penalty-last-n", value) != -1:
                 left.append(f"--dry-penalty-last-n {value}: DRY here scans the whole text")
         elif flag in OTHER_VALUED or flag.startswith("--no-") or flag in ("-cnv", "--conversation", "--jinja"):
             continue
@@ -307,19 +309,19 @@ def finish(values: dict[str, Any], order: list[str] | None, seed: int | None, li
         left.append("--mirostat 1: mirostat v1 (the playground has v2)")
     if mirostat != 2:
         values["mirostat_tau"] = 0.0
-    elif float(values.get("mirostat_tau", 0)) == 0:
+    elif number("--mirostat-ent", values.get("mirostat_tau", 0)) == 0:
         values["mirostat_tau"] = 5.0  # llama.cpp's default target with mirostat on
     if dyn_range > 0:
-        t = float(values["temperature"])
+        t = number("--temp", values["temperature"])
         low = t - dyn_range
         if low <= 0:
             left.append(f"--dynatemp-range {shown(dyn_range)} around --temp {shown(t)} reaches {shown(low)}; "
                         "the playground's dynamic temperature starts above 0, so it starts at 0.01")
         values.update(temperature=1.0, dynatemp_min=max(low, 0.01), dynatemp_max=t + dyn_range,
                       dynatemp_exponent=dyn_exp)
-    if float(values.get("top_nsigma", 0)) < 0:
+    if number("--top-nsigma", values.get("top_nsigma", 0)) < 0:
         values["top_nsigma"] = 0.0
-    if int(values.get("top_k", 0)) < 0:
+    if number("--top-k", values.get("top_k", 0)) < 0:
         values["top_k"] = 0
     if order is not None:
         names = list(order)

@@ -8,7 +8,7 @@ from typing import Any
 from playground.engines.facts import ENGINES
 from playground.engines.gaps import common_gaps, grammar_gap
 from playground.engines.llamacpp import window
-from playground.engines.settings import RunSettings, sampler_params
+from playground.engines.settings import RunSettings, number, sampler_params, whole
 from playground.errors import InvalidRequest
 from strategies.params import number_text
 
@@ -89,14 +89,16 @@ def read(modelfile: str) -> tuple[RunSettings, list[str]]:
         if name == "stop":
             stop.append(unquoted(value))
         elif name == "seed":
-            seed = None if int(value) < 0 else int(value)
+            seed = whole("seed", value)
+            seed = None if seed < 0 else seed
         elif name == "num_predict":
-            limit = None if int(value) < 0 else int(value)
+            limit = whole("num_predict", value)
+            limit = None if limit < 0 else limit
         elif name in NAMES:
             values[NAMES[name]] = value
         elif name not in NOT_SAMPLING:
             left.append(f"PARAMETER {name} {value}: not a setting the playground has")
-    if int(values["top_k"]) < 0:
+    if number("top_k", values["top_k"]) < 0:
         values["top_k"] = 0
     return RunSettings(sampler_params(values), "sampling", seed, limit, tuple(stop)), left
 

@@ -7,6 +7,7 @@ sampling and gumbel share the chain (gumbel's draws differ, its distribution doe
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -16,6 +17,7 @@ from strategies.sampling.samplers import WATCHING_FIELDS, SamplerParams
 from strategies.stages import STAGES, stages_on
 
 STRATEGIES = ("sampling", "gumbel", "greedy")
+MAX_SEED = 2**64 - 1  # the widest seed an engine takes (llama.cpp: uint32; vLLM, transformers: 64 bits)
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 200
 
@@ -32,6 +34,10 @@ class RunSettings:
     grammar: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
+        if self.seed is not None:
+            object.__setattr__(self, "seed", whole("seed", self.seed, 0, MAX_SEED))
+        if self.max_new_tokens is not None:
+            object.__setattr__(self, "max_new_tokens", whole("max_new_tokens", self.max_new_tokens, 1, 10**9))
         if self.strategy not in STRATEGIES:
             raise InvalidRequest(f"an engine config is made from a greedy, sampling or gumbel run, "
                                  f"got strategy {self.strategy!r}")
@@ -55,6 +61,28 @@ class RunSettings:
 
     def value(self, name: str) -> Any:
         return getattr(self.params, name)
+
+
+def number(name: str, value: Any) -> float:
+    """``value`` (a number or its text, as a config writes it) as a float; InvalidRequest naming ``name``."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"{name} must be a number, got {value!r:.80}") from None
+
+
+def whole(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an integer in [low, high] (either end open when None); InvalidRequest naming both."""
+    where = f" in [{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+    try:
+        x = number(name, value)
+    except InvalidRequest:
+        x = math.nan
+    if not x.is_integer() or (low is not None and x < low) or (high is not None and x > high):
+        raise InvalidRequest(f"{name} must be an integer{where}, got {value!r:.80}")
+    return int(x)
 
 
 def sampler_params(values: Mapping[str, Any]) -> SamplerParams:

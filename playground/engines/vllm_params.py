@@ -9,7 +9,7 @@ from typing import Any
 from playground.engines.facts import ENGINES
 from playground.engines.gaps import common_gaps, grammar_gap
 from playground.engines.pycall import Raw, call_kwargs, python_call
-from playground.engines.settings import RunSettings, sampler_params
+from playground.engines.settings import RunSettings, number, sampler_params
 from playground.errors import InvalidRequest
 from strategies.sampling.grammar import choices_of
 
@@ -81,7 +81,7 @@ def from_kwargs(args: dict[str, Any], left: list[str]) -> RunSettings:
     grammar = None
     for key, value in args.items():
         if key in NUMBERS and value is not None:
-            values[key] = 0 if key == "top_k" and int(value) < 0 else value
+            values[key] = 0 if key == "top_k" and number("top_k", value) < 0 else value
         elif key == "seed":
             seed = value
         elif key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
