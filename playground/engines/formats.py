@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from playground.engines import llamacpp, ollama, openai_body, transformers_config, vllm_params
+from playground.engines import llamacpp, llamacpp_read, ollama, openai_body, transformers_config, vllm_params
 from playground.engines.facts import ENGINES
 from playground.engines.settings import RunSettings, settings_of_trace
 from playground.errors import InvalidRequest
@@ -41,9 +41,9 @@ class Format:
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("llama-server", "llama.cpp", "llama-server flags", llamacpp.server_text, llamacpp.server_gaps,
-           llamacpp.fields, llamacpp.read),
+           llamacpp.fields, llamacpp_read.read),
     Format("llama-cli", "llama.cpp", "llama-cli flags", llamacpp.cli_text, llamacpp.cli_gaps,
-           lambda s: llamacpp.fields(s, cli=True), llamacpp.read),
+           lambda s: llamacpp.fields(s, cli=True), llamacpp_read.read),
     Format("vllm", "vllm", "vLLM SamplingParams (Python)", vllm_params.python_text, vllm_params.gaps,
            vllm_params.fields, vllm_params.read_python),
     Format("vllm-json", "vllm", "vLLM OpenAI-compatible body (JSON, with vLLM's extra fields)", vllm_params.json_text,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from playground.engines import llamacpp, ollama, openai_body, transformers_config, vllm_params
+from playground.engines import llamacpp, llamacpp_read, ollama, openai_body, transformers_config, vllm_params
 from playground.engines.model_cards import card_of_gguf
 from playground.engines.settings import RunSettings, sampler_params, settings_of_trace
 from playground.errors import InvalidRequest
@@ -48,7 +48,7 @@ def import_text(text: str) -> Imported:
     if first in ("PARAMETER", "FROM") or first.startswith("#") and "PARAMETER " in stripped:
         return done("Ollama Modelfile", ollama.read(stripped))
     if "llama-" in first.lower() or first.startswith("-") or "--temp" in stripped or "--samplers" in stripped:
-        return done("llama.cpp command line", llamacpp.read(stripped))
+        return done("llama.cpp command line", llamacpp_read.read(stripped))
     raise InvalidRequest("the config to import must be a llama-server or llama-cli command line, a "
                          "generation_config.json, an Ollama Modelfile, a vLLM SamplingParams or GenerationConfig "
                          "snippet, or a vLLM/OpenAI request body")
@@ -80,7 +80,7 @@ def import_gguf(path: str | Path) -> Imported:
     values: dict[str, Any] = {k: v for k, v in llamacpp.FACTS.defaults.items()} | card.values
     if card.order != "llama.cpp":  # a sequence: llama.cpp runs only the samplers it lists
         listed = card.order.split(",")
-        for name, off in llamacpp.OFF.items():
+        for name, off in llamacpp_read.OFF.items():
             if name not in listed:
                 values |= off
     values["order"] = expand_order(card.order) if card.order != "llama.cpp" else "llama.cpp"

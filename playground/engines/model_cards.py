@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playground.engines.llamacpp import sampler_order
+from playground.engines.llamacpp_read import sampler_order
 from playground.errors import InvalidRequest
 from playground.models import OFFLINE, spec_for
 
