@@ -334,6 +334,9 @@ def test_export_config_from_flags_and_from_a_trace(capsys, tmp_path, recorded_ru
     assert out.count("# ---- ") == len(FORMATS)
     texts = export_trace(trace)
     assert set(texts) == set(FORMATS) and settings_of_trace(trace).params == s.params
+    assert main(["export-config", "--facts"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.count("source: ") >= 3 * len(ENGINES) and "vLLM: vLLM main at 3e342658" in out
     assert main(["export-config", "--engine", "nope"]) == 2
     assert "--engine must be one of llama-server" in capsys.readouterr().err
 

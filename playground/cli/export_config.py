@@ -5,7 +5,8 @@
 
 ENGINE is one of llama-server, llama-cli, vllm, vllm-json, transformers, ollama, openai, or all. The config goes
 to stdout; what the engine cannot express goes to stderr as ``cannot express:`` lines (with ``all``, each
-config is followed by its own lines, as comments or a JSON list). ``--preset`` and ``--import`` work as on run.
+config is followed by its own lines, as comments or a JSON list). ``--preset`` and ``--import`` work as on run;
+``--facts`` prints the engines' facts (defaults, stages, orders, differences) with their sources.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Sequence
 from playground.cli.engine_flags import add_engine_flags, params_for, say, start_of, strategy_of
 from playground.cli.flags import base_parser, strategy_params, strategy_parser
 from playground.cli.grammar_flags import grammar_of_args
+from playground.engines.facts import facts_text
 from playground.engines.formats import FORMATS, export, export_all, with_gaps
 from playground.engines.settings import RunSettings, settings_for, settings_of_trace
 from playground.errors import InvalidRequest
@@ -29,6 +31,7 @@ def export_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m playground export-config", add_help=False)
     p.add_argument("--engine", default="all", help=f"one of {', '.join(ENGINE_CHOICES)} (default all)")
     p.add_argument("--trace", default=None, metavar="FILE", help="a trace JSON (run --json) instead of run flags")
+    p.add_argument("--facts", action="store_true", help="print the engines' facts with their sources, and stop")
     return p
 
 
@@ -68,6 +71,9 @@ def cmd_export_config(argv: Sequence[str]) -> int:
         print(__doc__)
         return 0
     known, rest = export_parser().parse_known_args(argv)
+    if known.facts:
+        print(facts_text(), end="")
+        return 0
     if known.engine not in ENGINE_CHOICES:
         raise InvalidRequest(f"--engine must be one of {', '.join(ENGINE_CHOICES)}, got {known.engine!r}")
     settings = read_trace(known.trace) if known.trace else settings_of_flags(rest)

@@ -62,8 +62,7 @@ LLAMA_ORDER_NOTE = Note("llama.cpp's penalties stage is one sampler: the repetit
 ENGINES: dict[str, EngineFacts] = {
     "llama.cpp": EngineFacts(
         key="llama.cpp", title="llama.cpp",
-        version=f"llama.cpp master at {LLAMA_CPP_COMMIT[:8]} (the sampler settings are those of b10488, the build "
-                "Ollama v0.33.0-rc2 pins)",
+        version=f"llama.cpp master at commit {LLAMA_CPP_COMMIT[:8]}",
         defaults={"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0,
                   "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "penalty_last_n": 64,
                   "dry_multiplier": 0.0, "xtc_probability": 0.0, "xtc_threshold": 0.1, "top_nsigma": 0.0,
@@ -173,3 +172,19 @@ ENGINES: dict[str, EngineFacts] = {
     ),
 }
 
+
+
+def facts_text() -> str:
+    """The table as text, every fact beside its source (``export-config --facts``)."""
+    lines = []
+    for f in ENGINES.values():
+        defaults = ", ".join(f"{k} {v}" for k, v in f.defaults.items())
+        order = "the user's (--samplers)" if f.order is None and f.key == "llama.cpp" else (
+            " → ".join(f.order) if f.order else "not stated")
+        lines += [f"{f.title}: {f.version}",
+                  f"  defaults: {defaults}", f"    source: {f.defaults_source}",
+                  f"  stages: {', '.join(f'{k} ({v})' for k, v in f.stages.items())}", f"    source: {f.stages_source}",
+                  f"  order: {order}", f"    source: {f.order_source}"]
+        for note in f.notes:
+            lines += [f"  - {note.text}", f"    source: {note.source}"]
+    return "\n".join(lines) + "\n"
