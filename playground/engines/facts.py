@@ -52,6 +52,8 @@ class EngineFacts:
     order_source: str
     notes: tuple[Note, ...] = ()
     limits: dict[str, tuple[float, float]] = field(default_factory=dict)  # parameter -> the range it takes
+    # defaults in the engine's own names, where an importer needs them (same source as ``defaults``)
+    own_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 LLAMA_ORDER_NOTE = Note("llama.cpp's penalties stage is one sampler: the repetition penalty, then the frequency and "
@@ -69,6 +71,8 @@ ENGINES: dict[str, EngineFacts] = {
                   "mirostat_tau": 0.0, "adaptive_p_target": -1.0, "order": "llama.cpp"},
         defaults_source=f"{LLAMA_CPP}/common/common.h (struct common_params_sampling: temp 0.80, top_k 40, top_p "
                         "0.95, min_p 0.05, penalty_last_n 64, mirostat 0, top_n_sigma -1)",
+        own_defaults={"mirostat_tau": 5.0, "mirostat_eta": 0.1, "seed": "LLAMA_DEFAULT_SEED (random)",
+                      "n_predict": -1},
         stages={"penalty": "penalties", "presence_frequency": "penalties", "dry": "dry", "top_nsigma": "top_n_sigma",
                 "top_k": "top_k", "typical_p": "typ_p", "top_p": "top_p", "min_p": "min_p", "xtc": "xtc",
                 "temperature": "temperature", "dynamic_temperature": "temperature", "mirostat": "mirostat",
@@ -114,6 +118,9 @@ ENGINES: dict[str, EngineFacts] = {
         key="transformers", title="transformers",
         version="transformers 5.23.0",
         defaults={"temperature": 0.0, "order": "transformers"},
+        own_defaults={"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "typical_p": 1.0,
+                      "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+                      "max_length": 20},
         defaults_source=f"{TRANSFORMERS}/configuration_utils.py (GenerationConfig._get_default_generation_params: "
                         "do_sample False, max_length 20; with do_sample=True alone: temperature 1.0, top_k 50)",
         stages={"penalty": "repetition_penalty", "no_repeat_ngram": "no_repeat_ngram_size",
@@ -178,7 +185,7 @@ def facts_text() -> str:
     """The table as text, every fact beside its source (``export-config --facts``)."""
     lines = []
     for f in ENGINES.values():
-        defaults = ", ".join(f"{k} {v}" for k, v in f.defaults.items())
+        defaults = ", ".join(f"{k} {v}" for k, v in {**f.defaults, **f.own_defaults}.items())
         order = "the user's (--samplers)" if f.order is None and f.key == "llama.cpp" else (
             " → ".join(f.order) if f.order else "not stated")
         lines += [f"{f.title}: {f.version}",

@@ -128,6 +128,8 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
         elif flag == "--dry-penalty-last-n":
             if value is not None and whole("--dry-penalty-last-n", value) != -1:
                 left.append(f"--dry-penalty-last-n {value}: DRY here scans the whole text")
+        elif flag in ("--sampling-seq", "--sampler-seq"):
+            left.append(f"{flag} {value}: the one-letter order; write it as --samplers with names to carry it")
         elif flag in OTHER_VALUED or flag.startswith("--no-") or flag in ("-cnv", "--conversation", "--jinja"):
             continue
         else:
@@ -145,7 +147,7 @@ def finish(values: dict[str, Any], order: list[str] | None, seed: int | None, li
     if mirostat != 2:
         values["mirostat_tau"] = 0.0
     elif number("--mirostat-ent", values.get("mirostat_tau", 0)) == 0:
-        values["mirostat_tau"] = 5.0  # llama.cpp's default target with mirostat on
+        values["mirostat_tau"] = FACTS.own_defaults["mirostat_tau"]  # llama.cpp's target with mirostat on
     if dyn_range > 0:
         t = number("--temp", values["temperature"])
         low = t - dyn_range

@@ -22,9 +22,8 @@ PROCESSORS = {"repetition_penalty": "repetition_penalty", "no_repeat_ngram_size"
 QUIET = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "transformers_version",
          "_from_model_config", "cache_implementation", "use_cache", "num_beams", "num_return_sequences",
          "output_scores", "return_dict_in_generate", "output_attentions", "output_hidden_states"}
-# generate()'s own values for the fields a config and the model leave unset (GenerationConfig defaults)
-GLOBAL = {"do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "typical_p": 1.0,
-          "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}
+# generate()'s own values for the fields a config and the model leave unset (facts.py: GenerationConfig's defaults)
+GLOBAL = {k: v for k, v in FACTS.own_defaults.items() if k != "max_length"}
 
 
 def kwargs(s: RunSettings) -> dict[str, Any]:
