@@ -216,7 +216,7 @@ def test_the_cannot_express_list_on_a_run_that_uses_every_stage(name):
         missing = f"{facts.title} has no {STAGE_WORDS[stage]}:" in text
         assert missing == (stage not in facts.stages and stage not in written_elsewhere), stage
     for stage in written_elsewhere:
-        assert f"transformers takes the run's {stage.replace('_', ' ')}" in text
+        assert f"transformers takes the run's {STAGE_WORDS[stage]}" in text
     if facts.order is not None:  # the run's transformers order against the engine's fixed one
         assert ("fixed order" in text) == (f.engine != "transformers")
     assert "the seed 7 fixes" in text

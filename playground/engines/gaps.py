@@ -13,14 +13,22 @@ def shown(value: object) -> str:
     return number_text(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
 
 
+def brief(value: object) -> str:
+    """A value as a person reads it in a list: numbers to 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return shown(value)
+
+
 def stage_values(s: RunSettings, stage: str) -> str:
-    """'top_k 40, ...': the run's values of the parameters the stage reads."""
-    return ", ".join(f"{name} {shown(s.value(name))}" for name in stage_params(stage))
+    """'top_k 40 is' / 'xtc_probability 0.5, xtc_threshold 0.1 are': the run's values of the stage's parameters."""
+    names = stage_params(stage)
+    return ", ".join(f"{name} {brief(s.value(name))}" for name in names) + (" is" if len(names) == 1 else " are")
 
 
 def missing_stages(facts: EngineFacts, s: RunSettings, skip: tuple[str, ...] = ()) -> list[str]:
     """One line per stage the run turns on and the engine does not have."""
-    return [f"{facts.title} has no {STAGE_WORDS[name]}: the run's {stage_values(s, name)} is left out"
+    return [f"{facts.title} has no {STAGE_WORDS[name]}: the run's {stage_values(s, name)} left out"
             for name in s.on() if name not in facts.stages and name not in skip]
 
 

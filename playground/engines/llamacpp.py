@@ -11,7 +11,7 @@ import json
 import shlex
 from typing import Any
 
-from playground.engines.facts import ENGINES
+from playground.engines.facts import ENGINES, STAGE_WORDS
 from playground.engines.gaps import common_gaps, grammar_gap, shown
 from playground.engines.settings import RunSettings
 from strategies.params import number_text
@@ -146,8 +146,8 @@ def gaps(s: RunSettings, cli: bool = False) -> list[str]:
     if "mirostat" in on:
         skipped = [n for n in on if n in TRUNCATIONS or n in ("penalty", "presence_frequency", "adaptive_p")]
         if skipped:
-            out.append(f"with mirostat llama.cpp runs only temperature before it: the run's {', '.join(skipped)} "
-                       "do not act there")
+            out.append(f"with mirostat llama.cpp runs only temperature before it: the run's "
+                       f"{', '.join(STAGE_WORDS[n] for n in skipped)} do not act there")
     pen = [n for n in on if n in ("penalty", "presence_frequency")]
     if len(pen) == 2:
         between = on[on.index(pen[0]) + 1:on.index(pen[1])]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from playground.engines.facts import ENGINES
+from playground.engines.facts import ENGINES, STAGE_WORDS
 from playground.engines.gaps import common_gaps, grammar_gap, shown
 from playground.engines.pycall import call_kwargs, first_int_arg, python_call
 from playground.engines.settings import RunSettings, sampler_params
@@ -58,7 +58,7 @@ def gaps(s: RunSettings) -> list[str]:
     for name, what in (("word_bias", "sequence_bias (token ids)"), ("watermark", "a WatermarkingConfig"),
                        ("synthid", "a SynthIDTextWatermarkingConfig")):
         if name in on:
-            out.append(f"transformers takes the run's {name.replace('_', ' ')} as {what}, which this export does not "
+            out.append(f"transformers takes the run's {STAGE_WORDS[name]} as {what}, which this export does not "
                        "write: set it by hand")
     if not s.samples:
         cut = [n for n in on if n in FACTS.stages and n not in ("penalty", "no_repeat_ngram", "temperature")]
