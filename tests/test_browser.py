@@ -45,10 +45,11 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
     pick(page, "Strategy", "gumbel")
     from playwright.sync_api import expect
 
-    expect(page.locator("#pg-p-gumbel")).to_be_visible()  # the strategy's own controls, and only those
-    expect(page.locator("#pg-p-sampling")).to_be_hidden()
-    page.locator("#pg-p-gumbel-temperature input[type=range]").fill("1.5")
-    assert page.locator("#pg-p-gumbel-temperature input[type=number]").input_value() == "1.5"
+    # the controls the strategy reads, and only those (one control per parameter, shared by the strategies)
+    expect(page.locator("#pg-p-temperature")).to_be_visible()
+    expect(page.locator("#pg-p-num_beams")).to_be_hidden()
+    page.locator("#pg-p-temperature input[type=range]").fill("1.5")
+    assert page.locator("#pg-p-temperature input[type=number]").input_value() == "1.5"
     page.locator("#pg-prompt textarea").fill("1 2")
     page.locator("#pg-seed input").fill("4")
     page.locator("#pg-max-new input[type=number]").fill("12")
@@ -92,8 +93,8 @@ def test_pick_strategy_move_slider_generate_and_share(browser, page, url, store)
     wait_done(shared)  # run=generate: the link reproduces the run
     assert shared.get_by_role("combobox", name="Model").input_value().startswith("toy")
     assert shared.get_by_role("combobox", name="Strategy").input_value() == "gumbel"
-    expect(shared.locator("#pg-p-gumbel")).to_be_visible()
-    assert shared.locator("#pg-p-gumbel-temperature input[type=number]").input_value() == "1.5"
+    expect(shared.locator("#pg-p-temperature")).to_be_visible()
+    assert shared.locator("#pg-p-temperature input[type=number]").input_value() == "1.5"
     assert shared.locator("#pg-prompt textarea").input_value() == "1 2"
     assert shared.locator("#pg-seed input").input_value() == "4"
     assert shared.locator("#pg-max-new input[type=number]").input_value() == "12"

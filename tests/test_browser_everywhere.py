@@ -114,10 +114,10 @@ def test_refusals_name_the_field_and_typed_values_out_of_range_are_said(browser,
         toast = pg.locator(".toast-body").first
         toast.wait_for(timeout=20_000)
         assert "seed must be an integer in [0, 2147483647], got -1" in toast.inner_text()
-        temperature = pg.locator("#pg-p-sampling-temperature input[type=number]")
+        temperature = pg.locator("#pg-p-temperature input[type=number]")
         temperature.fill("1000")
         temperature.press("Tab")
-        note = pg.locator("#pg-p-sampling-temperature .pg-clamp")
+        note = pg.locator("#pg-p-temperature .pg-clamp")
         note.wait_for(timeout=5_000)
         assert "1000" in note.inner_text() and "[0, 3]" in note.inner_text()
     finally:

@@ -58,12 +58,12 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         assert seed["y"] - sidebar["y"] < height * 0.5 and max_new["y"] + max_new["height"] - sidebar["y"] < height
         if mode == "phone":  # the strategy's parameters start folded on a phone: open them
             page.wait_for_timeout(500)
-            if page.locator("#pg-p-sampling-temperature").is_hidden():
+            if page.locator("#pg-p-temperature").is_hidden():
                 page.locator("#pg-params > button.label-wrap").click()
-        assert seed["y"] < box(page, "#pg-p-sampling-temperature")["y"]
-        advanced = page.locator("#pg-p-sampling-advanced")
-        assert re.search(r"Advanced sampler stages \(0 on\)", advanced.inner_text())
-        assert page.locator("#pg-p-sampling-typical_p").is_hidden()  # folded
+        assert seed["y"] < box(page, "#pg-p-temperature")["y"]
+        advanced = page.locator("#pg-p-advanced")
+        assert re.search(r"Advanced settings \(0 on\)", advanced.inner_text())
+        assert page.locator("#pg-p-typical_p").is_hidden()  # folded
         # switching to toy keeps nothing typed away silently: the default prompt becomes toy's, with a note
         pick(page, "Model", re.compile(r"^toy · "))
         page.wait_for_function("() => document.querySelector('#pg-prompt textarea').value === '1 2'", timeout=20_000)

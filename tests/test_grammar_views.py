@@ -10,11 +10,13 @@ import dataclasses
 import json
 import random
 
+import gradio as gr
 import pytest
 import torch
 from figure_reading import bar_points, fig_dict, stage_points, waterfall_panels
 from gradio_client import Client
 from gradio_client.exceptions import AppError
+from page_events import call
 from word_lm import WordLM
 
 from playground.charts import grammar as grammar_chart
@@ -235,8 +237,7 @@ def test_the_page_passes_the_grammar_controls_into_the_request(store):
     fn = next(f for f in demo.fns.values() if f.api_name == "explore")
     set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-grammar-kind": "choices",
               "pg-grammar-text": CHOICES}
-    values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]
-    frames = list(fn.fn(*values))
+    frames = list(call(fn, lambda c: set_to.get(c.elem_id, c.value)))
     assert seen and seen[-1].grammar is not None and seen[-1].grammar.to_dict() == TOY_GRAMMAR
     status = next(c for c in fn.outputs if c.elem_id == "pg-status")
     assert frames[-1] and "the grammar is complete" in frames[-1][status]
@@ -249,15 +250,17 @@ def test_the_page_writes_the_grammar_into_its_share_link_and_an_example_sets_the
     link = next(f for f in demo.fns.values() if "pg-link" in ids(f.outputs) and len(f.inputs) > 5)
     set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-grammar-kind": "choices",
               "pg-grammar-text": CHOICES}
-    update = link.fn(*[set_to.get(c.elem_id, c.value) for c in link.inputs[:-2]], "generate", None)  # no lockstep
+    # the link's states as a page opens them: no branch, the Explore tab, no lockstep
+    update = call(link, lambda c: set_to.get(getattr(c, "elem_id", None), c.value))
     cfg, warnings = share.decode(update["value"])
     assert warnings == [] and (cfg.grammar_kind, cfg.grammar_text) == ("choices", CHOICES)
     # an example's button sets the grammar controls (and opens their group) through the link's path
     example = next(ex for ex in examples() if ex.config.grammar_kind == "regex")
     by_id = lambda updates: {getattr(c, "elem_id", None): v for c, v in updates.items()}  # noqa: E731
-    button = next(f for f in demo.fns.values() if not f.inputs and "pg-grammar-kind" in ids(f.outputs)
-                  and "pg-example-note" in ids(f.outputs) and example.label in str(by_id(f.fn())["pg-example-note"]))
-    values = by_id(button.fn())
+    on_example = next(f for f in demo.fns.values() if not f.inputs and "pg-grammar-kind" in ids(f.outputs)
+                      and "pg-example-note" in ids(f.outputs))  # one event for every example's button
+    button = next(b for b in demo.blocks.values() if isinstance(b, gr.Button) and b.value == example.label)
+    values = by_id(on_example.fn(gr.EventData(button, None)))
     assert values["pg-grammar-kind"] == "regex" and values["pg-grammar-text"]["value"] == example.config.grammar_text
     assert values["pg-grammar"]["open"] is True
     demo.close()

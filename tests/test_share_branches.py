@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl
 import gradio as gr
 import pytest
 from gradio.utils import deep_hash
+from page_events import call
 
 from playground.ui import share
 from playground.ui.components import share_query
@@ -59,7 +60,7 @@ class Session:
     def fire(self, fn: Any, *args: Any) -> None:
         states = [c for c in fn.outputs if isinstance(c, gr.State)]
         before = {c._id: deep_hash(self.get(c)) for c in states}
-        out = fn.fn(*(args or [self.get(c) for c in fn.inputs]))
+        out = fn.fn(*args) if args else call(fn, self.get)
         ok = True
         try:
             for frame in out if inspect.isgenerator(out) else [out]:

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl
 
 import gradio as gr
 import pytest
+from page_events import call
 
 from playground.engine import MAX_SEED, MAX_TEXT_CHARS, run
 from playground.errors import InvalidRequest
@@ -49,6 +50,7 @@ def page(store):
         link=next(f for f in fns if "pg-link" in ids(f.outputs) and len(f.inputs) > 5),
         load=next(f for f in fns if not f.inputs and "pg-model" in ids(f.outputs)
                   and "pg-example-note" not in ids(f.outputs)),
+        pair=next(c for f in fns if f.api_name == "lockstep" for c in f.outputs if isinstance(c, gr.State)),
         sent=sent, decoding=decoding)
     yield handlers
     demo.close()
@@ -63,14 +65,13 @@ def fresh_state(page) -> dict[int, Any]:
 def generate(page, state: dict[int, Any]) -> Any:
     """Press Generate on a page in ``state``: the request the run would decode."""
     page.sent.clear()
-    list(page.explore.fn(*[state[id(c)] for c in page.explore.inputs]))
+    list(call(page.explore, lambda c: state[id(c)]))
     assert len(page.sent) == 1
     return page.sent[0]
 
 
 def copy_link(page, state: dict[int, Any], pair_record: dict[str, Any] | None = None) -> str:
-    *config, _tree, _mode, _pair = page.link.inputs
-    return page.link.fn(*[state[id(c)] for c in config], None, "generate", pair_record)["value"]
+    return call(page.link, lambda c: pair_record if c is page.pair else state[id(c)])["value"]
 
 
 def written(outputs, frame) -> dict[int, Any]:
@@ -145,12 +146,13 @@ def random_value(rng: random.Random, comp: Any) -> Any:
 
 def allowed(elem: str, value: Any) -> bool:
     """Whether ``value`` is in the declared range of the parameter whose control is ``elem``
-    ("pg-p-<strategy>-<name>"); True for the page's other controls."""
-    for strategy in (spec.name for spec in all_strategies()):
-        for prefix in ("pg-p-", "pg-b-"):
-            if elem.startswith(f"{prefix}{strategy}-"):
-                field = next(f for f in dataclasses.fields(get_strategy(strategy).params)
-                             if f.name == elem[len(f"{prefix}{strategy}-"):])
+    ("pg-p-<name>", one control for every strategy that reads it, each declaring the same range); True for the
+    page's other controls."""
+    for prefix in ("pg-p-", "pg-b-"):
+        if elem.startswith(prefix):
+            fields = [f for spec in all_strategies() for f in dataclasses.fields(spec.params)
+                      if f.name == elem[len(prefix):]]
+            for field in fields:
                 try:
                     check_value(field.name, value, field.metadata, field_kind(field))
                 except InvalidRequest:
@@ -177,7 +179,7 @@ def test_the_controls_drawn_are_every_control_a_run_reads(page):
     elems = {getattr(c, "elem_id", None) for c in page.explore.inputs}
     assert {"pg-model", "pg-dtype", "pg-strategy", "pg-prompt", "pg-system", "pg-chat", "pg-seed", "pg-max-new",
             "pg-random-seed", "pg-forced", "pg-grammar-kind", "pg-grammar-text"} <= elems
-    assert "pg-p-speculative-eagle_auto_tree" in elems and "pg-b-speculative-eagle_auto_tree" in elems
+    assert "pg-p-eagle_auto_tree" in elems and "pg-b-eagle_auto_tree" in elems
     assert set(GRAMMAR_CHOICES) == {NO_GRAMMAR, *GRAMMAR_EXAMPLES}
 
 
@@ -249,12 +251,12 @@ def test_the_link_of_an_eagle_auto_run_restores_the_tree_it_chose(page, monkeypa
     state = fresh_state(page)
     by_elem = {getattr(c, "elem_id", None): c for c in page.explore.inputs}
     for elem, value in {"pg-model": "toy", "pg-strategy": "speculative", "pg-prompt": "1 2", "pg-max-new": 10,
-                        "pg-seed": 6, "pg-p-speculative-draft": "eagle", "pg-p-speculative-eagle_tree": "auto",
-                        "pg-p-speculative-temperature": 1.0}.items():
+                        "pg-seed": 6, "pg-p-draft": "eagle", "pg-p-eagle_tree": "auto",
+                        "pg-p-temperature": 1.0, "pg-p-order": get_strategy("speculative").params().order}.items():
         state[id(by_elem[elem])] = value
     monkeypatch.setitem(page.decoding, "on", True)
-    frames = list(page.explore.fn(*[state[id(c)] for c in page.explore.inputs]))
-    box = by_elem["pg-p-speculative-eagle_auto_tree"]
+    frames = list(call(page.explore, lambda c: state[id(c)]))
+    box = by_elem["pg-p-eagle_auto_tree"]
     last = written(page.explore.outputs, frames[-1])
     trace = last[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]
     chosen = trace["params"]["eagle_auto_tree"]
@@ -265,7 +267,8 @@ def test_the_link_of_an_eagle_auto_run_restores_the_tree_it_chose(page, monkeypa
     query = copy_link(page, state)
     assert f"p.eagle_auto_tree={chosen}" in query
     page.sent.clear()
-    replay = list(page.explore.fn(*[open_link(page, query)[id(c)] for c in page.explore.inputs]))
+    restored = open_link(page, query)
+    replay = list(call(page.explore, lambda c: restored[id(c)]))
     assert page.sent[-1].params["eagle_auto_tree"] == chosen
     again = written(page.explore.outputs, replay[-1])
     replayed = again[id(next(c for c in page.explore.outputs if isinstance(c, gr.State)))]

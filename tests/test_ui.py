@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
+import gradio as gr
 import pytest
 
 from playground.charts.distribution import BASIS_BUTTONS, distribution_figure
@@ -23,7 +24,7 @@ from playground.errors import InvalidRequest
 from playground.models import ModelUnavailable
 from playground.ui import share
 from playground.ui.components import share_query
-from playground.ui.controls import Control, collect_params, controls_for, move_stage, strategies_in_order
+from playground.ui.controls import build_panel, controls_for, move_stage, strategies_in_order
 from playground.ui.examples import examples
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import compare, generate, select_step, status_html
@@ -95,16 +96,30 @@ def test_a_new_strategy_appears_on_the_page_without_touching_the_ui():
         assert (count.minimum, count.maximum, count.integer) == (1, 20, True)
         demo = build_demo(store=None)  # type: ignore[arg-type]  (building needs no model)
         ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-        assert {"pg-p-ui_probe", "pg-p-ui_probe-ratio", "pg-p-ui_probe-flag", "pg-b-ui_probe-mode"} <= ids
+        assert {"pg-p-ratio", "pg-p-flag", "pg-b-mode", "pg-b-label"} <= ids
     finally:
         REGISTRY.pop("ui_probe")
 
 
-def test_collect_params_takes_only_the_selected_strategys_values():
-    controls = [Control("a", "t", "slider", 1.0, ""), Control("b", "t", "slider", 1.0, ""),
-                Control("b", "k", "slider", 0, "", integer=True)]
-    assert collect_params(controls, "b", [0.3, 0.7, 5.0]) == {"t": 0.7, "k": 5}
-    assert isinstance(collect_params(controls, "b", [0.3, 0.7, 5.0])["k"], int)
+def test_one_control_per_parameter_read_by_the_selected_strategy():
+    """Temperature is one component whichever strategy reads it; a strategy's params are the values of the
+    controls it reads (a whole float as an int), and choosing it shows those and hides the rest."""
+    with gr.Blocks():
+        panel = build_panel("t", "sampling")
+    names = [p.name for p in panel.params_]
+    assert len(names) == len(set(names)) == len(panel.components)
+    assert {s for s, _ in next(p for p in panel.params_ if p.name == "temperature").by_strategy.items()} \
+        >= {"sampling", "gumbel", "speculative", "contrastive"}
+    values = {panel.fields["temperature"]: 0.5, panel.fields["num_beams"]: 3.0, panel.fields["top_k"]: 7.0}
+    assert panel.params("beam", values) == {"num_beams": 3}
+    assert isinstance(panel.params("beam", values)["num_beams"], int)
+    assert panel.params("sampling", values) == {"temperature": 0.5, "top_k": 7}
+    shown = panel.select("greedy")
+    assert shown[panel.fields["temperature"]]["visible"] is False and shown[panel.none_note]["visible"] is True
+    shown = panel.select("sampling", {"temperature": 0.3, "xtc_probability": 0.5})
+    assert shown[panel.fields["temperature"]]["value"] == 0.3 and shown[panel.fields["num_beams"]]["visible"] is False
+    assert shown[panel.fields["top_k"]]["value"] == 0  # a link's missing value: the strategy's default
+    assert shown[panel.advanced]["label"].endswith("(1 on)")
 
 
 # --- figures ----------------------------------------------------------------------------------------

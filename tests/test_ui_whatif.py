@@ -3,6 +3,7 @@ import json
 import math
 
 import pytest
+from page_events import call
 
 from playground.charts.common import show_token
 from playground.charts.whatif import sample_figure
@@ -71,9 +72,8 @@ def test_the_sample_many_tab_offers_the_whole_result_as_json_after_a_run(store):
     demo = build_demo(store)
     fn = next(f for f in demo.fns.values() if f.api_name == "sample_many")
     set_to = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0,
-              "pg-p-sampling-temperature": 3.0, "pg-whatif-n": 200, "pg-whatif-k": 3}
-    values = [set_to.get(c.elem_id, c.value) for c in fn.inputs]
-    frames = list(fn.fn(*values))
+              "pg-p-temperature": 3.0, "pg-whatif-n": 200, "pg-whatif-k": 3}
+    frames = list(call(fn, lambda c: set_to.get(c.elem_id, c.value)))
     by_id = {getattr(c, "elem_id", None): v for c, v in frames[-1].items()}
     path = by_id["pg-whatif-file"]
     assert path and path.endswith(".json")
@@ -118,7 +118,7 @@ def test_sample_many_and_score_run_the_pages_weights_and_say_which(store):
     by_api = {}
     for name in ("sample_many", "score"):
         fn = next(f for f in demo.fns.values() if f.api_name == name)
-        frames = list(fn.fn(*[set_to.get(getattr(c, "elem_id", None), c.value) for c in fn.inputs]))
+        frames = list(call(fn, lambda c: set_to.get(getattr(c, "elem_id", None), c.value)))
         by_api[name] = {getattr(c, "elem_id", None): v for c, v in frames[-1].items()}
     demo.close()
     with open(by_api["sample_many"]["pg-whatif-file"], encoding="utf-8") as f:

@@ -72,7 +72,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
     side_outputs = [c for side in sides for c in (side.status, *side.views)]
     view_outputs = [c for side in sides if side.view_slots for c in side.view_slots.components]
 
-    def run_compare(*values: Any, progress: Any = None) -> Iterator[Any]:
+    def run_compare(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
         cfg, seed_update, theme = run_config(page, values)
         try:
             a = run_request(cfg)
@@ -117,7 +117,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
         return keyed({page.compare_step: gr.update(value=k), **select(a, b, k, model, chat, theme)})
 
     outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
-    event = page.compare_run.click(handler(run_compare, len(page.run_inputs), True, status=sides[0].status), page.run_inputs,
+    event = page.compare_run.click(handler(run_compare, 1, True, status=sides[0].status), page.run_inputs,
                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
     page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],

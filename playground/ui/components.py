@@ -4,7 +4,7 @@ controls)."""
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import gradio as gr
 
@@ -81,36 +81,35 @@ class Page:
     grammar_text: gr.Textbox
 
     @property
-    def config_inputs(self) -> list[gr.Component]:
-        """Everything a share link carries (every control that changes a run), in ``split_config``'s order."""
-        return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
+    def config_inputs(self) -> set[Any]:
+        """Everything a share link carries (every control that changes a run): an event's inputs as a set,
+        so its handler reads one {component: value} dict (``split_config``)."""
+        return {self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
                 *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced,
-                self.grammar_kind, self.grammar_text, self.dtype]
+                self.grammar_kind, self.grammar_text, self.dtype}
 
     @property
-    def run_inputs(self) -> list[gr.Component]:
+    def run_inputs(self) -> set[Any]:
         """What a run reads: the share link's configuration, the random-seed toggle (a random seed is
         written into the seed box, which the link carries), the page theme."""
-        return [*self.config_inputs, self.random_seed, self.theme]
+        return self.config_inputs | {self.random_seed, self.theme}
 
-    def split_config(self, values: Sequence[Any]) -> dict[str, Any]:
-        """The values of ``config_inputs`` as share_query's keyword arguments."""
-        n = len(self.panel.components)
-        model, strategy, prompt, system, chat, seed, max_new = values[:7]
-        b_strategy = values[7 + n]
-        forced, grammar_kind, grammar_text, dtype = values[-4:]
-        return dict(model=model, strategy=strategy, prompt=prompt, system=system, chat=chat, seed=seed,
-                    max_new_tokens=max_new, params=self.panel.params(strategy, values[7:7 + n]),
-                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values[8 + n:-4]),
-                    forced=forced or "", grammar_kind=grammar_kind or NO_GRAMMAR, grammar_text=grammar_text or "",
-                    dtype=dtype or DEFAULT_DTYPE)
+    def split_config(self, values: Mapping[Any, Any]) -> dict[str, Any]:
+        """``values`` ({component: value}, ``config_inputs`` among them) as share_query's keyword arguments."""
+        strategy, b_strategy = values[self.strategy], values[self.compare_strategy]
+        return dict(model=values[self.model], strategy=strategy, prompt=values[self.prompt],
+                    system=values[self.system], chat=values[self.chat], seed=values[self.seed],
+                    max_new_tokens=values[self.max_new], params=self.panel.params(strategy, values),
+                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values),
+                    forced=values[self.forced] or "", grammar_kind=values[self.grammar_kind] or NO_GRAMMAR,
+                    grammar_text=values[self.grammar_text] or "", dtype=values[self.dtype] or DEFAULT_DTYPE)
 
     @property
     def restore_outputs(self) -> list[Any]:
         """Every component ``apply_config`` may set."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
-                *self.panel.components, *self.panel.groups.values(), self.summary, self.compare_strategy,
-                *self.compare_panel.components, *self.compare_panel.groups.values(), self.compare_summary,
+                *self.panel.outputs, self.summary, self.compare_strategy, *self.compare_panel.outputs,
+                self.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
                 self.grammar_text, self.branches.pending, self.dtype, self.whatif.pair_model, *self.whatif.pair_dtypes,
                 self.whatif.pair_text, self.whatif.pair_box]
@@ -127,10 +126,9 @@ class Page:
             self.system: gr.update(value=cfg.system, visible=chat_model and cfg.chat),
             self.chat: gr.update(value=cfg.chat, visible=chat_model), self.seed: cfg.seed,
             self.max_new: cfg.max_new_tokens,
-            **self.panel.restore(cfg.strategy, cfg.params), **self.panel.visibility(cfg.strategy),
+            **self.panel.select(cfg.strategy, cfg.params),
             self.summary: strategy_summary(cfg.strategy), self.compare_strategy: cfg.compare_strategy,
-            **self.compare_panel.restore(cfg.compare_strategy, cfg.compare_params),
-            **self.compare_panel.visibility(cfg.compare_strategy),
+            **self.compare_panel.select(cfg.compare_strategy, cfg.compare_params),
             self.compare_summary: strategy_summary(cfg.compare_strategy),
             self.tabs: gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), self.run_flag: cfg.run,
             self.mode: "compare" if cfg.run == "compare" else "generate", self.forced: forced,
@@ -179,12 +177,11 @@ def page_config(model: str, strategy: str, prompt: str, system: str, chat: bool,
                         grammar_text=(grammar_text or "") if kind else "", dtype=dtype or DEFAULT_DTYPE)
 
 
-def run_config(page: Page, values: Sequence[Any]) -> tuple[dict[str, Any], Any, str]:
-    """(configuration, seed update, theme) from ``page.run_inputs``. With Random seed on, a fresh
+def run_config(page: Page, values: Mapping[Any, Any]) -> tuple[dict[str, Any], Any, str]:
+    """(configuration, seed update, theme) from ``page.run_inputs``' values. With Random seed on, a fresh
     seed that the update writes back into the box, so the run can be repeated."""
-    *config, random_on, theme = values
-    cfg = page.split_config(config)
-    if not random_on:
+    cfg, theme = page.split_config(values), values[page.theme]
+    if not values[page.random_seed]:
         return cfg, gr.skip(), theme
     cfg["seed"] = random_seed()
     return cfg, gr.update(value=cfg["seed"]), theme

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, Union
 
 import gradio as gr
 
@@ -69,7 +69,7 @@ class Control:
 # repetition penalty, the order, and the sampler's further stages) folds into "Advanced sampler stages".
 PRIMARY_CHAIN = ("temperature", "top_k", "top_p", "min_p")
 CHAIN_FIELDS = frozenset(f.name for cls in (ChainParams, SamplerParams) for f in dataclasses.fields(cls))
-ADVANCED_TITLE = "Advanced sampler stages"
+ADVANCED_TITLE = "Advanced settings"
 
 # Parameters naming a second model that must share the first one's tokenizer, and the kinds that need
 # no other model: the menu offers these plus the models of the same tokenizer family.
@@ -112,11 +112,6 @@ def ordered(controls: list[Control]) -> list[Control]:
     """The strategy's own settings (a draft, an amateur, gamma...), then the primary chain ones, then the
     advanced ones (a stable sort: each group in its dataclass order)."""
     return sorted(controls, key=lambda c: (c.advanced, c.name in CHAIN_FIELDS))
-
-
-def stages_on(controls: Sequence[Control], values: Sequence[Any]) -> int:
-    """How many of the advanced ``controls`` are on at ``values``."""
-    return sum(1 for c, v in zip(controls, values) if c.advanced and c.is_on(v))
 
 
 def advanced_label(on: int) -> str:
@@ -174,8 +169,8 @@ def _numeric_control(d: dict[str, Any], common: dict[str, Any], integer: bool) -
 Field = Union[gr.Slider, gr.Number, gr.Dropdown, gr.Checkbox, gr.Textbox]
 
 
-def make_component(c: Control, elem_id: str) -> Field:
-    common: dict[str, Any] = dict(label=c.label, info=c.info, elem_id=elem_id)
+def make_component(c: Control, elem_id: str, visible: bool = True) -> Field:
+    common: dict[str, Any] = dict(label=c.label, info=c.info, elem_id=elem_id, visible=visible)
     if c.kind == "slider":
         assert c.minimum is not None and c.maximum is not None  # a slider spans a range (_numeric_control)
         return gr.Slider(minimum=c.minimum, maximum=c.maximum, value=c.default, step=c.step,
@@ -202,111 +197,174 @@ def control_update(c: Control, value: Any) -> Any:
     return gr.update(value=value)
 
 
-def collect_params(controls: Sequence[Control], strategy: str, values: Sequence[Any]) -> dict[str, Any]:
-    """The values of ``strategy``'s controls, by parameter name (the flat list is every strategy's)."""
-    out = {}
-    for c, v in zip(controls, values):
-        if c.strategy == strategy:
-            out[c.name] = int(v) if c.integer and isinstance(v, float) and v.is_integer() else v
-    return out
-
-
 def default_strategy(preferred: str) -> str:
     names = [s.name for s in strategies_in_order()]
     return preferred if preferred in names else names[0]
 
 
+@dataclass(frozen=True)
+class Param:
+    """One parameter of the panel, one control for every strategy that reads it: how each of them
+    declares it (its help, its default and range may differ from one strategy to the next)."""
+
+    name: str
+    by_strategy: dict[str, Control]
+
+    @property
+    def control(self) -> Control:
+        """The declaration the component is built from: the first strategy's that reads it."""
+        return next(iter(self.by_strategy.values()))
+
+    @property
+    def advanced(self) -> bool:
+        """Folded under "Advanced settings": a stage of the chain past the primary ones for some strategy
+        that reads it (loops and the watch-list fold too, where a strategy without a chain reads them)."""
+        return any(c.advanced for c in self.by_strategy.values())
+
+    @property
+    def defaults_differ(self) -> bool:
+        return len({repr(c.default) for c in self.by_strategy.values()}) > 1
+
+    def of(self, strategy: str) -> Control | None:
+        """``strategy``'s declaration of it, None where that strategy does not read it."""
+        return self.by_strategy.get(strategy)
+
+
+def panel_params() -> list[Param]:
+    """Every parameter name of every strategy, once: the strategies' own settings (a draft, an amateur,
+    beams...) first, then the primary chain ones, then the advanced ones; each group in order of first
+    appearance (the registry's family order, each strategy's dataclass order)."""
+    by: dict[str, dict[str, Control]] = {}
+    for spec in strategies_in_order():
+        for c in ordered(controls_for(spec)):
+            by.setdefault(c.name, {})[spec.name] = c
+    params = [Param(name, declared) for name, declared in by.items()]
+    return sorted(params, key=lambda p: (p.advanced, p.name in CHAIN_FIELDS))
+
+
+def value_of(c: Control, v: Any) -> Any:
+    """A control's value as its parameter takes it (a slider's whole float as an int)."""
+    return int(v) if c.integer and isinstance(v, float) and v.is_integer() else v
+
+
 @dataclass
 class Panel:
-    """The generated controls of every strategy; only the selected strategy's column is visible."""
+    """One control per parameter, for every strategy: choosing a strategy shows the controls it reads,
+    with its own help (and its default where strategies' defaults differ), and hides the rest."""
 
-    controls: list[Control]
-    components: list[gr.Component]
-    groups: dict[str, gr.Column]
-    advanced: dict[str, gr.Accordion] = dataclasses.field(default_factory=dict)
+    params_: list[Param]
+    fields: dict[str, Field]  # parameter name -> its control
+    advanced: gr.Accordion
+    none_note: gr.Markdown  # shown for a strategy with nothing to set outside the advanced group
+
+    @property
+    def components(self) -> list[gr.Component]:
+        return list(self.fields.values())
+
+    @property
+    def outputs(self) -> list[Any]:
+        """Every component ``select`` updates."""
+        return [*self.fields.values(), self.advanced, self.none_note]
 
     @property
     def paired(self) -> list[tuple[Control, gr.Component]]:
         """The draft and amateur menus, whose choices follow the model."""
-        return [(c, comp) for c, comp in zip(self.controls, self.components) if c.custom]
+        return [(p.control, self.fields[p.name]) for p in self.params_ if p.control.custom]
 
     @property
     def filled(self) -> list[gr.Component]:
         """The controls a run fills in when left empty (the tree an EAGLE auto run chose)."""
-        return [comp for c, comp in zip(self.controls, self.components) if c.filled]
+        return [self.fields[p.name] for p in self.params_ if p.control.filled]
 
     def filled_updates(self, trace: dict[str, Any]) -> dict[gr.Component, Any]:
         """{control: value} of what ``trace``'s run filled in, written into its strategy's controls (as a
         random seed goes into the seed box), so the page, and a link made from it, replay that run."""
         params = trace.get("params") or {}
-        return {comp: gr.update(value=params[c.name]) for c, comp in zip(self.controls, self.components)
-                if c.filled and c.strategy == trace.get("strategy") and params.get(c.name) not in (None, "")}
+        return {self.fields[p.name]: gr.update(value=params[p.name]) for p in self.params_
+                if p.control.filled and p.of(str(trace.get("strategy"))) is not None
+                and params.get(p.name) not in (None, "")}
 
     def pair_updates(self, model: str, values: Sequence[Any]) -> list[Any]:
         return [pair_update(c, model, v) for (c, _), v in zip(self.paired, values)]
 
-    def advanced_labels(self, strategy: str, params: dict[str, Any]) -> list[Any]:
-        """Each advanced group's label: ``strategy``'s counted at ``params`` (defaults elsewhere), the
-        others left alone."""
-        out = []
-        for name in self.advanced:
-            if name != strategy:
-                out.append(gr.skip())
-                continue
-            mine = [c for c in self.controls if c.strategy == name]
-            out.append(gr.update(label=advanced_label(stages_on(mine, [params.get(c.name, c.default) for c in mine]))))
+    def params(self, strategy: str, values: Mapping[Any, Any]) -> dict[str, Any]:
+        """The values of the controls ``strategy`` reads, by parameter name; ``values``: {component: value}."""
+        out = {}
+        for p in self.params_:
+            c = p.of(strategy)
+            if c is not None and self.fields[p.name] in values:
+                out[p.name] = value_of(c, values[self.fields[p.name]])
         return out
 
-    def params(self, strategy: str, values: Sequence[Any]) -> dict[str, Any]:
-        return collect_params(self.controls, strategy, values)
+    def advanced_label(self, strategy: str, values: Mapping[str, Any]) -> str:
+        """The advanced group's label: how many of ``strategy``'s advanced settings are on at ``values``
+        ({name: value}; a missing one at its default)."""
+        mine = [c for p in self.params_ if p.advanced and (c := p.of(strategy)) is not None]
+        return advanced_label(sum(1 for c in mine if c.is_on(values.get(c.name, c.default))))
 
-    def visibility(self, strategy: str) -> dict[gr.Column, Any]:
-        """{column: update}: ``strategy``'s column shown, every other one hidden."""
-        return {col: gr.update(visible=name == strategy) for name, col in self.groups.items()}
+    def select(self, strategy: str, params: Mapping[str, Any] | None = None) -> dict[Any, Any]:
+        """{component: update} showing ``strategy``'s controls with its help and hiding the rest; with
+        ``params`` (a link's, an example's), its controls set to them and to its defaults for the rest;
+        without, only a parameter whose default differs between strategies is set (to ``strategy``'s)."""
+        out: dict[Any, Any] = {}
+        folded, top = 0, 0
+        for p in self.params_:
+            c = p.of(strategy)
+            if c is None:
+                out[self.fields[p.name]] = gr.update(visible=False)
+                continue
+            update = control_update(c, (params or {}).get(p.name, c.default)) \
+                if params is not None or p.defaults_differ else gr.update()
+            update.update(visible=True, info=c.info)
+            out[self.fields[p.name]] = update
+            top += not p.advanced
+            folded += p.advanced
+        out[self.advanced] = gr.update(visible=folded > 0)
+        if params is not None:  # otherwise the label follows the values (``wire``)
+            out[self.advanced] = gr.update(visible=folded > 0, label=self.advanced_label(strategy, params))
+        out[self.none_note] = gr.update(visible=top == 0)
+        return out
 
-    def restore(self, strategy: str, params: dict[str, Any]) -> dict[gr.Component, Any]:
-        """{control: update} setting ``strategy``'s controls to ``params`` (the rest of them to defaults);
-        the other strategies' controls are left alone."""
-        return {comp: control_update(c, params.get(c.name, c.default))
-                for c, comp in zip(self.controls, self.components) if c.strategy == strategy}
+    def wire(self, strategy: gr.Dropdown) -> None:
+        """The advanced group's label counts the chosen strategy's settings that are on, as values (or the
+        strategy) change."""
+        advanced = [(p.name, self.fields[p.name]) for p in self.params_ if p.advanced]
+
+        def label(chosen: str, *values: Any) -> Any:
+            return gr.update(label=self.advanced_label(chosen, dict(zip((n for n, _ in advanced), values))))
+        gr.on([strategy.change, *(comp.change for _, comp in advanced)], label, [strategy, *(comp for _, comp in advanced)],
+              self.advanced, **QUIET)
 
 
 def build_panel(prefix: str, selected: str) -> Panel:
-    """Every strategy's controls in a column of its own (the selected one visible): its own settings and the
-    primary chain ones first, the rest of the chain in a closed "Advanced sampler stages" accordion whose
-    label counts the stages that are on (kept up to date as values change)."""
-    controls, groups, advanced = [], {}, {}
-    components: list[gr.Component] = []
-    for spec in strategies_in_order():
-        with gr.Column(visible=spec.name == selected, elem_id=f"pg-{prefix}-{spec.name}",
-                       elem_classes=["pg-params"]) as col:
-            made = ordered(controls_for(spec))
-            if not made:
-                gr.Markdown("_No parameters: it always takes the most probable token._")
-            first = [c for c in made if not c.advanced]
-            for c in first:
-                controls.append(c)
-                components.append(make_component(c, f"pg-{prefix}-{spec.name}-{c.name}"))
-                if c.custom:
-                    _hub_field(components[-1], c, f"pg-{prefix}-{spec.name}-{c.name}")
-            rest = [c for c in made if c.advanced]
-            if rest:
-                with gr.Accordion(advanced_label(stages_on(rest, [c.default for c in rest])), open=False,
-                                  elem_id=f"pg-{prefix}-{spec.name}-advanced",
-                                  elem_classes=["pg-advanced"]) as box:
-                    mine = []
-                    for c in rest:
-                        controls.append(c)
-                        field = make_component(c, f"pg-{prefix}-{spec.name}-{c.name}")
-                        components.append(field)
-                        mine.append(field)
-                        if c.name == "order" and issubclass(spec.params, SamplerParams):
-                            _reorder_controls(components[-1], f"pg-{prefix}-{spec.name}")
-                advanced[spec.name] = box
-                gr.on([m.change for m in mine], lambda *v, rest=rest: gr.update(label=advanced_label(stages_on(rest, v))),
-                      mine, box, **QUIET)
-        groups[spec.name] = col
-    return Panel(controls, components, groups, advanced)
+    """One control per parameter (``panel_params``), ``selected``'s shown: the strategies' own settings
+    and the primary chain ones first, the rest in a closed "Advanced settings" accordion whose label
+    counts those that are on. Element ids: ``pg-{prefix}-{name}``, ``pg-{prefix}-advanced``."""
+    params, fields = panel_params(), {}
+    with gr.Column(elem_id=f"pg-{prefix}-params", elem_classes=["pg-params"]):
+        top = [p for p in params if not p.advanced]
+        none_note = gr.Markdown("_Nothing to set: it always takes the most probable token._",
+                                visible=not any(p.of(selected) for p in top), elem_id=f"pg-{prefix}-none")
+        for p in top:
+            fields[p.name] = _field(p, selected, prefix)
+        rest = [p for p in params if p.advanced]
+        with gr.Accordion(advanced_label(0), open=False, elem_id=f"pg-{prefix}-advanced",
+                          visible=any(p.of(selected) for p in rest), elem_classes=["pg-advanced"]) as box:
+            for p in rest:
+                fields[p.name] = _field(p, selected, prefix)
+                if p.name == "order":
+                    _reorder_controls(fields[p.name], f"pg-{prefix}")
+    return Panel(params, fields, box, none_note)
+
+
+def _field(p: Param, selected: str, prefix: str) -> Field:
+    """The control of ``p``, as ``selected`` declares it where it reads it (hidden where it does not)."""
+    c = p.of(selected) or p.control
+    elem_id = f"pg-{prefix}-{p.name}"
+    field = make_component(c, elem_id, visible=p.of(selected) is not None)
+    if c.custom:
+        _hub_field(field, c, elem_id)
+    return field
 
 
 def _hub_field(menu: gr.Component, c: Control, elem_id: str) -> None:

@@ -51,7 +51,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file,
                page.png_files, page.seed, *page.panel.filled]
 
-    def run_explore(*values: Any, progress: Any = None) -> Iterator[Any]:
+    def run_explore(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
         cfg, seed_update, theme = run_config(page, values)
         forced = parse_path(cfg["forced"])
         yield from stream_frames(generate(store, run_request(cfg, forced), progress=events.progress(progress),
@@ -117,7 +117,7 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
     def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
         return keyed(select(trace, k, model, chat, theme))
 
-    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, len(page.run_inputs), True, status=main.status),
+    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, 1, True, status=main.status),
                   page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
                   show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
     panel = page.branches

@@ -38,6 +38,7 @@ from playground.ui.controls import (
     default_strategy,
     grammar_placeholder,
     model_choices,
+    pair_update,
     strategies_in_order,
     strategy_summary,
 )
@@ -260,10 +261,9 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     """Strategy choice shows only its controls; chat controls follow the model."""
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
                                      (page.compare_strategy, page.compare_panel, page.compare_summary)):
-        dropdown.change(lambda s, panel=panel, summary=summary: {**panel.visibility(s), summary: strategy_summary(s)},
-                        dropdown, [*panel.groups.values(), summary], **QUIET)
-    page.model.change(lambda m, c: [gr.update(visible=is_chat_model(m)), gr.update(visible=is_chat_model(m) and c)],
-                      [page.model, page.chat], [page.chat, page.system], **QUIET)
+        dropdown.change(lambda s, panel=panel, summary=summary: {**panel.select(s), summary: strategy_summary(s)},
+                        dropdown, [*panel.outputs, summary], **QUIET)
+        panel.wire(dropdown)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
                      **QUIET)
     page.grammar_kind.change(lambda k: gr.update(placeholder=grammar_placeholder(k)), page.grammar_kind,
@@ -287,27 +287,32 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     page.prompt_fit.click(lambda model, prompt: [prompt_offer(model, prompt, vocabulary_of(model)) or prompt,
                                                  gr.update(visible=False)],
                           [page.model, page.prompt], [page.prompt, page.prompt_fit], **QUIET)
-    page.model.change(lambda m: toy_note(m, store.get(m).vocabulary() if m in store.loaded() else None),
-                      page.model, page.prompt_note, **QUIET)
+    # the chat controls and the note under the prompt follow the model (and the draft and amateur menus
+    # list what fits it)
+    menus = [comp for panel in (page.panel, page.compare_panel) for _, comp in panel.paired]
+    controls = [c for panel in (page.panel, page.compare_panel) for c, _ in panel.paired]
+
+    def on_model_change(model: str, chat: Any, *menu_values: Any) -> list[Any]:
+        chat_model = is_chat_model(model)
+        return [gr.update(visible=chat_model), gr.update(visible=chat_model and chat),
+                toy_note(model, store.get(model).vocabulary() if model in store.loaded() else None),
+                *(pair_update(c, model, v) for c, v in zip(controls, menu_values))]
+    page.model.change(on_model_change, [page.model, page.chat, *menus], [page.chat, page.system, page.prompt_note, *menus],
+                      **QUIET)
     sees_inputs = [page.model, page.prompt, page.system, page.chat]
     # ... and once a run has loaded the model (its trace file is written when the run ends)
     gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand,
            page.trace_file.change],
           lambda *v: model_sees(store, *v), sees_inputs, page.sees, trigger_mode="always_last", **QUIET)
-    # the draft and amateur menus list what fits the model
-    for panel in (page.panel, page.compare_panel):
-        menus = [comp for _, comp in panel.paired]
-        page.model.change(lambda m, *v, panel=panel: panel.pair_updates(m, v), [page.model, *menus], menus, **QUIET)
     page.slides.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
     page.slides_chart.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
     # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
     # (and a restored link's branch, still waiting for its parent run, is dropped)
-    for control in (page.model, page.prompt, page.strategy):
-        control.input(lambda: ["", None], None, [page.forced, page.branches.pending], **QUIET)
+    gr.on([control.input for control in (page.model, page.prompt, page.strategy)], lambda: ["", None], None,
+          [page.forced, page.branches.pending], **QUIET)
     # what a run filled in (auto's tree, from this model's measured costs) is chosen afresh for other weights
     filled = [*page.panel.filled, *page.compare_panel.filled]
-    for control in (page.model, page.dtype):
-        control.input(lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
+    gr.on([page.model.input, page.dtype.input], lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
 
 
 def lockstep_link(record: dict[str, Any] | None, model: str) -> dict[str, str] | None:
@@ -322,13 +327,14 @@ def lockstep_link(record: dict[str, Any] | None, model: str) -> dict[str, str] |
 
 def _wire_share(page: Page, demo: gr.Blocks) -> None:
     """Copy link, restore on load (and re-run where the link says so), and the examples."""
-    def on_share(*values: Any) -> Any:
-        *config, tree, mode, pair_record = values
-        settings = page.split_config(config)
-        branch = branches.share_steps(tree, settings["forced"])  # a branch shown: its parent comes with it
+    def on_share(values: dict[Any, Any]) -> Any:
+        settings = page.split_config(values)
+        # a branch shown: its parent comes with it
+        branch = branches.share_steps(values[page.branches.state], settings["forced"])
+        pair = lockstep_link(values[page.whatif.pair_record], settings["model"])
         try:
-            return gr.update(value=share_query(**settings, run=mode, branch=branch,
-                                               pair=lockstep_link(pair_record, settings["model"])), visible=True)
+            return gr.update(value=share_query(**settings, run=values[page.mode], branch=branch, pair=pair),
+                             visible=True)
         except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
             raise refusal(err) from None
 
@@ -342,9 +348,11 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
             gr.Warning(w)
         return keyed(page.apply_config(cfg))
 
-    page.explore_tab.select(lambda: "generate", None, page.mode, **QUIET)
-    page.compare_tab.select(lambda: "compare", None, page.mode, **QUIET)
-    page.link.click(on_share, [*page.config_inputs, page.branches.state, page.mode, page.whatif.pair_record],
+    # what a share link re-runs: the tab shown
+    def on_tab(evt: gr.EventData) -> str:
+        return "compare" if evt.target is page.compare_tab else "generate"
+    gr.on([page.explore_tab.select, page.compare_tab.select], on_tab, None, page.mode, **QUIET)
+    page.link.click(on_share, page.config_inputs | {page.branches.state, page.mode, page.whatif.pair_record},
                     page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
 
@@ -358,19 +366,19 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     def example_note_on(mode: str) -> Any:
         """A run starts in ``mode``: an example's note stays only while the run is the example's again
         (examples.note_after); a branch's run never is."""
-        def on_run(example_key: str, *config: Any) -> Any:
+        def on_run(values: dict[Any, Any]) -> Any:
             try:
-                run = page_config(**page.split_config(config), run=mode) if mode != "branch" else None
+                run = page_config(**page.split_config(values), run=mode) if mode != "branch" else None
             except (InvalidRequest, TypeError, ValueError):  # settings the run itself refuses
                 run = None
-            if note_after(example_key, run, mode):
+            if note_after(values[page.example_key], run, mode):
                 return keyed({})
             return keyed({page.example_note: "", page.example_key: ""})
         return on_run
 
     for triggers, mode in (([page.generate.click, page.prompt.submit], "generate"), ([page.compare_run.click], "compare"),
                            ([page.branches.run.click, page.branches.hook.click], "branch")):
-        gr.on(triggers, example_note_on(mode), [page.example_key, *page.config_inputs],
+        gr.on(triggers, example_note_on(mode), page.config_inputs | {page.example_key},
               [page.example_note, page.example_key], queue=False, api_visibility="private")
     demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     # The buttons a link's run= clicks (Generate, Compare's and lockstep's runs) are enabled only after
@@ -380,11 +388,16 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(
         lambda: [gr.Button(interactive=True)] * len(runs), None, runs, queue=False, **QUIET).then(
         None, page.run_flag, None, js=RUN_JS, api_visibility="private")
-    for button, ex in zip(page.example_buttons, examples()):
-        button.click(lambda ex=ex: {**page.apply_config(ex.config, weights=False),
-                                    page.example_note: f"**{ex.label}**: {ex.note}", page.example_key: example_run_key(ex)},
-                     None, [*page.restore_outputs, page.example_note, page.example_key], **QUIET).then(
-            None, page.run_flag, None, js=RUN_JS, api_visibility="private")
+    shown = examples()
+
+    def on_example(evt: gr.EventData) -> Any:
+        """The example whose button was clicked, restored into the controls with its note."""
+        ex = shown[[id(b) for b in page.example_buttons].index(id(evt.target))]
+        return {**page.apply_config(ex.config, weights=False), page.example_note: f"**{ex.label}**: {ex.note}",
+                page.example_key: example_run_key(ex)}
+    gr.on([b.click for b in page.example_buttons], on_example, None,
+          [*page.restore_outputs, page.example_note, page.example_key], **QUIET).then(
+        None, page.run_flag, None, js=RUN_JS, api_visibility="private")
 
 
 def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:

@@ -221,9 +221,9 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
     """Connect the tab to the sidebar (``page``: playground.ui.page.Page) and the explore tab's trace."""
     config = page.config_inputs
 
-    def on_sample(*values: Any, progress: Any = None) -> Iterator[Any]:
-        cfg = page.split_config(values[:len(config)])
-        n, tokens, batched, theme = values[len(config):]
+    def on_sample(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+        cfg = page.split_config(values)
+        n, tokens, batched, theme = (values[c] for c in (w.n, w.tokens, w.batched, page.theme))
         fig, table, result = sample_many_view(store, cfg["model"], cfg["strategy"], cfg["prompt"], cfg["params"],
                                          cfg["seed"], n, tokens, cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                          bool(batched), events.progress(progress),
@@ -251,7 +251,7 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         html, *figures = picked
         return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
 
-    w.sample_run.click(handler(on_sample, len(config) + 4, True), [*config, w.n, w.tokens, w.batched, page.theme],
+    w.sample_run.click(handler(on_sample, 1, True), config | {w.n, w.tokens, w.batched, page.theme},
                        [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
                        show_progress="full", **MODEL_EVENT)
     w.score_run.click(handler(on_score, 7 + len(grammar_inputs), True),
@@ -259,14 +259,14 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                        *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
-    def on_detect(*values: Any, progress: Any = None) -> Iterator[Any]:
-        cfg = page.split_config(values[:len(config)])
-        text = values[len(config)]
+    def on_detect(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+        cfg = page.split_config(values)
+        text = values[w.score_text]
         yield keyed({w.detect_result: watermark_view(store, cfg["model"], text, cfg["params"], cfg["prompt"],
                                                      cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
                                                      events.progress(progress))})
 
-    w.detect_run.click(handler(on_detect, len(config) + 1, True), [*config, w.score_text], [w.detect_result],
+    w.detect_run.click(handler(on_detect, 1, True), config | {w.score_text}, [w.detect_result],
                        api_name="detect", api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
 
     def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
