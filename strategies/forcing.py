@@ -20,9 +20,10 @@ A forced step records ``forced: true``, ``strategy_choice`` (the id the strategy
 taken, on the same distribution) and its text; the token's log-probability is the forced token's
 under the chained distribution (-inf, written as null, when the chain had cut it).
 
-Beam search and speculative decoding refuse forced tokens: a beam step commits k hypotheses at
-once and a speculative round commits several tokens from one verification, so there is no single
-choice to replace. Their answer to "what if" is a prompt that already holds the prefix.
+A strategy takes forced tokens when its registration says so (``forceable``: its steps commit one token
+each). Beam search and speculative decoding do not: a beam step commits k hypotheses at once and a
+speculative round commits several tokens from one verification, so there is no single choice to
+replace. Their answer to "what if" is a prompt that already holds the prefix.
 """
 from __future__ import annotations
 
@@ -32,8 +33,19 @@ import torch
 
 from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
+from strategies.registry import all_strategies, get_strategy
 
-FORCEABLE_FAMILIES = ("sampling", "contrastive")
+
+def forceable_families() -> tuple[str, ...]:
+    """The families whose strategies take forced tokens (``StrategySpec.forceable``), in FAMILY_ORDER."""
+    return tuple(dict.fromkeys(s.family for s in all_strategies() if s.forceable))
+
+
+def __getattr__(name: str) -> Any:
+    """``FORCEABLE_FAMILIES``, read off the registry when asked (it fills as the strategy modules load)."""
+    if name == "FORCEABLE_FAMILIES":
+        return forceable_families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 Select = Callable[[], tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -128,8 +140,9 @@ def resolve_forced(lm: LanguageModel, forced: Mapping[Any, int | str], max_new_t
         return {}
     if not isinstance(forced, dict):
         raise InvalidRequest(f"forced tokens must be a mapping of step to token, got {type(forced).__name__}")
-    if family not in FORCEABLE_FAMILIES:
-        raise InvalidRequest(f"forced tokens work with greedy, sampling, gumbel and contrastive, not {strategy}: "
+    if not get_strategy(strategy).forceable:
+        names = [s.name for s in all_strategies() if s.forceable]
+        raise InvalidRequest(f"forced tokens work with {', '.join(names[:-1])} and {names[-1]}, not {strategy}: "
                              f"a {family} step commits several tokens at once, so there is no single choice to "
                              f"replace; put the prefix in the prompt instead")
     out: dict[int, int] = {}

@@ -7,11 +7,37 @@ stream, and stop it between yields by closing the generator), plus a frozen
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from playground.errors import InvalidRequest
 from strategies.params import Params
+
+
+def no_reference(params: Any) -> list | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Draws:
+    """How sample many (playground/whatif/sample_many.py) draws a strategy's runs and what it tests them against.
+
+    reference: ``params`` -> the transforms whose chained distribution each token is drawn from exactly (the
+      exact reference its outcomes are enumerated under), or None where there is none;
+    reference_name: that reference in words;
+    selector: ``generator`` -> the selector of one batched row, where the runs can be drawn as rows of one
+      decode (only with a reference, but greedy's); None: one run per seed;
+    run_params: set on every one-by-one run (what changes no token and costs time);
+    finished_set: a run's outcomes are its finished hypotheses (k sequences), not its text;
+    refusal: why sample many refuses the strategy ("" where it does not).
+    """
+
+    reference: Callable[[Any], list | None] = no_reference
+    reference_name: str = "the chained distribution the selector draws from"
+    selector: Callable[[Any], Any] | None = None
+    run_params: dict[str, Any] = field(default_factory=dict)
+    finished_set: bool = False
+    refusal: str = ""
 
 
 @dataclass(frozen=True)
@@ -20,17 +46,21 @@ class StrategySpec:
     params: type[Params]
     run: Callable[..., Iterator[Any]]
     summary: str
-    family: str  # "sampling", "beam", "speculative", "contrastive"
+    family: str  # one of FAMILY_ORDER, the folder of strategies/ it lives in
+    forceable: bool = False  # each step commits one token, so a token can be forced (strategies/forcing.py)
+    draws: Draws = Draws()  # how sample many draws it
 
 
 REGISTRY: dict[str, StrategySpec] = {}
 
 
-def register(name: str, params: type[Params], summary: str, family: str = "sampling"):
+def register(name: str, params: type[Params], summary: str, family: str = "sampling", *, forceable: bool = False,
+             draws: Draws | None = None):
+    """Register a strategy's generator function under ``name``, with the facts the rest of the code reads off it."""
     def wrap(fn: Callable[..., Iterator[Any]]):
         if name in REGISTRY:
             raise RuntimeError(f"strategy {name!r} registered twice")
-        REGISTRY[name] = StrategySpec(name, params, fn, summary, family)
+        REGISTRY[name] = StrategySpec(name, params, fn, summary, family, forceable, draws or Draws())
         return fn
     return wrap
 

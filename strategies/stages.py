@@ -1,7 +1,7 @@
 """The sampler stages: their contract (``TransformBase``, read it first, as one reads transformers'
 ``LogitsProcessor``) and their registry, each stage of a chain declared once, on its class, with ``@stage``.
 
-    @stage("top_k", params={"k": "top_k"}, truncates=True)
+    @stage("top_k", params={"k": "top_k"}, truncates=True, on={"top_k": 5})
     @dataclass(frozen=True)
     class TopK(TransformBase):
         k: int
@@ -15,6 +15,9 @@ From that one declaration:
   stage whose parameters have none (the grammar) is never built from parameters;
 - it is built from the parameters' values (``build``: the class's ``from_settings``, which a stage
   overrides when it needs the request's generator or model);
+- ``on`` gives request parameters that switch the stage on (an example, not a default): the tests
+  switch every stage on from it (the chain orders, the chart-truth property, every stage's mark
+  text) and so does the trace snapshot (``on_values``), so a new stage is covered where it is declared;
 - whether it truncates (removes tokens) is written into its trace record (``strategies.recording``),
   where charts and warnings read it;
 - a stage built directly (``MinP(1.05)``, as sample many and the tools build them) is checked in its
@@ -115,6 +118,7 @@ class StageSpec:
     cls: type[TransformBase]
     params: dict[str, str]  # the class's field -> the request parameter it takes
     truncates: bool
+    on: dict[str, Any] = dataclasses.field(default_factory=dict)  # request parameters that switch it on
 
     def settings(self, p: Any) -> dict[str, Any]:
         """The class's fields' values read from parameters ``p``."""
@@ -147,13 +151,21 @@ def declare(params: type) -> None:
         DECLARED[f.name] = f
 
 
-def stage(name: str, *, params: dict[str, str] | None = None, truncates: bool) -> Callable[[T], T]:
-    """Register a stage class under ``name`` (its name in a chain's order and in the trace)."""
+def stage(name: str, *, params: dict[str, str] | None = None, truncates: bool,
+          on: dict[str, Any] | None = None) -> Callable[[T], T]:
+    """Register a stage class under ``name`` (its name in a chain's order and in the trace); ``on``: request
+    parameters that switch it on, among those it reads (required of a stage that reads any)."""
     def wrap(cls: T) -> T:
         if name in STAGES:
             raise RuntimeError(f"stage {name!r} registered twice")
+        if params and not on:
+            raise RuntimeError(f"stage {name!r} reads {', '.join(params.values())}: declare on= with values "
+                               f"that switch it on")
+        stray = sorted(set(on or {}) - set((params or {}).values()))
+        if stray:
+            raise RuntimeError(f"stage {name!r}: on= names {', '.join(stray)}, which it does not read")
         cls.name = name
-        STAGES[name] = StageSpec(name, cls, dict(params or {}), truncates)
+        STAGES[name] = StageSpec(name, cls, dict(params or {}), truncates, dict(on or {}))
         return cls
     return wrap
 
@@ -168,3 +180,9 @@ def truncates(name: str) -> bool:
 def stages_on(p: Any, names: list[str] | tuple[str, ...]) -> list[str]:
     """Of ``names``, the registered stages that parameters ``p`` turn on, in that order."""
     return [n for n in names if n in STAGES and STAGES[n].params and STAGES[n].is_on(p)]
+
+
+def on_values(names: list[str] | tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """Stage name -> the request parameters that switch it on (its ``on``), for the registered stages that
+    read parameters (of ``names``, in that order, when given)."""
+    return {n: dict(STAGES[n].on) for n in (STAGES if names is None else names) if n in STAGES and STAGES[n].on}

@@ -45,14 +45,16 @@ from word_lm import WordLM
 from playground.charts import entropy_map
 from playground.charts import grammar as grammar_chart
 from playground.charts.distribution import distribution_figure
+from playground.charts.marks import STAGE_MARKS, described, stage_summary
 from playground.charts.palette import CUT, KEPT
 from playground.charts.waterfall import waterfall_figure
+from playground.engine import Request, run
 from playground.trace import Trace
 from strategies.recording import make_step
-from strategies.sampling.chain import Multinomial, record_chain
+from strategies.sampling.chain import Multinomial, accept_chosen, record_chain
 from strategies.sampling.grammar import masked, with_grammar
 from strategies.sampling.samplers import SAMPLER_STAGES, SamplerParams, build_sampler_chain
-from strategies.stages import STAGES, TransformBase
+from strategies.stages import STAGES, TransformBase, on_values
 
 TOL = 1e-5  # the trace keeps 6 significant digits
 
@@ -80,6 +82,8 @@ class RandomGrammar(TransformBase):
 
 
 def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
+    """Each stage on at random settings (the basic ones often, the rest less), in a random order; a stage
+    with no random settings here is on at its registration's ``on`` values, so that no stage goes unchecked."""
     order = list(SAMPLER_STAGES)
     rng.shuffle(order)
     on = lambda p=0.75: rng.random() < p  # noqa: E731  (the basic stages on three times in four)
@@ -88,7 +92,7 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
     dynamic = some()
     words = ", ".join(f"t{rng.randrange(vocab)}" + rng.choice(["", f"={rng.uniform(-5, 5):.2f}"])
                       for _ in range(rng.randint(1, 4)))
-    return SamplerParams(
+    drawn = dict(
         temperature=(0.0 if rng.random() < 0.05 else round(rng.uniform(0.05, 3.0), 3)) if on() else 1.0,
         top_k=rng.randint(1, 70) if on() else 0,
         top_p=round(rng.uniform(0.05, 0.99), 3) if on() else 1.0,
@@ -109,8 +113,12 @@ def random_params(rng: random.Random, vocab: int = 50) -> SamplerParams:
         word_bias=words if some() else "",
         top_h=round(rng.uniform(0.05, 1.0), 3) if some() else 0.0,
         p_less=some(),
-        adaptive_p_target=round(rng.uniform(0.0, 1.0), 3) if some() else -1.0,
-        order=",".join(order))
+        adaptive_p_target=round(rng.uniform(0.0, 1.0), 3) if some() else -1.0)
+    side = random.Random(",".join(order))  # its own draws: the stages drawn above stay as they were
+    for declared in on_values(SAMPLER_STAGES).values():  # a stage drawn nowhere above: on at its declared values
+        if not declared.keys() & drawn.keys() and side.random() < 0.3:
+            drawn.update(declared)
+    return SamplerParams(**drawn, order=",".join(order))
 
 
 def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
@@ -129,6 +137,7 @@ def build(case: Case) -> tuple[dict, list[torch.Tensor], list[str]]:
         chain = with_grammar(chain, RandomGrammar(mask | torch.isfinite(alone)), ",".join(order))
     record = record_chain(chain, case.logits[None], context)
     chosen, _ = Multinomial(generator).select(record.logits[-1])
+    accept_chosen(chain, record, chosen, forced=False)  # what the stateful stages learn joins their record
     stages, decisions = record.row(0)
     names = [t.name for t in chain]
     step, token = make_step(WordLM("t{}"), len(case.context), stages, names, int(chosen[0]), case.top_n, None,
@@ -409,6 +418,39 @@ CHECKS = {"min_p": _check_min_p, "top_k": _check_top_k, "top_p": _check_top_p, "
           "typical_p": _check_typical, "no_repeat_ngram": _check_ban("no_repeat_ngram"),
           "word_bias": _check_ban("word_bias"), "top_h": _check_top_h, "p_less": _check_p_less,
           "grammar": _check_grammar}
+
+
+def test_every_truncation_has_its_check():
+    """A stage registered as truncating is switched on in the random cases by its declared values
+    (``random_params``), and ``check`` reads its marks through CHECKS: a new one without a check fails here."""
+    assert sorted(n for n in SAMPLER_STAGES if STAGES[n].truncates and n not in CHECKS) == ["top_nsigma"]
+
+
+def test_every_stage_text_is_filled_from_its_own_record(store):
+    """Each stage's line label, caption and waterfall title, formatted from the record the stage wrote in a
+    real run (the toy, switched on by the stage's declared values; the grammar by a grammar): a text that
+    names a key the stage does not record raises (``described``), and none comes out blank."""
+    runs = {name: Request("toy", "sampling", "once upon", on, seed=7, max_new_tokens=4)
+            for name, on in on_values(SAMPLER_STAGES).items()}
+    runs["grammar"] = Request("toy", "sampling", "once upon", {}, seed=7, max_new_tokens=4,
+                              grammar={"kind": "regex", "text": r"( \w+)+"})
+    assert set(runs) == set(STAGES)
+    for name, req in runs.items():
+        trace = run(store, req).to_dict()
+        records = [st for step in trace["steps"] for st in step["stages"] if st["name"] == name]
+        assert records, name
+        for rec in records:
+            texts = [stage_summary(rec), stage_summary(rec, panel=True)]
+            if name in STAGE_MARKS:
+                texts.append(described(STAGE_MARKS[name].label, rec["decision"], name))
+            assert all(texts), (name, texts, rec["decision"])
+
+
+def test_a_text_that_names_an_unrecorded_key_fails_loudly():
+    with pytest.raises(KeyError, match="names threshold"):
+        described("p ≥ {threshold:.3g}", {"min_p": 0.1}, "min_p")
+    assert described("p ≥ {threshold:.3g}", {}, "min_p") == ""  # no decision recorded: nothing said
+    assert described("p ≥ {threshold:.3g}", {"threshold": None}, "min_p") == ""  # recorded as -inf or NaN
 
 
 def random_cases(n: int, seed: int, vocab: int) -> list[Case]:

@@ -1,7 +1,7 @@
 """The rooms of the code and the one-way arrows between them, read from every import with ``ast``.
 
 Layers, top to bottom (``README.md``, "Layout"): tools and app; ui and cli; whatif; engine; the
-strategy families (sampling, beam, speculative, contrastive); the strategies' root (registry,
+strategy families (``FAMILY_ORDER``: sampling, beam, contrastive, speculative); the strategies' root (registry,
 params, context, recording, forcing, pairing); models; serving. charts and the contract (trace,
 errors, ``playground.ASSETS``) are leaves that any layer may read. The rules:
 
@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from strategies.registry import FAMILY_ORDER  # the families, each a folder of strategies/
+
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("playground", "strategies")
 ORDER = ["top", "front", "whatif", "engines", "engine", "families", "strategies", "models", "serving"]
 LEAVES = {"charts", "contract"}
-FAMILIES = ("sampling", "beam", "speculative", "contrastive")
 # where code may do what a rule forbids, and why
 INIT_CODE = {"playground/__init__.py": "ASSETS, the one path to assets/",
              "playground/cli/__init__.py": "main's dispatch (keeps `from playground.cli import main`)",
@@ -47,7 +48,7 @@ def room(module: str) -> str:
     if module == "app" or parts[:2] in (["playground", "tools"], ["playground", "__main__"]):
         return "top"
     if parts[0] == "strategies":
-        return "families" if len(parts) > 1 and parts[1] in FAMILIES else "strategies"
+        return "families" if len(parts) > 1 and parts[1] in FAMILY_ORDER else "strategies"
     sub = parts[1] if len(parts) > 1 else ""
     return {"ui": "front", "cli": "front", "whatif": "whatif", "engines": "engines", "engine": "engine",
             "models": "models", "serving": "serving", "charts": "charts"}.get(sub, "contract")

@@ -24,9 +24,10 @@ from strategies.sampling.chain import Multinomial, accept_chosen, record_chain
 from strategies.sampling.repeats import DRY, NoRepeatNGram, PresenceFrequency, WordBias, presence_frequency_penalised
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, SamplerParams, build_sampler_chain
 from strategies.sampling.truncations import XTC, Epsilon, Eta, TopNSigma, TypicalP
-from strategies.stages import Outcome
+from strategies.stages import STAGES, Outcome, on_values
 
 NO_CONTEXT = torch.zeros((1, 0), dtype=torch.long)
+SPELLED = {"word_bias": "w1=-2, w2"}  # word bias's words as the word LM spells them (" w<id>")
 
 
 def probs_after(t, logits, context=NO_CONTEXT):
@@ -267,11 +268,7 @@ def test_decisions_do_not_modify_inputs():
 
 def test_noop_values_drop_out_and_presets_order_the_stages():
     assert build_sampler_chain(SamplerParams(), torch.Generator(), WordLM()) == []
-    every = dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05, repetition_penalty=1.1, presence_penalty=0.5,
-                 frequency_penalty=0.5, typical_p=0.9,
-                 epsilon_cutoff=0.001, eta_cutoff=0.001, top_nsigma=1.0, xtc_probability=0.5, dry_multiplier=0.8,
-                 dynatemp_min=0.5, dynatemp_max=1.5, mirostat_tau=5.0, no_repeat_ngram_size=3, word_bias="w1",
-                 top_h=0.5, p_less=True, adaptive_p_target=0.3, watermark_delta=2.0, synthid_keys="1,2")
+    every = {k: v for on in on_values(SAMPLER_STAGES).values() for k, v in on.items()} | SPELLED  # each stage's own "on"
     for preset, names in PRESETS.items():
         chain = build_sampler_chain(SamplerParams(order=preset, **every), torch.Generator(), WordLM())
         assert tuple(t.name for t in chain) == names
@@ -284,6 +281,14 @@ def test_noop_values_drop_out_and_presets_order_the_stages():
     # the watermark after all of them
     hf = ("temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon", "eta", "watermark")
     assert tuple(n for n in PRESETS["transformers"] if n in hf) == hf
+
+
+def test_each_stage_declares_values_that_switch_it_on_alone():
+    """``@stage(on=...)``: the values the tests and the trace snapshot switch each stage on with."""
+    for name in SAMPLER_STAGES:
+        if STAGES[name].params:
+            on = {k: SPELLED.get(k, v) for k, v in STAGES[name].on.items()}
+            assert [t.name for t in build_sampler_chain(SamplerParams(**on), torch.Generator(), WordLM())] == [name]
 
 
 def test_an_order_may_name_some_stages_and_the_rest_follow():

@@ -22,3 +22,12 @@ def test_toy_snapshot_compares_equal_to_itself_and_not_to_a_changed_one(tmp_path
     text = first.read_text().replace('"token_ids": [', '"token_ids": [99, ', 1)
     first.write_text(text)
     assert ts.main(["--models", "toy", "--out", str(tmp_path / "c.json"), "--compare", str(first)]) == 1
+
+
+def test_every_stage_that_reads_parameters_has_its_request():
+    """The snapshot switches each stage on by its registration's ``on`` values: a new stage is in it unasked."""
+    from strategies.stages import STAGES
+
+    assert set(ts.STAGES_ON) == {name for name, spec in STAGES.items() if spec.params}
+    names = {name for name, _ in ts.requests("toy")}
+    assert {f"toy/sampling/{s}" for s in ts.STAGES_ON if s not in ts.TOY_ONLY} <= names

@@ -15,6 +15,7 @@ A new stage gets its marks by recording its decision and adding one ``Mark`` her
 from __future__ import annotations
 
 from dataclasses import dataclass
+from string import Formatter
 from typing import Any, Callable
 
 from playground.charts.common import as_prob
@@ -223,27 +224,34 @@ def xtc_reason(decision: dict[str, Any]) -> str:
 
 
 # words read off a stage's record for its Mark's label and summary (``described``): never a new decision
-def _xtc_readings(decision: dict[str, Any]) -> dict[str, str]:
+def _xtc_readings(decision: dict[str, Any]) -> dict[str, str | None]:
     """``reason`` in full (the line's label, the captions) and ``verdict``, its last words (a panel's
     title, narrow beside two others)."""
     reason = xtc_reason(decision)
-    if not reason:
-        return {}  # none: the label that names it is left out
+    if not reason:  # no coin recorded: null readings, so the label that names them is left out
+        return {"reason": None, "verdict": None, "coin_text": None}
     return {"reason": reason, "verdict": reason.rpartition(": ")[2],
             "coin_text": _beside(decision["coin"], decision["probability"])}
 
 
-READINGS: dict[str, Callable[[dict[str, Any]], dict[str, str]]] = {"xtc": _xtc_readings}
+READINGS: dict[str, Callable[[dict[str, Any]], dict[str, str | None]]] = {"xtc": _xtc_readings}
 
 
 def described(template: str, decision: dict[str, Any], stage: str = "") -> str:
-    """``template`` filled from a decision (and the readings of ``stage``'s record, ``READINGS``);
-    empty when a field it names is missing or null."""
-    fields = {**decision, **READINGS[stage](decision)} if stage in READINGS else decision
-    try:
-        return template.format(**fields)
-    except (KeyError, TypeError, ValueError):
+    """``template`` filled from a decision (and the readings of ``stage``'s record, ``READINGS``); empty
+    when the stage recorded no decision or a field the template names is null (a value recorded as -inf
+    or NaN). A field the record lacks is a template out of step with its stage: KeyError, naming both."""
+    fields = {**decision, **READINGS[stage](decision)} if stage in READINGS and decision else decision
+    names = {name.split(".")[0].split("[")[0] for _, name, _, _ in Formatter().parse(template) if name}
+    missing = sorted(names - set(fields))
+    if missing and not decision:
         return ""
+    if missing:
+        raise KeyError(f"{stage or 'a stage'}'s text {template!r} names {', '.join(missing)}, which its record "
+                       f"lacks (it has {', '.join(sorted(fields))})")
+    if any(fields[name] is None for name in names):
+        return ""
+    return template.format(**fields)
 
 
 def stage_summary(stage: dict[str, Any], panel: bool = False) -> str:

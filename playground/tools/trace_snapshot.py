@@ -19,20 +19,14 @@ from typing import Any
 
 from playground.engine import Request, run
 from playground.models import ModelStore
+from strategies.sampling.samplers import SAMPLER_STAGES
+from strategies.stages import on_values
 
 TIMING_KEYS = ("timing", "elapsed", "elapsed_s", "seconds")
 
-STAGES_ON: dict[str, dict[str, Any]] = {
-    "penalty": {"repetition_penalty": 1.3}, "presence_frequency": {"presence_penalty": 0.5, "frequency_penalty": 0.5},
-    "temperature": {"temperature": 0.8}, "top_k": {"top_k": 5},
-    "top_p": {"top_p": 0.9}, "min_p": {"min_p": 0.05}, "typical_p": {"typical_p": 0.9},
-    "epsilon": {"epsilon_cutoff": 0.01}, "eta": {"eta_cutoff": 0.01}, "top_nsigma": {"top_nsigma": 1.5},
-    "xtc": {"xtc_probability": 0.5, "xtc_threshold": 0.1}, "dry": {"dry_multiplier": 0.8},
-    "dynamic_temperature": {"dynatemp_min": 0.5, "dynatemp_max": 1.5}, "mirostat": {"mirostat_tau": 3.0},
-    "no_repeat_ngram": {"no_repeat_ngram_size": 2}, "word_bias": {"word_bias": "the=-2, a"},
-    "top_h": {"top_h": 0.6}, "p_less": {"p_less": True}, "adaptive_p": {"adaptive_p_target": 0.3},
-    "watermark": {"watermark_delta": 2.0},
-}
+# every stage that reads parameters, switched on by the values its registration declares (``@stage(on=...)``)
+STAGES_ON: dict[str, dict[str, Any]] = on_values(SAMPLER_STAGES)
+EVERY_LEAVES_OUT = ("mirostat", "adaptive_p", "synthid")  # each on alone only, never in the all-together requests
 TOY_ONLY = ("word_bias",)  # toy's vocabulary spells no English word
 
 
@@ -52,7 +46,7 @@ def requests(model: str) -> list[tuple[str, Request]]:
             continue
         add(f"sampling/{stage}", "sampling", params)
     every = {k: v for s, p in STAGES_ON.items() for k, v in p.items()
-             if s not in ("mirostat", "adaptive_p") and not (model.startswith("toy") and s in TOY_ONLY)}
+             if s not in EVERY_LEAVES_OUT and not (model.startswith("toy") and s in TOY_ONLY)}
     add("sampling/every", "sampling", every)
     add("sampling/every-llama.cpp", "sampling", {**every, "order": "llama.cpp"})
     add("gumbel/top_p", "gumbel", {"top_p": 0.9, "temperature": 1.2})

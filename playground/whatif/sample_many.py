@@ -6,7 +6,7 @@ budget as long as the run's, that is the whole text). With loop detection on (``
 outcome lists the loops of its tokens (strategies/loops.py); ``loop_stop`` is refused, as it would end
 some runs early where the batched draw and the exact reference do not.
 
-How the samples are drawn:
+How the samples are drawn (each strategy's registration says how, in its ``Draws``: strategies/registry.py):
 
 - greedy, sampling, gumbel: batched, ``ROWS_PER_PASS`` samples at a time. The prompt is run once;
   then each forward pass takes one row per distinct text so far (samples that drew the same
@@ -53,10 +53,9 @@ from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
 from playground.whatif.step_record import TOP_LOGPROBS, StepRecord
 from strategies.loops import find_loops
-from strategies.sampling.chain import STAGE_NAMES, ChainParams, Greedy, GumbelMax, Multinomial, apply_chain, build_chain
+from strategies.registry import StrategySpec, all_strategies, get_strategy
+from strategies.sampling.chain import apply_chain
 from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
-from strategies.sampling.samplers import extra_stages_on
-from strategies.sampling.transforms import Temperature
 
 MAX_SAMPLES = 1000
 MAX_TOKENS = 64
@@ -67,7 +66,8 @@ GAP_MEANING = ("Masked sampling picks each token among those the grammar allows 
                "draw from the model's own distribution restricted to valid texts, and the gap between the "
                "sampled and the conditional bars is that bias (Park et al. 2024).")
 MAX_VALID = 200  # valid texts enumerated for P(y | y valid); a grammar that allows more has no conditional
-BATCHED = {"greedy": lambda g: Greedy(), "sampling": Multinomial, "gumbel": GumbelMax}
+# the strategies whose runs go as rows of one batched decode: name -> a row's selector (``Draws.selector``)
+BATCHED = {spec.name: spec.draws.selector for spec in all_strategies() if spec.draws.selector is not None}
 
 Outcome = tuple[int, ...]
 
@@ -111,26 +111,10 @@ def check_size(n: Any, max_new_tokens: int, seed: int) -> int:
     return int(n)
 
 
-def plain_order(params: Any) -> str:
-    """The order of the five plain stages as ``params`` puts them."""
-    names = [n for n in params.order.split(",") if n in STAGE_NAMES]
-    return ",".join(names + [n for n in STAGE_NAMES if n not in names])
-
-
 def reference_chain(strategy: str, params: Any) -> list | None:
-    """The transforms whose chained distribution is the exact reference, or None when there is none."""
-    if strategy == "greedy":
-        return [Temperature(0.0)]
-    if strategy == "speculative":
-        return build_chain(params)
-    if strategy in ("sampling", "gumbel"):
-        if extra_stages_on(params):
-            return None  # the batched path and its exact reference cover the plain five stages only
-        return build_chain(ChainParams(**{f.name: getattr(params, f.name) for f in dataclasses.fields(ChainParams)
-                                          if f.name != "order"}, order=plain_order(params)))
-    if strategy == "stochastic_beam" and params.num_beams == 1:
-        return [] if params.temperature == 1.0 else [Temperature(params.temperature)]
-    return None
+    """The transforms whose chained distribution is the exact reference, or None when there is none (the
+    strategy's ``Draws.reference``)."""
+    return get_strategy(strategy).draws.reference(params)
 
 
 # --- drawing ---------------------------------------------------------------------------------------
@@ -248,9 +232,7 @@ def draw_batched(lm: Any, chain: list, strategy: str, prompt_ids: list[int], see
 
 
 def draw_one_by_one(store: ModelStore, req: Request, seeds: list[int], progress: Progress) -> list[Sample]:
-    params = dict(req.params)
-    if req.strategy == "speculative":
-        params["measure_baseline"] = False
+    params = {**req.params, **get_strategy(req.strategy).draws.run_params}
     samples = []
     for i, seed in enumerate(seeds):
         if i % 50 == 0:
@@ -261,7 +243,7 @@ def draw_one_by_one(store: ModelStore, req: Request, seeds: list[int], progress:
 
 
 def _sample_of(trace: Any, seed: int) -> Sample:
-    if trace.strategy == "stochastic_beam":
+    if get_strategy(trace.strategy).draws.finished_set:
         finished = trace.beam["finished"]
         return Sample(seed, [tuple(h["token_ids"]) for h in finished], [h["score"] for h in finished])
     logprob = sum(t.logprob for t in trace.tokens)
@@ -436,9 +418,8 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     progress = progress or (lambda f, m: None)
     n = check_size(n, req.max_new_tokens, req.seed)
     spec, params, ctx = prepare(store, req, progress)
-    if spec.name == "beam":
-        raise InvalidRequest("beam search is deterministic: every seed writes the same text; sample many with "
-                             "stochastic_beam or sample_beam instead")
+    if spec.draws.refusal:
+        raise InvalidRequest(spec.draws.refusal)
     if req.forced:
         raise InvalidRequest("sample many takes no forced tokens; put the prefix in the prompt instead")
     if getattr(params, "loop_stop", False) and getattr(params, "loop_repeats", 0):
@@ -449,9 +430,8 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     started = time.perf_counter()
     chain = reference_chain(spec.name, params)
     # the batched path draws through the five stages of the plain chain; other stages run one by one
-    use_batch = batched and spec.name in BATCHED and (spec.name == "greedy" or chain is not None)
-    if use_batch:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
-        assert chain is not None  # greedy always has one ([Temperature(0.0)]), the others batch only with one
+    use_batch = batched and spec.name in BATCHED and chain is not None
+    if use_batch and chain is not None:  # greedy's chain is temperature 0: the same argmax, and the one-hot probabilities
         samples = draw_batched(lm, chain, spec.name, ctx.prompt_ids, seeds, ctx.max_new_tokens, progress,
                                grammar, order)
     else:
@@ -472,7 +452,7 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
     seconds = time.perf_counter() - started
     return {"model": lm.key, "dtype": cast(LM, lm).weights, "strategy": spec.name, "params": params.to_dict(), "prompt": req.prompt,
             "prompt_ids": list(ctx.prompt_ids), "seed": req.seed, "n": n, "tokens": ctx.max_new_tokens,
-            "batched": use_batch, "reference": _reference_name(spec.name, chain, grammar is not None),
+            "batched": use_batch, "reference": _reference_name(spec, chain, grammar is not None),
             "outcomes": _outcomes(lm, tally, exact, n, getattr(params, "loop_repeats", 0),
                                   getattr(params, "loop_min_span", 1)),
             "chi_square": test, "tv_distance": tv, "tau": MIN_EXPECTED / n, "grammar": gap,
@@ -480,16 +460,10 @@ def sample_many(store: ModelStore, req: Request, n: int, batched: bool = True,
                        "samples_per_second": round(n / (sampled - started), 2) if sampled > started else None}}
 
 
-def _reference_name(strategy: str, chain: list | None, grammar: bool = False) -> str:
+def _reference_name(spec: StrategySpec, chain: list | None, grammar: bool = False) -> str:
     if chain is None:
         return "none (no exact enumeration for this strategy)"
-    if grammar:
-        return _reference_name(strategy, chain) + ", masked by the grammar"
-    if strategy == "speculative":
-        return "the target's chained distribution"
-    if strategy == "stochastic_beam":
-        return "the model's sequence distribution (k = 1: one exact sample)"
-    return "the chained distribution the selector draws from"
+    return spec.draws.reference_name + (", masked by the grammar" if grammar else "")
 
 
 def _outcomes(lm: Any, tally: Tally, exact: dict[Outcome, float], n: int, loop_repeats: int = 0,

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from playground.seam import LanguageModel
 from playground.trace import Candidate, Stage, Step, Trace
+from strategies.beam.beam_params import BeamParams
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.recording import decision_record, entropy
 from strategies.sampling.grammar import DEAD_END_REASON, INCOMPLETE_REASON
 from strategies.stages import truncates
-
-if TYPE_CHECKING:
-    from strategies.beam.beam import BeamParams
 
 
 @dataclass

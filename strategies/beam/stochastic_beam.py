@@ -34,15 +34,16 @@ from typing import Any, Iterator
 import torch
 
 from playground.trace import Trace
-from strategies.beam.beam import MAX_BEAMS
+from strategies.beam.beam_params import MAX_BEAMS
 from strategies.beam.beam_trace import StepRecord, best_path_steps, end_reason, publish, record_step
 from strategies.beam.tree import BeamTree, hypothesis_record
 from strategies.context import DecodeContext
 from strategies.loops import LoopParams, record_loops
 from strategies.params import param
 from strategies.recording import finish
-from strategies.registry import register
+from strategies.registry import Draws, register
 from strategies.sampling.grammar import constrain_rows, ends_whole, grammar_stage
+from strategies.sampling.transforms import Temperature
 
 SELECTOR = "gumbel-top-k"
 
@@ -129,9 +130,19 @@ class Item:
     row: int = -1  # cache row of its parent, for running items
 
 
+def single_sample_reference(params: StochasticBeamParams) -> list | None:
+    """With k = 1 the sampled set is one exact sample of the model's sequence distribution at the temperature
+    (Kool et al. 2019), which sample many tests against; with k > 1 an outcome's inclusion probability has no
+    closed form: None."""
+    if params.num_beams != 1:
+        return None
+    return [] if params.temperature == 1.0 else [Temperature(params.temperature)]
+
+
 @register("stochastic_beam", StochasticBeamParams,
           "Gumbel-top-k stochastic beam search (Kool et al. 2019): k sequences sampled without replacement.",
-          family="beam")
+          family="beam", draws=Draws(reference=single_sample_reference, finished_set=True,
+                                     reference_name="the model's sequence distribution (k = 1: one exact sample)"))
 def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterator[Trace]:
     lm, k, temperature = ctx.lm, params.num_beams, params.temperature
     started = ctx.clock.now()

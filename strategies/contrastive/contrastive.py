@@ -143,7 +143,7 @@ def _finish(trace: Trace, ctx: DecodeContext, amateur: Amateur, started: float, 
 @register("contrastive", ContrastiveParams,
           "Expert logprob minus lambda x amateur logprob over the expert's plausible tokens (Li et al. 2022); "
           "the amateur is a smaller model, an early layer (DoLa) or a short context window.",
-          family="contrastive")
+          family="contrastive", forceable=True)
 def contrastive(ctx: DecodeContext, params: ContrastiveParams) -> Iterator[Trace]:
     lm = ctx.lm
     amateur = make_amateur(lm, params.amateur, params.amateur_layer, params.amateur_window, ctx.load_model,

@@ -29,7 +29,7 @@ from strategies.stages import Decision, Outcome, TransformBase, stage
 
 
 @stage("dynamic_temperature", params={"t_min": "dynatemp_min", "t_max": "dynatemp_max", "exponent": "dynatemp_exponent"},
-       truncates=False)
+       truncates=False, on={"dynatemp_min": 0.5, "dynatemp_max": 1.5})
 @dataclass(frozen=True)
 class DynamicTemperature(TransformBase):
     """Entropy-scaled temperature, as llama.cpp documents its dynatemp: with H the entropy of the
@@ -53,7 +53,7 @@ class DynamicTemperature(TransformBase):
         return divide_by_temperature(logits, t.to(logits.dtype)[..., None]), decision
 
 
-@stage("mirostat", params={"tau": "mirostat_tau", "eta": "mirostat_eta"}, truncates=True)
+@stage("mirostat", params={"tau": "mirostat_tau", "eta": "mirostat_eta"}, truncates=True, on={"mirostat_tau": 3.0})
 @dataclass
 class Mirostat(TransformBase):
     """Mirostat 2.0 (Basu et al. 2021, "Mirostat: A Neural Text Decoding Algorithm that Directly
@@ -99,7 +99,8 @@ class Mirostat(TransformBase):
 ADAPTIVE_P_WIDTH, ADAPTIVE_P_PEAK, ADAPTIVE_P_SHARPNESS = 0.3, 5.0, 10.0  # llama.cpp's fixed shape
 
 
-@stage("adaptive_p", params={"target": "adaptive_p_target", "decay": "adaptive_p_decay"}, truncates=False)
+@stage("adaptive_p", params={"target": "adaptive_p_target", "decay": "adaptive_p_decay"}, truncates=False,
+       on={"adaptive_p_target": 0.3})
 @dataclass
 class AdaptiveP(TransformBase):
     """Adaptive-p (llama.cpp PR #17927, from MrJackSpade's adaptive-p; koboldcpp ships it too):

@@ -319,7 +319,8 @@ def compile_grammar(spec: GrammarSpec, lm: LanguageModel) -> CompiledGrammar:
 
 @stage("grammar", truncates=True)
 class Grammar(TransformBase):
-    """The grammar stage: one matcher per row of the batch (a beam hypothesis, a sample).
+    """The grammar stage: every token that cannot continue a valid text gets -inf, as llguidance's matcher
+    (the one llama.cpp, vLLM and SGLang use) says; one matcher per row of the batch (a beam hypothesis, a sample).
 
     ``advance(parents, tokens)`` moves the rows on: row ``j`` of the next step continues row
     ``parents[j]`` of this one with ``tokens[j]`` (copying a matcher when two rows share a parent,

@@ -114,7 +114,8 @@ def presence_frequency_penalised(logits: torch.Tensor, count: torch.Tensor, pres
 
 
 @stage("presence_frequency", params={"presence": "presence_penalty", "frequency": "frequency_penalty",
-                                     "last_n": "penalty_last_n"}, truncates=False)
+                                     "last_n": "penalty_last_n"}, truncates=False,
+       on={"presence_penalty": 0.5, "frequency_penalty": 0.5})
 @dataclass(frozen=True)
 class PresenceFrequency(TransformBase):
     """Presence and frequency penalties, as the OpenAI API, vLLM and llama.cpp define them: additive,
@@ -176,7 +177,7 @@ class PresenceFrequency(TransformBase):
 
 
 @stage("dry", params={"multiplier": "dry_multiplier", "base": "dry_base", "allowed_length": "dry_allowed_length",
-                     "breakers": "dry_sequence_breakers"}, truncates=False)
+                     "breakers": "dry_sequence_breakers"}, truncates=False, on={"dry_multiplier": 0.8})
 @dataclass
 class DRY(TransformBase):
     """DRY, "don't repeat yourself" (p-e-w's sampler, as text-generation-webui and llama.cpp document
@@ -298,7 +299,7 @@ class DRY(TransformBase):
         return out, decision
 
 
-@stage("no_repeat_ngram", params={"n": "no_repeat_ngram_size"}, truncates=True)
+@stage("no_repeat_ngram", params={"n": "no_repeat_ngram_size"}, truncates=True, on={"no_repeat_ngram_size": 2})
 @dataclass(frozen=True)
 class NoRepeatNGram(TransformBase):
     """Ban every token that would complete an n-gram already in the context (prompt included): the
@@ -321,7 +322,7 @@ class NoRepeatNGram(TransformBase):
         return out, {"n": self.n, "ids": banned, "banned": banned.sum(-1)}
 
 
-@stage("word_bias", params={"sequences": "word_bias"}, truncates=True)
+@stage("word_bias", params={"sequences": "word_bias"}, truncates=True, on={"word_bias": "the=-2, a"})
 @dataclass(frozen=True)
 class WordBias(TransformBase):
     """Add a bias to the logit of the token that would complete a word. ``sequences`` pairs the

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -57,7 +58,7 @@ from strategies.green_lists import DEFAULT_KEY, SCHEMES
 from strategies.loops import LoopStopParams
 from strategies.params import param
 from strategies.sampling import adaptive, synthid, truncations, watermark  # noqa: F401  (their stages register themselves)
-from strategies.sampling.chain import STAGE_NAMES, ChainParams
+from strategies.sampling.chain import STAGE_NAMES, ChainParams, build_chain
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
 from strategies.stages import STAGES, TransformBase, declare, stages_on
 from strategies.watch import WatchParams
@@ -235,6 +236,22 @@ def checked_keys(text: str) -> str:
 def extra_stages_on(p: SamplerParams) -> list[str]:
     """The stages beyond the plain five (penalty, temperature, top-k, top-p, min-p) that ``p`` turns on."""
     return [n for n in stages_on(p, SAMPLER_STAGES) if n not in STAGE_NAMES]
+
+
+def plain_order(params: Any) -> str:
+    """The order of the five plain stages as ``params`` puts them."""
+    names = [n for n in params.order.split(",") if n in STAGE_NAMES]
+    return ",".join(names + [n for n in STAGE_NAMES if n not in names])
+
+
+def plain_reference(p: SamplerParams) -> list[TransformBase] | None:
+    """The chain whose distribution a run of ``p`` draws each token from, for sample many's exact reference:
+    the plain five stages in ``p``'s order; None when ``p`` turns any other stage on (sample many's batched
+    rows and its enumeration cover the plain five only)."""
+    if extra_stages_on(p):
+        return None
+    return build_chain(ChainParams(**{f.name: getattr(p, f.name) for f in dataclasses.fields(ChainParams)
+                                      if f.name != "order"}, order=plain_order(p)))
 
 
 def build_sampler_chain(p: SamplerParams, generator: torch.Generator | None = None,

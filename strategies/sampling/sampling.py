@@ -20,10 +20,11 @@ from strategies.forcing import annotate, choose
 from strategies.lens import lens_record
 from strategies.loops import LOOP_REASON, LoopDetector, LoopStopParams, loop_detector
 from strategies.recording import finish, make_step
-from strategies.registry import register
+from strategies.registry import Draws, register
 from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, grammar_of, grammar_stage, with_grammar
-from strategies.sampling.samplers import SamplerParams, build_sampler_chain
+from strategies.sampling.samplers import SamplerParams, build_sampler_chain, plain_reference
+from strategies.sampling.transforms import Temperature
 from strategies.watch import WatchParams, watch_heading, watch_ids
 
 
@@ -139,7 +140,8 @@ class GreedyParams(LoopStopParams, WatchParams):
     """Greedy always takes the argmax; its knobs watch the run: loops (one may end it) and a watch-list."""
 
 
-@register("greedy", GreedyParams, "Take the most probable token at every step.")
+@register("greedy", GreedyParams, "Take the most probable token at every step.", forceable=True,
+          draws=Draws(reference=lambda p: [Temperature(0.0)], selector=lambda g: Greedy()))
 def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
     chain = with_grammar([], grammar_stage(ctx))
     trace = ctx.new_trace("greedy", params.to_dict(), [t.name for t in chain] + ["greedy"])
@@ -148,7 +150,8 @@ def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
 
 @register("sampling", SamplerParams,
           "The sampler chain (penalties, DRY, temperature, top-k, top-p, min-p, typical, epsilon, eta, top-nσ, "
-          "XTC, mirostat...) in a chosen order, then a multinomial draw.")
+          "XTC, mirostat...) in a chosen order, then a multinomial draw.", forceable=True,
+          draws=Draws(reference=plain_reference, selector=Multinomial))
 def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
@@ -157,7 +160,8 @@ def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
 
 
 @register("gumbel", SamplerParams,
-          "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.")
+          "The same chain, then the Gumbel-max trick: argmax(logits + Gumbel noise); the noise is traced.",
+          forceable=True, draws=Draws(reference=plain_reference, selector=GumbelMax))
 def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)

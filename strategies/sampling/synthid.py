@@ -54,7 +54,7 @@ def parse_keys(text: str) -> tuple[int, ...]:
 @stage("synthid", params={"keys": "synthid_keys", "ngram_len": "synthid_ngram_len",
                           "history_size": "synthid_context_history_size",
                           "table_size": "synthid_sampling_table_size", "table_seed": "synthid_sampling_table_seed"},
-       truncates=False)
+       truncates=False, on={"synthid_keys": "654,400,836"})
 @dataclass(frozen=True)
 class SynthID(TransformBase):
     """Tournament sampling over the g-values of the keys (see the module docstring)."""

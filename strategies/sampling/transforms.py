@@ -41,10 +41,10 @@ def divide_by_temperature(logits: torch.Tensor, t: float | torch.Tensor) -> torc
     return out
 
 
-@stage("penalty", params={"penalty": "repetition_penalty"}, truncates=False)
+@stage("penalty", params={"penalty": "repetition_penalty"}, truncates=False, on={"repetition_penalty": 1.3})
 @dataclass(frozen=True)
 class RepetitionPenalty(TransformBase):
-    """Penalise every token already in the context (prompt included).
+    """Penalise every token already in the context (prompt included), by CTRL's rule (Keskar et al. 2019).
 
     The rule of the course notes and of CTRL (Keskar et al. 2019): a positive
     logit is divided by the penalty, a negative one multiplied by it.
@@ -64,7 +64,7 @@ class RepetitionPenalty(TransformBase):
                                                   "ids": touched}
 
 
-@stage("temperature", params={"t": "temperature"}, truncates=False)
+@stage("temperature", params={"t": "temperature"}, truncates=False, on={"temperature": 0.8})
 @dataclass(frozen=True)
 class Temperature(TransformBase):
     """Divide logits by t. t = 0 is greedy: keep only the argmax."""
@@ -78,10 +78,11 @@ class Temperature(TransformBase):
         return divide_by_temperature(logits, self.t), {"t": self.t}
 
 
-@stage("top_k", params={"k": "top_k"}, truncates=True)
+@stage("top_k", params={"k": "top_k"}, truncates=True, on={"top_k": 5})
 @dataclass(frozen=True)
 class TopK(TransformBase):
-    """Keep the k highest logits (ties at the k-th value are kept too)."""
+    """Keep the k highest logits (ties at the k-th value are kept too); top-k sampling (Fan, Lewis & Dauphin
+    2018)."""
 
     k: int
 
@@ -94,7 +95,7 @@ class TopK(TransformBase):
                                                            "cut_prob": cut_prob[..., 0]}
 
 
-@stage("top_p", params={"p": "top_p"}, truncates=True)
+@stage("top_p", params={"p": "top_p"}, truncates=True, on={"top_p": 0.9})
 @dataclass(frozen=True)
 class TopP(TransformBase):
     """Nucleus (Holtzman et al. 2019): keep the smallest set of most probable
@@ -136,7 +137,7 @@ class TopP(TransformBase):
         return logits.masked_fill(~keep, NEG_INF), decision
 
 
-@stage("min_p", params={"min_p": "min_p"}, truncates=True)
+@stage("min_p", params={"min_p": "min_p"}, truncates=True, on={"min_p": 0.05})
 @dataclass(frozen=True)
 class MinP(TransformBase):
     """Min-p (Nguyen et al. 2024): drop tokens whose probability is below

@@ -37,7 +37,7 @@ def _keep_top(remove: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     return remove & (logits < logits.amax(dim=-1, keepdim=True))
 
 
-@stage("typical_p", params={"p": "typical_p"}, truncates=True)
+@stage("typical_p", params={"p": "typical_p"}, truncates=True, on={"typical_p": 0.9})
 @dataclass(frozen=True)
 class TypicalP(TransformBase):
     """Locally typical sampling (Meister et al. 2022, "Locally Typical Sampling", TACL): rank tokens by
@@ -66,7 +66,7 @@ class TypicalP(TransformBase):
         return logits.masked_fill(remove, NEG_INF), decision
 
 
-@stage("epsilon", params={"epsilon": "epsilon_cutoff"}, truncates=True)
+@stage("epsilon", params={"epsilon": "epsilon_cutoff"}, truncates=True, on={"epsilon_cutoff": 0.01})
 @dataclass(frozen=True)
 class Epsilon(TransformBase):
     """Epsilon sampling (Hewitt, Manning & Liang 2022, "Truncation Sampling as Language Model
@@ -81,7 +81,7 @@ class Epsilon(TransformBase):
         return logits.masked_fill(remove, NEG_INF), {"epsilon": self.epsilon, "threshold": threshold}
 
 
-@stage("eta", params={"eta": "eta_cutoff"}, truncates=True)
+@stage("eta", params={"eta": "eta_cutoff"}, truncates=True, on={"eta_cutoff": 0.01})
 @dataclass(frozen=True)
 class Eta(TransformBase):
     """Eta sampling (Hewitt, Manning & Liang 2022): an entropy-dependent epsilon,
@@ -98,7 +98,7 @@ class Eta(TransformBase):
         return logits.masked_fill(remove, NEG_INF), {"eta": self.eta, "entropy": ent, "threshold": threshold}
 
 
-@stage("top_nsigma", params={"n": "top_nsigma"}, truncates=True)
+@stage("top_nsigma", params={"n": "top_nsigma"}, truncates=True, on={"top_nsigma": 1.5})
 @dataclass(frozen=True)
 class TopNSigma(TransformBase):
     """Top-nσ (Tang et al. 2024, "Top-nσ: Not All Logits Are You Need"): keep the tokens whose logit
@@ -124,7 +124,8 @@ class TopNSigma(TransformBase):
         return logits.masked_fill(remove, NEG_INF), decision
 
 
-@stage("xtc", params={"probability": "xtc_probability", "threshold": "xtc_threshold"}, truncates=True)
+@stage("xtc", params={"probability": "xtc_probability", "threshold": "xtc_threshold"}, truncates=True,
+       on={"xtc_probability": 0.5, "xtc_threshold": 0.1})
 @dataclass
 class XTC(TransformBase):
     """Exclude top choices (XTC, as documented by text-generation-webui and llama.cpp): with
@@ -173,7 +174,7 @@ class XTC(TransformBase):
         return {}
 
 
-@stage("top_h", params={"h": "top_h"}, truncates=True)
+@stage("top_h", params={"h": "top_h"}, truncates=True, on={"top_h": 0.6})
 @dataclass(frozen=True)
 class TopH(TransformBase):
     """Top-H ("Top-H Decoding: Adapting the Creativity and Coherence with
@@ -203,7 +204,7 @@ class TopH(TransformBase):
         return logits.masked_fill(~keep, NEG_INF), decision
 
 
-@stage("p_less", params={"switch": "p_less"}, truncates=True)
+@stage("p_less", params={"switch": "p_less"}, truncates=True, on={"p_less": True})
 @dataclass(frozen=True)
 class PLess(TransformBase):
     """p-less sampling ("p-less Sampling: A Robust Hyperparameter-Free Approach for

@@ -42,7 +42,7 @@ from strategies.watermark_detect import z_score
 
 
 @stage("watermark", params={"delta": "watermark_delta", "gamma": "watermark_gamma", "scheme": "watermark_scheme",
-                           "key": "watermark_key"}, truncates=False)
+                           "key": "watermark_key"}, truncates=False, on={"watermark_delta": 2.0})
 @dataclass(frozen=True)
 class Watermark(TransformBase):
     """Add ``delta`` to the logits of the step's green list (see the module docstring)."""

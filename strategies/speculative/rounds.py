@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -21,10 +21,8 @@ from strategies.context import DecodeContext
 from strategies.recording import make_step
 from strategies.sampling.chain import ChainRecord
 from strategies.speculative.drafts import Proposal
+from strategies.speculative.speculative_params import SpeculativeParams
 from strategies.speculative.verify import Verdict
-
-if TYPE_CHECKING:
-    from strategies.speculative.speculative import SpeculativeParams
 
 TOP_PER_TOKEN = 8  # alternatives recorded per drafted token, by target and by draft
 TOP_RESIDUAL = 10  # entries of the residual distribution recorded per round

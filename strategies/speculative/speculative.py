@@ -27,7 +27,7 @@ never kept. Wall-clock figures (per-round seconds, the plain-decoding
 reference, the draft cost c, the speedups) live under ``timing`` only.
 
 A round's record and its tokens as trace steps are written in ``rounds``; the
-plain-decoding reference runs in ``baseline``.
+plain-decoding reference runs in ``baseline``; the parameters are ``speculative_params``.
 """
 from __future__ import annotations
 
@@ -41,11 +41,10 @@ from playground.errors import InvalidRequest
 from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext, OutOfTime
-from strategies.loops import LoopParams, record_loops
-from strategies.params import param
+from strategies.loops import record_loops
 from strategies.recording import finish
-from strategies.registry import register
-from strategies.sampling.chain import ChainParams, ChainRecord, build_chain, record_chain
+from strategies.registry import Draws, register
+from strategies.sampling.chain import ChainRecord, build_chain, record_chain
 from strategies.sampling.grammar import (
     DEAD_END_REASON,
     GRAMMAR_REASON,
@@ -57,71 +56,12 @@ from strategies.sampling.grammar import (
 )
 from strategies.speculative.baseline import GRAMMAR_LIMIT, STOPPED
 from strategies.speculative.baseline import reference as plain_reference
-from strategies.speculative.drafts import KINDS, Draft, crop, make_draft, rollback_cache
-from strategies.speculative.eagle.auto_tree import parse_tree
+from strategies.speculative.drafts import Draft, crop, make_draft, rollback_cache
 from strategies.speculative.eagle.rounds import eagle_rounds
 from strategies.speculative.rounds import Round, Tally, commit_round, round_record
+from strategies.speculative.speculative_params import MAX_GAMMA, SpeculativeParams
 from strategies.speculative.speedup import expected_curve
 from strategies.speculative.verify import Verdict, rejection, topk
-
-MAX_GAMMA = 16
-
-@dataclass(frozen=True)
-class SpeculativeParams(LoopParams, ChainParams):
-    """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier; loops are looked
-    for on the text the rounds committed."""
-
-    draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
-                       "'prompt_lookup' (copy from the prompt, no model), 'eagle' (the model's trained EAGLE "
-                       "head drafting a tree), or a model key with the target's tokenizer (e.g. toy-small for toy).")
-    draft_layer: int = param(-1, "Early-exit draft: the target's layer it reads through the final norm and LM "
-                             "head, i.e. how many layers it runs (as amateur_layer in contrastive decoding). "
-                             "-1 = a quarter of the target's layers.", low=-1, high=256, step=1, ui_max=32)
-    gamma: int = param(4, "Tokens drafted per round.", low=1, high=MAX_GAMMA, step=1)
-    adaptive_gamma: bool = param(False, "Grow gamma by 2 after a fully accepted round, shrink it by 1 after a "
-                                 "rejection (transformers' heuristic). Off = fixed gamma.", noop=False)
-    verify: str = param("rejection", "rejection: lossless (Leviathan et al. 2022). topk: accept while the draft "
-                        "is in the target model's own top-K, as in the course notes (lossy); the replacement "
-                        "token is drawn from the target's processed distribution.",
-                        choices=("rejection", "topk"))
-    verify_top_k: int = param(5, "K of topk verification, taken on the target model's own distribution before the "
-                              "chain: temperature keeps the order, so it never changes the top K (T = 0 "
-                              "included); the repetition penalty and top-k / top-p / min-p do not apply to it.",
-                              low=1, high=1000, step=1, ui_max=50)
-    lookup_ngram: int = param(3, "Longest n-gram prompt lookup matches.", low=1, high=8, step=1)
-    eagle_tree: str = param("static", "EAGLE draft tree: static (every node gets eagle_branching children, to "
-                            "eagle_depth; branching 1 is a chain), dynamic (EAGLE-2: expand the most probable "
-                            "nodes, keep the best eagle_total_tokens; temperature 0 only), or auto (the static "
-                            "tree whose depth and branching give the most tokens per second by this machine's "
-                            "measured pass costs and the head's measured acceptance by depth; eagle_depth and "
-                            "eagle_branching are then chosen, not read).",
-                            choices=("static", "dynamic", "auto"))
-    eagle_auto_tree: str = param("", "The tree eagle_tree 'auto' takes, depth x branching such as 4x2: empty, auto "
-                                 "measures the pass costs and chooses, and the run's trace records its choice "
-                                 "here, so a link or a request that carries it replays the same tree without "
-                                 "measuring. Read only when eagle_tree is auto.", noop="", filled=True)
-    eagle_depth: int = param(4, "Levels of the EAGLE draft tree (tokens on its longest path).", low=1, high=8, step=1)
-    eagle_branching: int = param(2, "Children per expanded node of the EAGLE tree (nodes expanded per level when "
-                                 "dynamic).", low=1, high=8, step=1)
-    eagle_total_tokens: int = param(16, "Drafts a dynamic EAGLE tree keeps.", low=1, high=64, step=1)
-    eagle_vocab: int = param(0, "EAGLE draft vocabulary: the head's LM-head reading covers only the N most "
-                             "frequent tokens of its training data (its stored map; FR-Spec). 0 = as the head "
-                             "ships; -1 = the whole vocabulary. Verification is unchanged: only drafts outside "
-                             "the N become impossible.", low=-1, high=262144, step=1, ui_max=49152)
-    measure_baseline: bool = param(True, "Also time plain target decoding of the same tokens after the run, off its "
-                                   "clock and its time budget.")
-
-    def validate(self) -> None:
-        super().validate()
-        name = self.draft.strip()
-        if not name or any(c.isspace() for c in name):
-            raise InvalidRequest(f"draft must be {', '.join(KINDS)} or a model key sharing the target's "
-                                 f"tokenizer, got {self.draft!r}")
-        object.__setattr__(self, "draft", name)
-        if self.eagle_auto_tree.strip():
-            parse_tree(self.eagle_auto_tree)
-        object.__setattr__(self, "eagle_auto_tree", self.eagle_auto_tree.strip().lower())
-
 
 # --- one round ---------------------------------------------------------------------------------
 
@@ -291,7 +231,10 @@ def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
 @register("speculative", SpeculativeParams,
           "A draft proposes gamma tokens, the target verifies them in one pass: rejection sampling "
           "(lossless) or top-K (lossy). Drafts: a smaller model, early exit, prompt lookup, EAGLE.",
-          family="speculative")
+          family="speculative",
+          # rejection sampling draws from the target's chain exactly (Leviathan et al. 2022, Chen et al. 2023)
+          draws=Draws(reference=build_chain, reference_name="the target's chained distribution",
+                      run_params={"measure_baseline": False}))
 def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
     lm = ctx.lm
     if ctx.grammar is not None and params.draft == "eagle":
