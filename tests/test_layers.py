@@ -1,6 +1,6 @@
 """The rooms of the code and the one-way arrows between them, read from every import with ``ast``.
 
-Layers, top to bottom (``README.md``, "Layout"): tools and app; ui and cli; whatif; engine; the
+Layers, top to bottom (``docs/contributing.md``, "The rooms"): tools and app; ui and cli; whatif; engine; the
 strategy families (``FAMILY_ORDER``: sampling, beam, contrastive, speculative); the strategies' root (registry,
 params, context, recording, forcing, pairing); models; serving. charts and the contract (trace,
 errors, ``playground.ASSETS``) are leaves that any layer may read. The rules:
