@@ -1,4 +1,7 @@
-"""The documented API: /generate (one decoding, streamed) and /strategies (the registry as JSON)."""
+"""The documented API: /generate (one decoding, streamed), /strategies (the registry as JSON), and every
+other capability of the page as a plain function (api_runs.py, api_whatif.py), each returning the trace or
+record JSON the page draws, with the page's limits and refusals. The page's own events, which return
+components, stay undocumented; these endpoints are the contract (docs/api.md), served over MCP too."""
 from __future__ import annotations
 
 import inspect
@@ -10,19 +13,24 @@ import gradio as gr
 from playground.engine import READING_REASON, Request
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE
+from playground.serving.budget import Budget
 from playground.ui import share
+from playground.ui.api_args import MAX_PARAMS_CHARS, grammar_of, refusing, store_of
+from playground.ui.api_runs import Runs, export_config
+from playground.ui.api_whatif import WhatIf
 from playground.ui.controls import strategies_in_order
 from playground.ui.events import LOG, MODEL_EVENT, handler
 from strategies.params import describe
-from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
 from strategies.untrusted_json import loads_untrusted
 
 if TYPE_CHECKING:
     from playground.ui.components import Page
     from playground.ui.handlers import Decoder
 
-MAX_PARAMS_CHARS = 100_000  # /generate's params JSON; the longest real one is a few hundred
-MAX_GRAMMAR_ARGUMENT_CHARS = 4 * MAX_GRAMMAR_CHARS  # the grammar's JSON wrapper: its text, escaped
+# the documented endpoints besides /generate and /strategies, in the order the API page lists them (the page's
+# own events hold the short names compare, sample_many, score, lockstep, detect and branch)
+ENDPOINTS = ("compare_strategies", "sample_many_outcomes", "sweep", "score_text", "logit_lens", "lockstep_models",
+             "detect_watermark", "branch_run", "export_config")
 
 
 def layout(page: Page) -> None:
@@ -71,20 +79,6 @@ def api_generate_stream(decoder: Decoder, model: str, strategy: str, prompt: str
         yield trace.text, trace.to_json()
 
 
-def grammar_of(text: str) -> dict[str, Any] | None:
-    """/generate's grammar argument: "" is none, else a JSON object the request validates."""
-    if not (text or "").strip():
-        return None
-    try:
-        value = loads_untrusted(text, "grammar", max_chars=MAX_GRAMMAR_ARGUMENT_CHARS)
-    except json.JSONDecodeError as err:
-        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200} '
-                             f"({err.msg})") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200}')
-    return value
-
-
 def plain_refusals(stream: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
     """``stream`` with a refused input raised as an error whose message is the plain text: a script
     reads it as it was written (the page's toasts escape theirs, for HTML; this endpoint has no toast)."""
@@ -103,3 +97,17 @@ def wire(page: Page, decode: Decoder) -> None:
         "token, then (text, trace JSON). params is a JSON object of the strategy's parameters; grammar (empty: "
         "none) a JSON object {\"kind\": json|regex|choices|lark, \"text\": ...} the text must follow.", **MODEL_EVENT)
     gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")
+    wire_capabilities(decode)
+
+
+def wire_capabilities(decode: Decoder) -> None:
+    """The documented endpoints of ENDPOINTS, on the store and budget ``decode`` runs with."""
+    runs, whatif = Runs(decode), WhatIf(store_of(decode), Budget.from_env())
+    model_fns = dict(compare_strategies=runs.compare, sample_many_outcomes=whatif.sample_many, sweep=whatif.sweep,
+                     score_text=whatif.score, logit_lens=whatif.logit_lens, lockstep_models=whatif.lockstep,
+                     detect_watermark=whatif.detect, branch_run=runs.branch)
+    for name in ENDPOINTS:
+        if name in model_fns:  # one model run at a time, with the page's own
+            gr.api(refusing(model_fns[name]), api_name=name, **MODEL_EVENT)
+        else:
+            gr.api(refusing(export_config), api_name=name)
