@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import gradio as gr
 
@@ -89,25 +89,47 @@ def plain_refusals(stream: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str
         raise gr.Error(str(err), title="Not run", print_exception=False) from None
 
 
+GENERATE_DOC = """Run one decoding with a strategy and stream it: (text so far, "") after every token, then (text,
+trace JSON). The trace holds every step's candidates (raw and final probabilities, kept or cut), the chosen
+token and its log-probability, and what each stage of the chain did. Use it for one run you want to read
+step by step, or as the trace the lens, branch and export endpoints take. Limits: max_new_tokens in
+[1, 512], the server's time budget per run, beams x tokens within its row-token cap, the allowed models.
+
+Args:
+    model: a model key: toy, toy-small, smollm2-135m, gemma3-270m, or a hub id where the server is online
+    strategy: a strategy name from /strategies, e.g. greedy, sampling, beam, speculative, contrastive
+    prompt: the prompt (toy models: token numbers such as "1 2")
+    params: JSON object of the strategy's parameters (/strategies lists them with ranges), e.g. {"temperature": 0.7}
+    seed: the run's seed, an integer in [0, 2147483647]
+    max_new_tokens: tokens the run may write, an integer in [1, 512]
+    system: a system prompt for a chat model ("" for none)
+    chat: "auto" (the model's chat template where it has one), "true" or "false"
+    dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+    grammar: "" for none, or JSON {"kind": "json"|"regex"|"choices"|"lark", "text": ...} the text must follow
+"""
+
+
 def wire(page: Page, decode: Decoder) -> None:
     names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype", "grammar")
-    page.api_trigger.click(
-        handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names),
-        page.api_in, page.api_out, api_name="generate", api_description="Run one decoding; streams (text, '') after every "
-        "token, then (text, trace JSON). params is a JSON object of the strategy's parameters; grammar (empty: "
-        "none) a JSON object {\"kind\": json|regex|choices|lark, \"text\": ...} the text must follow.", **MODEL_EVENT)
-    gr.api(list_strategies, api_name="strategies", api_description="Every strategy and its parameters, as JSON.")
+    generate = handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names)
+    generate.__name__, generate.__doc__ = "generate", GENERATE_DOC  # the MCP tool's name and its parameters' help
+    page.api_trigger.click(generate, page.api_in, page.api_out, api_name="generate",
+                           api_description=GENERATE_DOC.split("\n\n")[0].replace("\n", " "), **MODEL_EVENT)
+    gr.api(refusing(list_strategies, "strategies"), api_name="strategies",
+           api_description="Every strategy with its family, summary and parameters (name, type, default, range, help), "
+           "as JSON. Use it to learn what /generate's params may hold.")
     wire_capabilities(decode)
 
 
 def wire_capabilities(decode: Decoder) -> None:
     """The documented endpoints of ENDPOINTS, on the store and budget ``decode`` runs with."""
     runs, whatif = Runs(decode), WhatIf(store_of(decode), Budget.from_env())
-    model_fns = dict(compare_strategies=runs.compare, sample_many_outcomes=whatif.sample_many, sweep=whatif.sweep,
-                     score_text=whatif.score, logit_lens=whatif.logit_lens, lockstep_models=whatif.lockstep,
-                     detect_watermark=whatif.detect, branch_run=runs.branch)
+    model_fns: dict[str, Callable[..., str]] = dict(
+        compare_strategies=runs.compare, sample_many_outcomes=whatif.sample_many, sweep=whatif.sweep,
+        score_text=whatif.score, logit_lens=whatif.logit_lens, lockstep_models=whatif.lockstep,
+        detect_watermark=whatif.detect, branch_run=runs.branch)
     for name in ENDPOINTS:
         if name in model_fns:  # one model run at a time, with the page's own
-            gr.api(refusing(model_fns[name]), api_name=name, **MODEL_EVENT)
+            gr.api(refusing(model_fns[name], name), api_name=name, **MODEL_EVENT)
         else:
-            gr.api(refusing(export_config), api_name=name)
+            gr.api(refusing(export_config, name), api_name=name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable
 
 import gradio as gr
 
@@ -28,12 +28,10 @@ MAX_GRAMMAR_ARGUMENT_CHARS = 4 * MAX_GRAMMAR_CHARS  # the grammar's JSON wrapper
 MAX_TOKEN_ID = 2**31 - 1
 CHAT_CHOICES = {"auto": None, "": None, "true": True, "false": False}
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def refusing(fn: F) -> F:
+def refusing(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``fn`` with a refused input raised as gr.Error whose message is the plain text (a script reads it as
-    written; the page's toasts escape theirs, for HTML). Signature, hints and docstring stay ``fn``'s."""
+    written; the page's toasts escape theirs, for HTML). Signature, hints and docstring stay ``fn``'s; its
+    name is the endpoint's, which Gradio's MCP server gives the tool."""
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -41,7 +39,8 @@ def refusing(fn: F) -> F:
         except InvalidRequest as err:
             LOG.warning("refused: %s", err)
             raise gr.Error(str(err), title="Not run", print_exception=False) from None
-    return wrapped  # type: ignore[return-value]
+    wrapped.__name__ = wrapped.__qualname__ = name
+    return wrapped
 
 
 def json_object(text: Any, name: str, max_chars: int = MAX_PARAMS_CHARS) -> dict[str, Any]:

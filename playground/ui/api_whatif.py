@@ -105,8 +105,8 @@ class WhatIf:
               dtype: str = DEFAULT_DTYPE, grammar: str = "") -> str:
         """Teacher-force a given text through a model (one pass, no sampling) and record, token by token, the
         probability, rank and surprisal the model gave it, with the top candidates at every step. Use it to ask
-        how surprised a model is by a text, or why a token was unlikely. Returns JSON: summary (mean surprisal,
-        perplexity, the most surprising tokens) and trace (the trace JSON /generate returns, each step's extra
+        how surprised a model is by a text, or why a token was unlikely. Returns JSON: summary (per token its
+        probability, rank, surprisal, entropy and greedy's alternative; perplexity, total log-probability) and trace (the trace JSON /generate returns, each step's extra
         holding rank and surprisal). Limits: text, prompt and system at most 20000 characters each; the text
         must not be blank.
 
