@@ -104,7 +104,7 @@ Args:
     max_new_tokens: tokens the run may write, an integer in [1, 512]
     system: a system prompt for a chat model ("" for none)
     chat: "auto" (the model's chat template where it has one), "true" or "false"
-    dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+    dtype: the weights: "auto", "float32", "bfloat16" or "int4"
     grammar: "" for none, or JSON {"kind": "json"|"regex"|"choices"|"lark", "text": ...} the text must follow
 """
 

@@ -61,7 +61,7 @@ class Runs:
             max_new_tokens: tokens each run may write, an integer in [1, 512]
             system: a system prompt for a chat model ("" for none)
             chat: "auto", "true" or "false"
-            dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+            dtype: the weights: "auto", "float32", "bfloat16" or "int4"
             grammar: "" or JSON {"kind": "json"|"regex"|"choices"|"lark", "text": ...}, for both runs
         """
         try:

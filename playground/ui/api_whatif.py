@@ -57,7 +57,7 @@ class WhatIf:
             tokens: tokens per outcome, an integer in [1, 64]
             system: a system prompt for a chat model ("" for none)
             chat: "auto" (the model's chat template where it has one), "true" or "false"
-            dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+            dtype: the weights: "auto", "float32", "bfloat16" or "int4"
             grammar: "" for none, or JSON {"kind": "json"|"regex"|"choices"|"lark", "text": ...}
             batched: true draws all samples as rows of one batch; false runs the engine once per seed
         """
@@ -88,7 +88,7 @@ class WhatIf:
             tokens: tokens per sample, an integer in [1, 64]
             system: a system prompt for a chat model ("" for none)
             chat: "auto", "true" or "false"
-            dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+            dtype: the weights: "auto", "float32", "bfloat16" or "int4"
             extract: "" or an answer extractor: "last_number", "first_number", "regex:PATTERN", "json:FIELD", "choices:A|B"
             expected: JSON array of accepted answers (strings), e.g. ["12"]; [] for none
             keep_samples: true keeps every sample and its step records in each point
@@ -116,7 +116,7 @@ class WhatIf:
             prompt: the context before the text ("" for none)
             system: a system prompt for a chat model ("" for none)
             chat: "auto", "true" or "false"
-            dtype: the weights: "auto", "float32", "bfloat16", "int8" or "int4"
+            dtype: the weights: "auto", "float32", "bfloat16" or "int4"
             grammar: "" or JSON {"kind", "text"}: also records where the text leaves the grammar
         """
         trace = score(self.store(), model, text, prompt, system or "", chat_arg(chat), grammar=grammar_of(grammar),
@@ -153,8 +153,8 @@ class WhatIf:
             text: the text both read (with a chat model: the answer to the prompt)
             model_a: model A's key (see /generate)
             model_b: model B's key; "" for model A again (compare its weights)
-            dtype_a: A's weights: "auto", "float32", "bfloat16", "int8" or "int4"
-            dtype_b: B's weights: "auto", "float32", "bfloat16", "int8" or "int4"
+            dtype_a: A's weights: "auto", "float32", "bfloat16" or "int4"
+            dtype_b: B's weights: "auto", "float32", "bfloat16" or "int4"
             prompt: the context before the text ("" for none)
             system: a system prompt for chat models ("" for none)
             chat: "auto", "true" or "false"
