@@ -240,3 +240,23 @@ def test_every_pin_resolves_for_the_spaces_python(tmp_path):
     for name, version in pins():  # the resolution keeps every pin as written
         got = installs.get(canonicalize_name(name))
         assert got == version, f"{name}=={version} resolved as {got}"
+
+
+def test_mcp_is_pinned_so_the_space_serves_it():
+    """requirements.txt pins what Gradio's MCP server imports (the ``mcp`` package) and pydantic, so a Space
+    built from it always launches with ``mcp_server=True`` (playground.ui.page.mcp_kwargs). The mcp pin is
+    one Gradio's ``mcp`` extra admits (its metadata, read from the installed gradio of the pinned version)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    pinned = {canonicalize_name(name): version for name, version in pins()}
+    assert {"gradio", "mcp", "pydantic"} <= set(pinned), "requirements.txt must pin gradio, mcp and pydantic"
+    if importlib.metadata.version("gradio") != pinned["gradio"]:
+        pytest.skip(f"gradio {importlib.metadata.version('gradio')} is installed, not the pinned {pinned['gradio']}")
+    wanted = [Requirement(r) for r in importlib.metadata.requires("gradio") or []]
+    extra = [r for r in wanted if r.name == "mcp" and r.marker is not None and r.marker.evaluate({"extra": "mcp"})]
+    assert extra, "gradio's metadata names no mcp requirement under its mcp extra"
+    assert all(r.specifier.contains(pinned["mcp"]) for r in extra), f"mcp=={pinned['mcp']} is outside {extra}"
+    base = [r for r in wanted if r.name == "pydantic" and r.marker is None]
+    assert all(r.specifier.contains(pinned["pydantic"]) for r in base), f"pydantic=={pinned['pydantic']}: {base}"

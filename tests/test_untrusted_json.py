@@ -131,3 +131,35 @@ def test_the_api_refuses_hostile_params_and_grammars_and_keeps_serving(client):
     with pytest.raises(AppError, match=f"the JSON schema {DEPTH_REFUSED}"):
         generate(client, grammar=json.dumps({"kind": "json", "text": "[" * 3000}))
     assert generate(client) == reference  # and the server still serves, as before
+
+
+# the documented endpoints' JSON arguments (docs/api.md), each with the smallest run around it
+DOCUMENTED = [
+    ("/compare_strategies", dict(model="toy", prompt="1 2", strategy_a="greedy", strategy_b="greedy", max_new_tokens=2),
+     ("params_a", "params_b", "grammar")),
+    ("/sample_many_outcomes", dict(model="toy", strategy="sampling", prompt="1 2", n=2, tokens=1), ("params", "grammar")),
+    ("/sweep", dict(model="toy", strategy="sampling", prompt="1 2", param="temperature", values="1", n=1, tokens=1),
+     ("params", "values", "expected")),
+    ("/score_text", dict(model="toy", text="3", prompt="1 2"), ("grammar",)),
+    ("/logit_lens", dict(trace="{}", step=0), ("trace",)),
+    ("/detect_watermark", dict(model="toy", text="3 4", prompt="1 2"), ("params",)),
+    ("/branch_run", dict(trace="{}", step=0, token="1", max_new_tokens=2), ("trace",)),
+    ("/export_config", dict(strategy="sampling"), ("params", "grammar", "trace")),
+]
+
+
+def test_the_documented_endpoints_refuse_hostile_json_and_keep_serving(client):
+    reference = generate(client)
+    sendable = [text for text in hostile(seed=2) if text.encode("utf-8", "surrogatepass").decode("utf-8", "ignore") == text]
+    for endpoint, base, arguments in DOCUMENTED:
+        for name in arguments:
+            for text in ["[" * 3000, *sendable[:6]]:
+                try:
+                    client.predict(**{**base, name: text}, api_name=endpoint)
+                except AppError as err:
+                    message = str(err)
+                    assert "has not enabled verbose error reporting" not in message, (endpoint, name, text[:40])
+                    assert message and "Traceback" not in message and len(message) < 600, (endpoint, name, message)
+                    if text == "[" * 3000 and name != "values":  # a sweep's values are a list of numbers, not JSON
+                        assert DEPTH_REFUSED in message, (endpoint, name, message)
+    assert generate(client) == reference  # and the server still serves, as before
