@@ -21,7 +21,12 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from playground.engine import Request
+from playground.serving.budget import Budget
 from playground.ui.api import ENDPOINTS
+from playground.ui.api_args import store_of
+from playground.ui.api_whatif import WhatIf
+from playground.ui.handlers import default_decoder
+from playground.ui.page import launch_kwargs
 from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import sample_many
 
@@ -179,3 +184,22 @@ def test_the_records_are_the_whatif_functions_own(client, store):
                                     prompt="1 2", api_name="/lockstep_models"))
     ref = lockstep(store, "3 4", "toy", "toy", "float32", "bfloat16", "1 2")
     assert without_timing(got) == without_timing(json.loads(json.dumps(ref)))
+
+
+def test_the_page_always_serves_mcp():
+    assert launch_kwargs()["mcp_server"] is True  # mcp is in requirements.txt
+
+
+def test_the_endpoints_run_on_the_decoders_store(store):
+    assert store_of(default_decoder(store))() is store
+    own = store_of(lambda req, progress=None: iter(()))  # a test's stand-in decoder: one store of its own
+    assert own() is own()
+
+
+def test_a_sweep_ends_when_the_time_budget_is_spent(store):
+    whatif = WhatIf(lambda: store, Budget(seconds=1e-6))
+    out = json.loads(whatif.sweep("toy", "sampling", "1 2", "temperature", "0.5,1,2", n=2, tokens=1))
+    assert out["stopped"] is True and len(out["points"]) < 3
+    unlimited = json.loads(WhatIf(lambda: store, Budget()).sweep("toy", "sampling", "1 2", "temperature", "0.5,1,2",
+                                                                  n=2, tokens=1))
+    assert unlimited["stopped"] is False and [p["value"] for p in unlimited["points"]] == [0.5, 1.0, 2.0]
