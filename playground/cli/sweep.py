@@ -75,14 +75,15 @@ def _cell(x: float | None, width: int, digits: int = 3) -> str:
 def sweep_table(result: dict) -> str:
     """One line per value: the measures of sweep_metrics.py."""
     accuracy = bool(result["expected"])
+    width = max(12, len(result["param"]))
     lines = [f"{result['param']} sweep: {result['strategy']} on {result['model']}, {result['n']} samples of "
              f"{result['tokens']} tokens per value, seeds {result['seed']}..{result['seed'] + result['n'] - 1} "
              f"({'batched rows' if result['batched'] else 'one run per seed'}; loops: "
              f"{result['loop_repeats']} repeats of >= {result['loop_min_span']} tokens; {result['timing']['seconds']} s)",
-             f"{result['param']:>12} {'loops':>6} {'dist1':>6} {'dist2':>6} {'dist3':>6} {'surpr':>6} {'entropy':>7} "
+             f"{result['param']:>{width}} {'loops':>6} {'dist1':>6} {'dist2':>6} {'dist3':>6} {'surpr':>6} {'entropy':>7} "
              f"{'length':>6} {'modal':>6}" + (f" {'acc':>6}" if accuracy else "") + "  modal answer"]
     for p in result["points"]:
-        lines.append(f"{p['value']:>12.4g} {_cell(p['loop_rate'], 6, 2)} {_cell(p['distinct_1'], 6)} "
+        lines.append(f"{p['value']:>{width}.4g} {_cell(p['loop_rate'], 6, 2)} {_cell(p['distinct_1'], 6)} "
                      f"{_cell(p['distinct_2'], 6)} {_cell(p['distinct_3'], 6)} {_cell(p['surprisal'], 6)} "
                      f"{_cell(p['entropy'], 7)} {_cell(p['length'], 6, 1)} {_cell(p['modal_share'], 6, 2)}"
                      + (f" {_cell(p.get('accuracy'), 6, 2)}" if accuracy else "")

@@ -7,7 +7,8 @@ one engine run per seed (beam width, speculative's gamma, ...). The measures of 
 samples' own step records (sweep_metrics.py). ``progress(fraction, message)`` hears each value start and its draw go on (the fraction of the whole sweep);
 ``stop()`` is asked before each value (and between the runs of a one-by-one draw): a sweep told to stop
 returns the values done, marked ``stopped``. The result is JSON-ready: the request, the values, and one
-point per value with its measures and, with ``keep_samples``, its samples and their records.
+point per value with how it was drawn (``batched``), its measures and, with ``keep_samples``, its samples
+and their records; the sweep's ``batched`` is whether every point was.
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
         draw = draw_records(store, dataclasses.replace(req, params={**req.params, param: value}), n,
                             within(progress, i, len(points_of)), stop)
         model, strategy, batched = draw.model, draw.strategy, batched and draw.batched
-        point = {"value": value, **point_metrics(draw.samples, repeats, min_span, extractor, expected),
+        point = {"value": value, "batched": draw.batched,
+                 **point_metrics(draw.samples, repeats, min_span, extractor, expected),
                  "seconds": round(time.perf_counter() - point_started, 3)}
         if keep_samples:
             point["samples"] = [s.to_dict() for s in draw.samples]
