@@ -8,6 +8,7 @@ from playground.cli import main
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.whatif.grid import parse_values, sweep_values
+from playground.whatif.questions import toy_task
 from playground.whatif.sample_many import enumerate_outcomes, goodness_of_fit, reference_chain
 from playground.whatif.sweep import sweep
 from strategies.loops import find_loops
@@ -74,6 +75,8 @@ def test_sweep_matches_the_exact_distribution_at_each_temperature(store, toy, to
     a_share = [p["accuracy"] for p in result["points"]]
     assert a_share[0] > a_share[1] > a_share[2]  # a cooler sampler picks the 70% path more often
     assert [p["modal_answer"] for p in result["points"]] == ["a", "a", "a"]
+    # at temperature 1 the answers follow the task's true distribution (the toy's training rows: 70% 'a')
+    assert a_share[1] == pytest.approx(toy_task()["distribution"]["a"], abs=0.05)
 
 
 def test_measures_come_from_the_records(toy_sweep):
