@@ -24,7 +24,7 @@ from strategies.params import describe
 from strategies.untrusted_json import loads_untrusted
 
 if TYPE_CHECKING:
-    from playground.ui.components import Page
+    from playground.ui.components import Shared
     from playground.ui.handlers import Decoder
 
 # the documented endpoints besides /generate and /strategies, in the order the API page lists them (the page's
@@ -33,7 +33,7 @@ ENDPOINTS = ("compare_strategies", "sample_many_outcomes", "sweep", "score_text"
              "detect_watermark", "branch_run", "export_config")
 
 
-def layout(page: Page) -> None:
+def layout(page: Shared) -> None:
     """The /generate endpoint's own inputs (hidden): a script passes the strategy's params as JSON."""
     page.api_in = [gr.Textbox(label="model"), gr.Textbox(label="strategy"), gr.Textbox(label="prompt"),
                    gr.Textbox("{}", label="params"), gr.Number(0, label="seed", precision=0),
@@ -109,7 +109,7 @@ Args:
 """
 
 
-def wire(page: Page, decode: Decoder) -> None:
+def wire(page: Shared, decode: Decoder) -> None:
     names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype", "grammar")
     generate = handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names)
     generate.__name__, generate.__doc__ = "generate", GENERATE_DOC  # the MCP tool's name and its parameters' help

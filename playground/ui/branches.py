@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import gradio as gr
 
@@ -40,8 +40,9 @@ from strategies.registry import REGISTRY
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
-    from playground.ui.components import Page
+    from playground.ui.components import Shared
     from playground.ui.handlers import Decoder
+    from playground.ui.side import Side
 
 HINT = ("Click a bar of the distribution above to continue this run with that token: same strategy, "
         "parameters and seed, the steps before it as they were. Each branch is kept here; pick one to go back to it.")
@@ -109,6 +110,21 @@ class BranchPanel:
         ok = branchable(strategy) or not strategy
         hint = HINT if ok else NOT_BRANCHABLE.format(family=family_of(strategy))
         return {note: branch_note(strategy), self.hint: hint, self.run: gr.update(interactive=ok)}
+
+
+class RunView(Protocol):
+    """What the panel reads of the tab it sits in (the Explore tab): its panel, run column and step slider,
+    the outputs of a streamed run and of a redrawn one, and how it fills them."""
+
+    branches: BranchPanel
+    main: Side
+    step: gr.Slider
+    outputs: list[Any]
+    show_outputs: list[Any]
+
+    def stream_frames(self, frames: Iterator[Any], theme: str, seed_update: Any = None) -> Iterator[Any]: ...
+
+    def show_trace(self, trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> dict[Any, Any]: ...
 
 
 def layout() -> BranchPanel:
@@ -187,13 +203,47 @@ def branch_html(parent: dict[str, Any], child: dict[str, Any], step: int) -> str
 
 
 
-def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
-         stream_frames: Callable[..., Iterator[Any]], outputs: list[Any],
-         show_trace: Callable[..., dict[Any, Any]], show_outputs: list[Any]) -> list[Any]:
-    """Connect the panel. ``stream_frames(frames, theme)`` turns generate's frames into updates of
-    ``outputs`` (the Explore run's); ``show_trace(trace, step, model, chat, theme)`` is the updates of
-    ``show_outputs`` that redraw a stored trace. Returns the events Stop cancels."""
+def wire(shared: Shared, explore: RunView, store: ModelStore, decode: Decoder) -> list[Any]:
+    """Connect the panel to the Explore tab: a bar click or a typed token continues the run shown, a
+    link's branch runs once its parent has, each streamed by ``explore.stream_frames`` into its views;
+    picking a branch or undoing one redraws the stored trace (``explore.show_trace``). Returns the events
+    Stop cancels."""
+    panel, main = explore.branches, explore.main
+    run_branch, run_linked = _runs(store, decode, explore.stream_frames)
 
+    def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
+               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:
+        token = event_data(evt).get("token")
+        if token is None or not trace or not branchable(trace.get("strategy")):
+            return  # a click that names no token (the hook itself), or on a run that cannot branch, changes nothing
+        try:
+            yield from run_branch(trace, step, int(token), max_new, system, chat, theme, progress)
+        except InvalidRequest as err:
+            raise refusal(err) from None
+
+    inputs = [shared.trace, explore.step, shared.max_new, shared.system, shared.chat, shared.theme]
+    running = dict(show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
+    bar = panel.hook.click(on_bar, inputs, explore.outputs, api_visibility="private", **running)
+    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True, status=main.status),
+                            [shared.trace, explore.step, panel.token, *inputs[2:]], explore.outputs, api_name="branch",
+                            api_visibility="undocumented", **running)
+    linked = panel.go.change(handler(run_linked, len(inputs), True, status=main.status),
+                             [shared.trace, panel.go, *inputs[2:]], explore.outputs, api_visibility="private",
+                             **running)
+    tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
+    for event in (bar, typed, linked):
+        event.success(panel.on_run, [shared.trace, panel.state], tree_outputs, **QUIET)
+    view_inputs = [shared.model, shared.chat, shared.theme]
+    redraw = [*explore.show_outputs, *tree_outputs]
+    panel.tree.input(_showing(panel, explore, branches.pick), [panel.state, panel.tree, *view_inputs], redraw,
+                     **QUIET)
+    panel.undo.click(_showing(panel, explore, branches.undo), [panel.state, *view_inputs], redraw, **QUIET)
+    return [bar, typed, linked]
+
+
+def _runs(store: ModelStore, decode: Decoder, stream_frames: Callable[..., Iterator[Any]]) -> tuple[Callable[..., Any], ...]:
+    """The two branch runs: one token typed or clicked at a step of the run shown, and a restored link's
+    branch once its parent has run."""
     def run_branch(trace: dict[str, Any] | None, step: Any, token: Any, max_new: Any, system: str, chat: Any,
                    theme: str, progress: Any = None) -> Iterator[list[Any]]:
         if not trace:
@@ -219,46 +269,19 @@ def wire(page: Page, panel: BranchPanel, store: ModelStore, decode: Decoder,
                       chat=chat_flag(trace["model"], chat))
         yield from stream_frames(generate(store, req, progress=events.progress(progress), final_step=first,
                                           decoder=decode), theme)
+    return run_branch, run_linked
 
-    def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
-               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:
-        token = event_data(evt).get("token")
-        if token is None or not trace or not branchable(trace.get("strategy")):
-            return  # a click that names no token (the hook itself), or on a run that cannot branch, changes nothing
+
+def _showing(panel: BranchPanel, explore: RunView, change: Callable[..., branches.Tree]) -> Callable[..., Any]:
+    """A handler that changes the tree with ``change`` and redraws its current branch."""
+    def on_change(tree: branches.Tree | None, *args: Any) -> dict[Any, Any]:
+        *picked, model, chat, theme = args
         try:
-            yield from run_branch(trace, step, int(token), max_new, system, chat, theme, progress)
+            tree = change(tree, *picked)
         except InvalidRequest as err:
             raise refusal(err) from None
-
-    def showing(change: Callable[..., branches.Tree]) -> Callable[..., dict[Any, Any]]:
-        """A handler that changes the tree with ``change`` and redraws its current branch."""
-        def on_change(tree: branches.Tree | None, *args: Any) -> dict[Any, Any]:
-            *picked, model, chat, theme = args
-            try:
-                tree = change(tree, *picked)
-            except InvalidRequest as err:
-                raise refusal(err) from None
-            node = tree["nodes"][tree["current"]]
-            pair = branches.parent_of(tree)
-            step = pair[2] if pair else most_uncertain_step(node["trace"])
-            return {**show_trace(node["trace"], step, model, chat, theme), **panel.tree_updates(tree)}
-        return on_change
-
-    inputs = [page.trace, page.step, page.max_new, page.system, page.chat, page.theme]
-    bar = panel.hook.click(on_bar, inputs, outputs, show_progress="full", show_progress_on=[page.main.text],
-                           api_visibility="private", **MODEL_EVENT)
-    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True, status=page.main.status),
-                            [page.trace, page.step, panel.token, *inputs[2:]], outputs, api_name="branch",
-                            api_visibility="undocumented", show_progress="full", show_progress_on=[page.main.text],
-                            **MODEL_EVENT)
-    linked = panel.go.change(handler(run_linked, len(inputs), True, status=page.main.status),
-                             [page.trace, panel.go, *inputs[2:]], outputs, api_visibility="private",
-                             show_progress="full", show_progress_on=[page.main.text], **MODEL_EVENT)
-    tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
-    for event in (bar, typed, linked):
-        event.success(panel.on_run, [page.trace, panel.state], tree_outputs, **QUIET)
-    view_inputs = [page.model, page.chat, page.theme]
-    panel.tree.input(showing(branches.pick), [panel.state, panel.tree, *view_inputs], [*show_outputs, *tree_outputs],
-                     **QUIET)
-    panel.undo.click(showing(branches.undo), [panel.state, *view_inputs], [*show_outputs, *tree_outputs], **QUIET)
-    return [bar, typed, linked]
+        node = tree["nodes"][tree["current"]]
+        pair = branches.parent_of(tree)
+        step = pair[2] if pair else most_uncertain_step(node["trace"])
+        return {**explore.show_trace(node["trace"], step, model, chat, theme), **panel.tree_updates(tree)}
+    return on_change

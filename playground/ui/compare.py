@@ -17,7 +17,7 @@ from playground.ui.side import COMPARE_VIEW_PLOTS, VIEW_PREFIX, Side, slot_ids
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
-    from playground.ui.components import Page
+    from playground.ui.components import Shared
     from playground.ui.handlers import Decoder, Frame
 
 SIDES = ("a", "b")
@@ -42,46 +42,76 @@ SIDES_CSS = ("@media (min-width: 1100px) {\n"
              + "}\n")
 
 
-def tab(page: Page) -> None:
-    """The Compare tab's components: strategy B and its parameters, then the two sides."""
-    names, default = [s.name for s in strategies_in_order()], default_strategy("greedy")
-    gr.Markdown("Strategy **A** is the one in the sidebar; pick **B** here. Both get the same model, prompt, seed "
-                "and budget.", elem_classes=["pg-summary"])
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=280):
-            page.compare_strategy = gr.Dropdown(names, value=default, label="Strategy B",
-                                                elem_id="pg-compare-strategy")
-            page.compare_summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
-        with gr.Column(scale=2):
-            page.compare_panel = build_panel("b", default)
-    # enabled with Generate once the page's load event has restored a link's settings (page._wire_share)
-    page.compare_run = gr.Button("Run A and B", variant="primary", elem_id="pg-compare-run", interactive=False)
-    page.compare_step = gr.Slider(0, 1, value=0, step=1, label="Step shown below (both sides)",
-                                  elem_id="pg-compare-step")
-    page.sides = {}
-    with gr.Row(equal_height=False, elem_id="pg-compare-sides"):  # SIDES_CSS lines up its rows
-        for key in SIDES:
-            with gr.Column(min_width=360, elem_id=f"pg-side-{key}"):
-                page.sides[key] = Side(key, compact=True)
+class Compare:
+    """The tab's components (``layout``, inside its gr.Tab) and its events (``wire``); ``event`` is its run,
+    which Stop cancels."""
 
+    tab: gr.Tab  # set by the page, which builds the tab around ``layout``
 
-def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
-    """Run A and B side by side; one step slider (and token clicks) select the step on both sides."""
-    sides = [page.sides["a"], page.sides["b"]]
-    states = [page.traces["a"], page.traces["b"]]
-    side_outputs = [c for side in sides for c in (side.status, *side.views)]
-    view_outputs = [c for side in sides if side.view_slots for c in side.view_slots.components]
+    def layout(self) -> None:
+        """Strategy B and its parameters, the run button and step slider, then the two sides."""
+        names, default = [s.name for s in strategies_in_order()], default_strategy("greedy")
+        gr.Markdown("Strategy **A** is the one in the sidebar; pick **B** here. Both get the same model, prompt, "
+                    "seed and budget.", elem_classes=["pg-summary"])
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=280):
+                self.strategy = gr.Dropdown(names, value=default, label="Strategy B", elem_id="pg-compare-strategy")
+                self.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
+            with gr.Column(scale=2):
+                self.panel = build_panel("b", default)
+        # enabled with Generate once the page's load event has restored a link's settings (page._wire_share)
+        self.run = gr.Button("Run A and B", variant="primary", elem_id="pg-compare-run", interactive=False)
+        self.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below (both sides)", elem_id="pg-compare-step")
+        self.sides: dict[str, Side] = {}
+        with gr.Row(equal_height=False, elem_id="pg-compare-sides"):  # SIDES_CSS lines up its rows
+            for key in SIDES:
+                with gr.Column(min_width=360, elem_id=f"pg-side-{key}"):
+                    self.sides[key] = Side(key, compact=True)
 
-    def run_compare(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
-        cfg, seed_update, theme = run_config(page, values)
-        try:
-            a = run_request(cfg)
-        except InvalidRequest as err:  # what both sides share is refused as side A's, where it shows first
-            raise side_refused("A", cfg["strategy"], err) from None
-        b = dataclasses.replace(a, strategy=cfg["compare_strategy"], params=dict(cfg["compare_params"]))
+    def wire(self, shared: Shared, store: ModelStore, decode: Decoder) -> None:
+        """Run A and B side by side; one step slider (and token clicks) select the step on both sides."""
+        self.shared = shared
+        sides, states = [self.sides["a"], self.sides["b"]], [shared.traces["a"], shared.traces["b"]]
+        side_outputs = [c for side in sides for c in (side.status, *side.views)]
+        view_outputs = [c for side in sides if side.view_slots for c in side.view_slots.components]
+
+        def run_compare(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+            cfg, seed_update, theme = run_config(shared, values)
+            try:
+                a = run_request(cfg)
+            except InvalidRequest as err:  # what both sides share is refused as side A's, where it shows first
+                raise side_refused("A", cfg["strategy"], err) from None
+            b = dataclasses.replace(a, strategy=cfg["compare_strategy"], params=dict(cfg["compare_params"]))
+            yield from self.stream(compare(store, a, b, progress=events.progress(progress), decoder=decode),
+                                   theme, seed_update)
+
+        def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
+                      theme: str) -> Any:
+            return keyed(self.select(a, b, k, model, chat, theme))
+
+        def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
+                     evt: gr.EventData) -> Any:
+            k = int(event_data(evt).get("step", 0))
+            return keyed({self.step: gr.update(value=k), **self.select(a, b, k, model, chat, theme)})
+
+        outputs = [*side_outputs, *view_outputs, self.step, *states, shared.seed]
+        self.event = self.run.click(handler(run_compare, 1, True, status=sides[0].status), shared.run_inputs,
+                                    outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
+                                    show_progress_on=[s.text for s in sides], **MODEL_EVENT)
+        view_inputs = [shared.model, shared.chat, shared.theme]
+        self.step.input(on_select, [*states, self.step, *view_inputs], [*side_outputs, *view_outputs],
+                        trigger_mode="always_last", **QUIET)
+        for side in sides:
+            side.text.click(on_click, [*states, *view_inputs], [self.step, *side_outputs, *view_outputs],
+                            trigger_mode="always_last", **QUIET)
+
+    def stream(self, runs: Iterator[tuple[Frame | None, Frame | None]], theme: str, seed_update: Any) -> Iterator[Any]:
+        """compare's pairs of frames as updates of both sides (a side that made no new frame is not redrawn),
+        the step slider following the run, the seed update with the first."""
+        sides, states = [self.sides["a"], self.sides["b"]], [self.shared.traces["a"], self.shared.traces["b"]]
         unsent = events.Unsent()
         shown: list[Frame | None] = [None, None]
-        for k, frames in enumerate(compare(store, a, b, progress=events.progress(progress), decoder=decode)):
+        for k, frames in enumerate(runs):
             n = max(len((f.trace.get("steps") if f else None) or []) for f in frames)
             done = all(f is None or f.final for f in frames)
             out: Updates = {}
@@ -94,37 +124,16 @@ def wire(page: Page, store: ModelStore, decode: Decoder) -> Any:
                     out.update(side.view_slots.updates(f.views, theme))
                 if f:
                     out[state] = f.trace
-            out[page.compare_step] = gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0))
+            out[self.step] = gr.update(maximum=max(1, n - 1), value=0 if done else max(n - 1, 0))
             if k == 0:
-                out[page.seed] = seed_update
+                out[self.shared.seed] = seed_update
             yield keyed(unsent(out))
 
-    def select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
+    def select(self, a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
                theme: str) -> Updates:
+        """Both sides' views at step ``k``."""
         out: Updates = {}
-        for side, trace in zip(sides, (a, b)):
+        for side, trace in zip((self.sides["a"], self.sides["b"]), (a, b)):
             out.update(side.select_updates(trace, k, show_prompt(model, chat), theme))
             out.update(side.view_updates(trace, k, theme))
         return out
-
-    def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
-                  theme: str) -> Any:
-        return keyed(select(a, b, k, model, chat, theme))
-
-    def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                 evt: gr.EventData) -> Any:
-        k = int(event_data(evt).get("step", 0))
-        return keyed({page.compare_step: gr.update(value=k), **select(a, b, k, model, chat, theme)})
-
-    outputs = [*side_outputs, *view_outputs, page.compare_step, *states, page.seed]
-    event = page.compare_run.click(handler(run_compare, 1, True, status=sides[0].status), page.run_inputs,
-                                   outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
-                                   show_progress_on=[s.text for s in sides], **MODEL_EVENT)
-    page.compare_step.input(on_select, [*states, page.compare_step, page.model, page.chat, page.theme],
-                            [*side_outputs, *view_outputs],
-                            trigger_mode="always_last", **QUIET)
-    for side in sides:
-        side.text.click(on_click, [*states, page.model, page.chat, page.theme],
-                        [page.compare_step, *side_outputs, *view_outputs],
-                        trigger_mode="always_last", **QUIET)
-    return event

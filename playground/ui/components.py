@@ -1,9 +1,11 @@
-"""The page's components as one object (``Page``), and how their values become a configuration: a
+"""What the tabs share (``Shared``: the top row, the sidebar, the run state) and the other tabs' controls a
+link carries (``Carried``), and how their values become a configuration: a
 share link's, a run's (and its ``engine.Request``), and back (a link or an example restored into the
 controls)."""
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 import gradio as gr
@@ -15,14 +17,33 @@ from playground.ui.controls import NO_GRAMMAR, grammar_placeholder, grammar_requ
 from playground.ui.events import Updates, chat_flag, is_chat_model
 
 if TYPE_CHECKING:
-    from playground.ui.branches import BranchPanel
     from playground.ui.controls import Panel
-    from playground.ui.side import Side, ViewSlots
-    from playground.ui.whatif import WhatIf
 
 
-class Page:
-    """The components the handlers read and write (built by ``page._layout``)."""
+@dataclass
+class Carried:
+    """The controls outside the top row and the sidebar that a share link carries and restores: Compare's
+    strategy B (its panel and summary), the branches' forced path and a link's pending branch, What if's
+    lockstep (its model B, both sides' weights, its text, its group and the record last read)."""
+
+    compare_strategy: gr.Dropdown
+    compare_panel: Panel
+    compare_summary: gr.Markdown
+    forced: gr.Textbox
+    pending: gr.State
+    tree: gr.State  # the branches shown (a link names where the shown branch parts from its parent)
+    pair_model: gr.Dropdown
+    pair_dtypes: list[gr.Dropdown]
+    pair_text: gr.Textbox
+    pair_box: gr.Accordion
+    pair_record: gr.State
+
+
+class Shared:
+    """What the tabs share (built by ``page``): the top row (model, weights, strategy, prompt, Generate,
+    Stop, the share link, the examples), the sidebar (seed, budget, the strategy's panel, grammar, chat),
+    the run state (Explore's trace, Compare's two, the mode a link re-runs) and the page's theme; and
+    ``carried``, the other tabs' controls a share link holds, handed over once the tabs are built."""
 
     model: gr.Dropdown
     dtype: gr.Dropdown
@@ -51,41 +72,24 @@ class Page:
     example_note: gr.Markdown
     example_key: gr.State  # the run the note describes (examples.example_run_key), "" when none
     tabs: gr.Tabs
-    explore_tab: gr.Tab
-    compare_tab: gr.Tab
-    main: Side
-    step: gr.Slider
-    lens: gr.Button
-    view_slots: ViewSlots
-    trace_file: gr.File
-    png: gr.Button
-    png_files: gr.File
-    compare_strategy: gr.Dropdown
-    compare_summary: gr.Markdown
-    compare_panel: Panel
-    compare_run: gr.Button
-    compare_step: gr.Slider
-    sides: dict[str, Side]
-    api_in: list[gr.Component]
-    api_out: list[gr.Component]
-    api_trigger: gr.Button
     run_flag: gr.Textbox
     trace: gr.State
     traces: dict[str, gr.State]
     mode: gr.State
-    whatif: WhatIf
-    branches: BranchPanel
-    forced: gr.Textbox
     grammar_box: gr.Accordion
     grammar_kind: gr.Dropdown
     grammar_text: gr.Textbox
+    carried: Carried
+    api_in: list[gr.Component]  # the /generate endpoint's own inputs (playground.ui.api)
+    api_out: list[gr.Component]
+    api_trigger: gr.Button
 
     @property
     def config_inputs(self) -> set[Any]:
         """Everything a share link carries (every control that changes a run): an event's inputs as a set,
         so its handler reads one {component: value} dict (``split_config``)."""
         return {self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
-                *self.panel.components, self.compare_strategy, *self.compare_panel.components, self.forced,
+                *self.panel.components, self.carried.compare_strategy, *self.carried.compare_panel.components, self.carried.forced,
                 self.grammar_kind, self.grammar_text, self.dtype}
 
     @property
@@ -96,23 +100,23 @@ class Page:
 
     def split_config(self, values: Mapping[Any, Any]) -> dict[str, Any]:
         """``values`` ({component: value}, ``config_inputs`` among them) as share_query's keyword arguments."""
-        strategy, b_strategy = values[self.strategy], values[self.compare_strategy]
+        strategy, b_strategy = values[self.strategy], values[self.carried.compare_strategy]
         return dict(model=values[self.model], strategy=strategy, prompt=values[self.prompt],
                     system=values[self.system], chat=values[self.chat], seed=values[self.seed],
                     max_new_tokens=values[self.max_new], params=self.panel.params(strategy, values),
-                    compare_strategy=b_strategy, compare_params=self.compare_panel.params(b_strategy, values),
-                    forced=values[self.forced] or "", grammar_kind=values[self.grammar_kind] or NO_GRAMMAR,
+                    compare_strategy=b_strategy, compare_params=self.carried.compare_panel.params(b_strategy, values),
+                    forced=values[self.carried.forced] or "", grammar_kind=values[self.grammar_kind] or NO_GRAMMAR,
                     grammar_text=values[self.grammar_text] or "", dtype=values[self.dtype] or DEFAULT_DTYPE)
 
     @property
     def restore_outputs(self) -> list[Any]:
         """Every component ``apply_config`` may set."""
         return [self.model, self.strategy, self.prompt, self.system, self.chat, self.seed, self.max_new,
-                *self.panel.outputs, self.summary, self.compare_strategy, *self.compare_panel.outputs,
-                self.compare_summary,
-                self.tabs, self.run_flag, self.mode, self.forced, self.grammar_box, self.grammar_kind,
-                self.grammar_text, self.branches.pending, self.dtype, self.whatif.pair_model, *self.whatif.pair_dtypes,
-                self.whatif.pair_text, self.whatif.pair_box]
+                *self.panel.outputs, self.summary, self.carried.compare_strategy, *self.carried.compare_panel.outputs,
+                self.carried.compare_summary,
+                self.tabs, self.run_flag, self.mode, self.carried.forced, self.grammar_box, self.grammar_kind,
+                self.grammar_text, self.carried.pending, self.dtype, self.carried.pair_model, *self.carried.pair_dtypes,
+                self.carried.pair_text, self.carried.pair_box]
 
     def apply_config(self, cfg: share.Config, weights: bool = True) -> Updates:
         """{component: update} setting every control to ``cfg`` (a share link or an example), within
@@ -127,18 +131,18 @@ class Page:
             self.chat: gr.update(value=cfg.chat, visible=chat_model), self.seed: cfg.seed,
             self.max_new: cfg.max_new_tokens,
             **self.panel.select(cfg.strategy, cfg.params),
-            self.summary: strategy_summary(cfg.strategy), self.compare_strategy: cfg.compare_strategy,
-            **self.compare_panel.select(cfg.compare_strategy, cfg.compare_params),
-            self.compare_summary: strategy_summary(cfg.compare_strategy),
+            self.summary: strategy_summary(cfg.strategy), self.carried.compare_strategy: cfg.compare_strategy,
+            **self.carried.compare_panel.select(cfg.compare_strategy, cfg.compare_params),
+            self.carried.compare_summary: strategy_summary(cfg.compare_strategy),
             self.tabs: gr.Tabs(selected="compare" if cfg.run == "compare" else "explore"), self.run_flag: cfg.run,
-            self.mode: "compare" if cfg.run == "compare" else "generate", self.forced: forced,
+            self.mode: "compare" if cfg.run == "compare" else "generate", self.carried.forced: forced,
             self.grammar_kind: cfg.grammar_kind or NO_GRAMMAR,
             self.grammar_text: gr.update(value=cfg.grammar_text, placeholder=grammar_placeholder(cfg.grammar_kind)),
-            self.branches.pending: {"parent": forced, "branch": branch} if branch else None}
+            self.carried.pending: {"parent": forced, "branch": branch} if branch else None}
         if cfg.grammar_kind:
             out[self.grammar_box] = gr.update(open=True)
         if cfg.pair_a:  # a lockstep: its panel filled in and open, read once restored (RUN_JS)
-            w = self.whatif
+            w = self.carried
             out.update({w.pair_model: cfg.pair_model or None, w.pair_dtypes[0]: cfg.pair_a,
                         w.pair_dtypes[1]: cfg.pair_b or cfg.pair_a, w.pair_text: cfg.pair_text,
                         w.pair_box: gr.update(open=True), self.run_flag: ",".join(filter(None, [cfg.run, "lockstep"]))})
@@ -168,7 +172,7 @@ def page_config(model: str, strategy: str, prompt: str, system: str, chat: bool,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
                 branch: str = "", dtype: str = DEFAULT_DTYPE) -> share.Config:
-    """The controls' values (``Page.split_config``'s) as the configuration a link or an example holds."""
+    """The controls' values (``Shared.split_config``'s) as the configuration a link or an example holds."""
     kind = "" if grammar_kind in (None, "", NO_GRAMMAR) else grammar_kind
     return share.Config(model=model, strategy=strategy, prompt=prompt or "", system=system or "", chat=bool(chat),
                         seed=int(seed or 0), max_new_tokens=int(max_new_tokens or share.DEFAULT_MAX_NEW_TOKENS),
@@ -177,7 +181,7 @@ def page_config(model: str, strategy: str, prompt: str, system: str, chat: bool,
                         grammar_text=(grammar_text or "") if kind else "", dtype=dtype or DEFAULT_DTYPE)
 
 
-def run_config(page: Page, values: Mapping[Any, Any]) -> tuple[dict[str, Any], Any, str]:
+def run_config(page: Shared, values: Mapping[Any, Any]) -> tuple[dict[str, Any], Any, str]:
     """(configuration, seed update, theme) from ``page.run_inputs``' values. With Random seed on, a fresh
     seed that the update writes back into the box, so the run can be repeated."""
     cfg, theme = page.split_config(values), values[page.theme]
@@ -188,7 +192,7 @@ def run_config(page: Page, values: Mapping[Any, Any]) -> tuple[dict[str, Any], A
 
 
 def run_request(cfg: Mapping[str, Any], forced: dict[int, int | str] | None = None) -> Request:
-    """The run ``cfg`` (``Page.split_config``'s values) asks for: its strategy A with its parameters,
+    """The run ``cfg`` (``Shared.split_config``'s values) asks for: its strategy A with its parameters,
     the chat flag as the model takes it, the grammar controls as a grammar, and the forced path ``forced``
     (Explore's; a Compare run forces nothing). Raises InvalidRequest naming a value out of range."""
     return Request(model=cfg["model"], strategy=cfg["strategy"], prompt=cfg["prompt"], params=dict(cfg["params"] or {}),

@@ -71,6 +71,15 @@ def examples() -> list[Example]:
         Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
                                             run="generate", **{**hot, "max_new_tokens": 120}),
                 "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+        *_smollm2_examples(smol),
+        *_grammar_examples(toy, smol),
+    ]
+
+
+def _smollm2_examples(smol: dict[str, Any]) -> list[Example]:
+    """A watermark piling up green tokens, and an EAGLE tree sized by this machine's costs."""
+    cfg = share.Config
+    return [
         Example("SmolLM2 · watermark", cfg(strategy="sampling", prompt="Write a short story about a lighthouse keeper.",
                                           params={"watermark_delta": 2.0}, run="generate",
                                           **{**smol, "seed": 11, "max_new_tokens": 80}),
@@ -82,6 +91,13 @@ def examples() -> list[Example]:
                                                  run="generate", **{**smol, "max_new_tokens": 48}),
                 "the head drafts a tree whose size comes from this machine's measured pass costs; the text is "
                 "greedy's, token for token, and the break-even lanes say whether drafting paid here and why."),
+    ]
+
+
+def _grammar_examples(toy: dict[str, Any], smol: dict[str, Any]) -> list[Example]:
+    """The structured-output examples: a schema, a choice, a regex, and where masking is not conditioning."""
+    cfg = share.Config
+    return [
         Example("JSON schema · SmolLM2", cfg(strategy="greedy", prompt="Give a JSON object for a person named Ada, 36.",
                                              grammar_kind="json", grammar_text=GRAMMAR["json"], run="generate",
                                              **smol),

@@ -19,46 +19,68 @@ from strategies.forcing import parse_path
 
 if TYPE_CHECKING:
     from playground.models import ModelStore
-    from playground.ui.components import Page
+    from playground.ui.compare import Compare
+    from playground.ui.components import Shared
     from playground.ui.handlers import Decoder, Frame
 
 
-def tab(page: Page) -> None:
-    """The Explore tab's components: the run's column, its step slider, branches, views and export."""
-    page.main = Side("main", compact=False)
-    assert page.main.step_slot is not None
-    with page.main.step_slot:
-        page.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
-                              info="Drag, click a token or a bar above to inspect that step.")
-        page.lens = gr.Button("Read every layer at this step (logit lens)", size="sm", elem_id="pg-lens")
-    # a strategy's own views sit right under the text, where a person reads the run
-    assert page.main.view_slot is not None
-    with page.main.view_slot:
-        page.view_slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
-    page.branches = branches.layout()
-    page.forced = page.branches.forced
-    with gr.Accordion("Export", open=False, elem_id="pg-export"):
-        page.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")
-        page.png = gr.Button("Render the charts as PNG on the server", size="sm", visible=png_export_available(),
-                             elem_id="pg-png")
-        page.png_files = gr.File(label="Chart PNGs", file_count="multiple", elem_id="pg-png-files")
+class Explore:
+    """The tab's components (``layout``, inside its gr.Tab) and its events (``wire``)."""
 
+    tab: gr.Tab  # set by the page, which builds the tab around ``layout``
 
-def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> None:
-    """Generate (streamed), Stop (which also ends a compare run), and step selection by slider,
-    token click or overview click."""
-    main, slots = page.main, page.view_slots
-    outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file,
-               page.png_files, page.seed, *page.panel.filled]
+    def layout(self) -> None:
+        """The run's column, its step slider, the strategy's views, branches and export."""
+        self.main = Side("main", compact=False)
+        assert self.main.step_slot is not None and self.main.view_slot is not None
+        with self.main.step_slot:
+            self.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
+                                  info="Drag, click a token or a bar above to inspect that step.")
+            self.lens = gr.Button("Read every layer at this step (logit lens)", size="sm", elem_id="pg-lens")
+        # a strategy's own views sit right under the text, where a person reads the run
+        with self.main.view_slot:
+            self.slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
+        self.branches = branches.layout()
+        with gr.Accordion("Export", open=False, elem_id="pg-export"):
+            self.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")
+            self.png = gr.Button("Render the charts as PNG on the server", size="sm",
+                                 visible=png_export_available(), elem_id="pg-png")
+            self.png_files = gr.File(label="Chart PNGs", file_count="multiple", elem_id="pg-png-files")
 
-    def run_explore(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
-        cfg, seed_update, theme = run_config(page, values)
-        forced = parse_path(cfg["forced"])
-        yield from stream_frames(generate(store, run_request(cfg, forced), progress=events.progress(progress),
-                                          decoder=decode, final_step=max(forced) if forced else "uncertain"),
-                                 theme, seed_update)
+    def wire(self, shared: Shared, store: ModelStore, decode: Decoder, compare: Compare) -> None:
+        """Generate (streamed), Stop (which also ends a compare run), step selection, the lens, PNGs."""
+        self.shared, self.store = shared, store
+        self.outputs = [self.main.status, self.main.text, self.step, *self.main.charts, *self.slots.components,
+                        shared.trace, self.trace_file, self.png_files, shared.seed, *shared.panel.filled]
+        self.show_outputs = [self.main.status, self.main.text, self.step, *self.main.charts,
+                             *self.slots.components, shared.trace, self.trace_file]
 
-    def stream_frames(frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[Any]:
+        def run_explore(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+            cfg, seed_update, theme = run_config(shared, values)
+            forced = parse_path(cfg["forced"])
+            yield from self.stream_frames(generate(store, run_request(cfg, forced), progress=events.progress(progress),
+                                                   decoder=decode, final_step=max(forced) if forced else "uncertain"),
+                                          theme, seed_update)
+
+        event = gr.on([shared.generate.click, shared.prompt.submit],
+                      handler(run_explore, 1, True, status=self.main.status), shared.run_inputs, self.outputs,
+                      api_name="explore", api_visibility="undocumented", show_progress="full",
+                      show_progress_on=[self.main.text], **MODEL_EVENT)
+        panel = self.branches
+        # a restored link's branch runs once its parent has joined the tree
+        event.success(panel.on_run, [shared.trace, panel.state],
+                      [panel.tree, panel.view, panel.state, panel.forced], **QUIET).then(
+            panel.take_pending, [shared.trace, panel.pending], [panel.go, panel.pending], **QUIET)
+        branch_events = branches.wire(shared, self, store, decode)
+        self._wire_steps()
+        self._wire_stop([event, compare.event, *branch_events], compare)
+        # whether a bar click branches: said under the chart and in the panel, for the strategy picked
+        assert self.main.dist_note is not None
+        note = self.main.dist_note
+        shared.strategy.change(lambda strategy: panel.strategy_updates(strategy, note), shared.strategy,
+                               [note, panel.hint, panel.run], **QUIET)
+
+    def stream_frames(self, frames: Iterator[Frame], theme: str, seed_update: Any = None) -> Iterator[Any]:
         """generate's frames as updates of ``outputs`` (a run's seed update goes out with its first frame,
         what it filled in with its last). What equals the run's last update of a component is not sent again."""
         unsent = events.Unsent()
@@ -66,102 +88,99 @@ def wire(page: Page, store: ModelStore, decode: Decoder, compare_event: Any) -> 
             if not frame.final and (frame.figures or frame.views) and events.stop_requested():
                 frame = dataclasses.replace(frame, figures=None, views=None)  # Stop first: no charts to convert
             n = len(frame.trace.get("steps") or [])
-            out: Updates = {**main.frame_updates(frame, theme),
-                            page.step: gr.update(maximum=max(1, n - 1), value=frame.step or 0),
-                            **slots.updates(frame.views, theme), page.trace: frame.trace}
+            out: Updates = {**self.main.frame_updates(frame, theme),
+                            self.step: gr.update(maximum=max(1, n - 1), value=frame.step or 0),
+                            **self.slots.updates(frame.views, theme), self.shared.trace: frame.trace}
             if k == 0:  # the previous run's download and PNGs are cleared on the first token
-                out.update({page.trace_file: None, page.png_files: None})
+                out.update({self.trace_file: None, self.png_files: None})
                 if seed_update is not None:
-                    out[page.seed] = seed_update
+                    out[self.shared.seed] = seed_update
             if frame.final:  # the download is filled at the end, and what the run filled in written back
-                out[page.trace_file] = write_trace_json(frame.trace)
-                out.update(page.panel.filled_updates(frame.trace))
+                out[self.trace_file] = write_trace_json(frame.trace)
+                out.update(self.shared.panel.filled_updates(frame.trace))
             yield keyed(unsent(out))
 
-    def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                   model: str, chat: Any, theme: str) -> Any:
-        """After Stop: every partial run (Explore's, or both Compare sides) is final, drawn at its last step."""
-        show = show_prompt(model, chat)
-        out = {**main.stopped_updates(trace, show, theme), **page.sides["a"].stopped_updates(a, show, theme),
-               **page.sides["b"].stopped_updates(b, show, theme)}
-        if trace and trace.get("steps"):
-            out[page.trace_file] = write_trace_json(stopped(trace))
-        return keyed(out)
-
-    def on_stopped_status(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                          model: str, chat: Any) -> Any:
-        """After Stop, before the charts: each partial run's status and text say where it stopped."""
-        show = show_prompt(model, chat)
-        return keyed({**main.stopped_status(trace, show), **page.sides["a"].stopped_status(a, show),
-                      **page.sides["b"].stopped_status(b, show)})
-
-    def select(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Updates:
+    def select(self, trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Updates:
         """The Explore views and the strategy's own at step ``k``."""
-        return {**main.select_updates(trace, k, show_prompt(model, chat), theme),
-                **slots.step_updates(trace, k, theme)}
+        return {**self.main.select_updates(trace, k, show_prompt(model, chat), theme),
+                **self.slots.step_updates(trace, k, theme)}
 
-    def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                       evt: gr.EventData) -> Any:
-        k = clamp_step(trace, event_data(evt).get("step", 0))
-        if k is None:
-            return keyed({})
-        return keyed({page.step: gr.update(value=k), **select(trace, k, model, chat, theme)})
-
-    def show_trace(trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> Updates:
-        """A stored (finished) trace drawn into the Explore views at step ``k``."""
+    def show_trace(self, trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> Updates:
+        """A stored (finished) trace drawn into the Explore views at step ``k`` (``show_outputs``)."""
         k = clamp_step(trace, k) or 0
         n = len(trace.get("steps") or [])
-        return {main.status: status_html(trace, final=True), page.step: gr.update(maximum=max(1, n - 1), value=k),
-                **select(trace, k, model, chat, theme), page.trace: trace, page.trace_file: write_trace_json(trace)}
+        return {self.main.status: status_html(trace, final=True), self.step: gr.update(maximum=max(1, n - 1), value=k),
+                **self.select(trace, k, model, chat, theme), self.shared.trace: trace,
+                self.trace_file: write_trace_json(trace)}
 
-    def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
-        return keyed(select(trace, k, model, chat, theme))
+    def _wire_steps(self) -> None:
+        """The step slider, a token's click, the logit lens and the PNG export."""
+        shared, slots = self.shared, self.slots
+        step_outputs = [*self.main.views, *slots.components]
+        view_inputs = [shared.model, shared.chat, shared.theme]
 
-    event = gr.on([page.generate.click, page.prompt.submit], handler(run_explore, 1, True, status=main.status),
-                  page.run_inputs, outputs, api_name="explore", api_visibility="undocumented",
-                  show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
-    panel = page.branches
-    # a restored link's branch runs once its parent has joined the tree
-    event.success(panel.on_run, [page.trace, panel.state],
-                  [panel.tree, panel.view, panel.state, panel.forced], **QUIET).then(
-        panel.take_pending, [page.trace, panel.pending], [panel.go, panel.pending], **QUIET)
-    show_outputs = [main.status, main.text, page.step, *main.charts, *slots.components, page.trace, page.trace_file]
-    branch_events = branches.wire(page, panel, store, decode, stream_frames, outputs, show_trace, show_outputs)
-    step_outputs = [*main.views, *slots.components]
-    page.step.input(on_step, [page.trace, page.step, page.model, page.chat, page.theme], step_outputs,
-                    trigger_mode="always_last", **QUIET)
-    # a click while the last one is still drawing is not dropped: the latest click wins
-    main.text.click(on_token_click, [page.trace, page.model, page.chat, page.theme], [page.step, *step_outputs],
-                    trigger_mode="always_last", **QUIET)
-    def on_lens(trace: dict[str, Any] | None, k: Any, theme: str, progress: Any = None) -> Iterator[Any]:
-        """The logit lens of the shown step, added to the run's trace and drawn with its views."""
-        record = lens(store, trace or {}, clamp_step(trace, k) if trace else k, progress=events.progress(progress))
-        kept = [r for r in (trace or {}).get("lens") or [] if r.get("step") != record["step"]]
-        trace = {**(trace or {}), "lens": [*kept, record]}
-        yield keyed({page.trace: trace, page.trace_file: write_trace_json(trace),
-                     **slots.step_updates(trace, record["step"], theme)})
+        def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
+            return keyed(self.select(trace, k, model, chat, theme))
 
-    page.lens.click(handler(on_lens, 3, True, status=main.status), [page.trace, page.step, page.theme],
-                    [page.trace, page.trace_file, *slots.components, main.status], show_progress="minimal",
-                    api_visibility="private")
-    page.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
-                   [page.trace, page.step, page.theme],
-                   page.png_files, api_visibility="private")
-    # Stop cancels between two steps (the engine yields after every token), then settles the page
-    side_views = [c for key in ("a", "b") for c in (page.sides[key].status, *page.sides[key].views)]
-    # (the handler's run also reads Stop between two frames; cancelling the events drops the frames the
-    # browser has not drawn yet, so the page stops at once instead of catching up)
-    page.stop.click(events.request_stop, None, None, queue=False, cancels=[event, compare_event, *branch_events],
-                    api_visibility="private").then(
-        on_stopped_status, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat],
-        [main.status, main.text, *(c for key in ("a", "b") for c in (page.sides[key].status, page.sides[key].text))],
-        **QUIET).then(
-        on_stopped, [page.trace, page.traces["a"], page.traces["b"], page.model, page.chat, page.theme],
-        [main.status, *main.views, page.trace_file, *side_views], **QUIET).then(
-        lambda trace, tree: keyed(panel.after_stop(trace, tree, page.trace)), [page.trace, panel.state],
-        [panel.tree, panel.view, panel.state, panel.forced, page.trace], **QUIET).then(lambda: None, None, panel.pending, **QUIET)  # a stopped link's run takes no branch after it
-    # whether a bar click branches: said under the chart and in the panel, for the strategy picked
-    assert main.dist_note is not None
-    note = main.dist_note
-    page.strategy.change(lambda strategy: panel.strategy_updates(strategy, note), page.strategy,
-                         [note, panel.hint, panel.run], **QUIET)
+        def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
+                           evt: gr.EventData) -> Any:
+            k = clamp_step(trace, event_data(evt).get("step", 0))
+            if k is None:
+                return keyed({})
+            return keyed({self.step: gr.update(value=k), **self.select(trace, k, model, chat, theme)})
+
+        def on_lens(trace: dict[str, Any] | None, k: Any, theme: str, progress: Any = None) -> Iterator[Any]:
+            """The logit lens of the shown step, added to the run's trace and drawn with its views."""
+            record = lens(self.store, trace or {}, clamp_step(trace, k) if trace else k,
+                          progress=events.progress(progress))
+            kept = [r for r in (trace or {}).get("lens") or [] if r.get("step") != record["step"]]
+            trace = {**(trace or {}), "lens": [*kept, record]}
+            yield keyed({shared.trace: trace, self.trace_file: write_trace_json(trace),
+                         **slots.step_updates(trace, record["step"], theme)})
+
+        self.step.input(on_step, [shared.trace, self.step, *view_inputs], step_outputs, trigger_mode="always_last",
+                        **QUIET)
+        # a click while the last one is still drawing is not dropped: the latest click wins
+        self.main.text.click(on_token_click, [shared.trace, *view_inputs], [self.step, *step_outputs],
+                             trigger_mode="always_last", **QUIET)
+        self.lens.click(handler(on_lens, 3, True, status=self.main.status), [shared.trace, self.step, shared.theme],
+                        [shared.trace, self.trace_file, *slots.components, self.main.status], show_progress="minimal",
+                        api_visibility="private")
+        self.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
+                       [shared.trace, self.step, shared.theme], self.png_files, api_visibility="private")
+
+    def _wire_stop(self, cancels: list[Any], compare: Compare) -> None:
+        """Stop cancels between two steps (the engine yields after every token), then settles the page: every
+        partial run (Explore's, or both Compare sides) final, drawn at its last step, and joined to the tree."""
+        shared, main, panel, sides = self.shared, self.main, self.branches, compare.sides
+        traces = [shared.trace, shared.traces["a"], shared.traces["b"]]
+
+        def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
+                       model: str, chat: Any, theme: str) -> Any:
+            show = show_prompt(model, chat)
+            out = {**main.stopped_updates(trace, show, theme), **sides["a"].stopped_updates(a, show, theme),
+                   **sides["b"].stopped_updates(b, show, theme)}
+            if trace and trace.get("steps"):
+                out[self.trace_file] = write_trace_json(stopped(trace))
+            return keyed(out)
+
+        def on_stopped_status(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
+                              model: str, chat: Any) -> Any:
+            """After Stop, before the charts: each partial run's status and text say where it stopped."""
+            show = show_prompt(model, chat)
+            return keyed({**main.stopped_status(trace, show), **sides["a"].stopped_status(a, show),
+                          **sides["b"].stopped_status(b, show)})
+
+        side_views = [c for key in ("a", "b") for c in (sides[key].status, *sides[key].views)]
+        side_text = [c for key in ("a", "b") for c in (sides[key].status, sides[key].text)]
+        # (the handler's run also reads Stop between two frames; cancelling the events drops the frames the
+        # browser has not drawn yet, so the page stops at once instead of catching up)
+        shared.stop.click(events.request_stop, None, None, queue=False, cancels=cancels,
+                          api_visibility="private").then(
+            on_stopped_status, [*traces, shared.model, shared.chat], [main.status, main.text, *side_text],
+            **QUIET).then(
+            on_stopped, [*traces, shared.model, shared.chat, shared.theme],
+            [main.status, *main.views, self.trace_file, *side_views], **QUIET).then(
+            lambda trace, tree: keyed(panel.after_stop(trace, tree, shared.trace)), [shared.trace, panel.state],
+            [panel.tree, panel.view, panel.state, panel.forced, shared.trace], **QUIET).then(
+            lambda: None, None, panel.pending, **QUIET)  # a stopped link's run takes no branch after it

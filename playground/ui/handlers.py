@@ -285,6 +285,14 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
         if stop_requested() and trace.finish_reason == "running":  # Stop: this step was the last
             halted = True
             break
+    yield from _last_frames(pull, trace, sent, halted, note, compact, final_step, with_prompt)
+
+
+def _last_frames(pull: Pull[Trace], trace: Trace | None, sent: dict[str, Any] | None, halted: bool, note: str,
+                 compact: bool, final_step: str | int, with_prompt: bool) -> Iterator[Frame]:
+    """The run's final frame once ``pull`` has no more steps: the tokens last ``sent`` where Stop came while a
+    step ran, the stopped run where Stop came between two (``halted``), else the finished run with its charts
+    at ``final_step``."""
     if pull.interrupted:  # Stop while a step ran: the run ends on the tokens the page was last sent
         if sent is None:
             return

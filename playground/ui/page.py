@@ -27,8 +27,9 @@ from playground.engine import MAX_SEED
 from playground.errors import InvalidRequest
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
-from playground.ui import api, compare, explore, share, whatif
-from playground.ui.components import Page, page_config, share_query
+from playground.ui import api, share, whatif
+from playground.ui.compare import SIDES_CSS, Compare
+from playground.ui.components import Carried, Shared, page_config, share_query
 from playground.ui.controls import (
     GRAMMAR_CHOICES,
     GRAMMAR_HELP,
@@ -44,6 +45,7 @@ from playground.ui.controls import (
 )
 from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, no_progress_targets, refusal
 from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
+from playground.ui.explore import Explore
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
 from playground.whatif import branches
 
@@ -146,7 +148,7 @@ body.pg-slides .gradio-container, body.pg-slides .gradio-container > main, body.
 """
 
 
-def _top(page: Page) -> None:
+def _top(page: Shared) -> None:
     """What a visitor needs first, on a phone too: model, strategy, prompt, Generate."""
     names, default = [s.name for s in strategies_in_order()], default_strategy("sampling")
     with gr.Row(equal_height=True, elem_id="pg-pickers"):
@@ -180,7 +182,7 @@ def _top(page: Page) -> None:
     page.example_key = gr.State("")
 
 
-def _sidebar(page: Page) -> None:
+def _sidebar(page: Shared) -> None:
     """Seed and budget first, then the selected strategy's parameters (collapsible: closed on a phone; the
     rest of the chain folded in an advanced group), the grammar and the chat template."""
     default = default_strategy("sampling")
@@ -211,8 +213,10 @@ def _sidebar(page: Page) -> None:
     page.system = gr.Textbox("", label="System prompt", lines=2, visible=chat_model, elem_id="pg-system")
 
 
-def _layout() -> Page:
-    page = Page()
+def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf]:
+    """The page's components: the shared ones, then each tab's; ``carried`` hands the tabs' controls a link
+    holds to the shared object."""
+    page, explore, compare = Shared(), Explore(), Compare()
     page.trace, page.mode = gr.State(None), gr.State("generate")  # mode: what a share link re-runs
     page.traces = {"a": gr.State(None), "b": gr.State(None)}
     gr.HTML(HEADER)
@@ -229,17 +233,20 @@ def _layout() -> Page:
                                                 show_label=False,
                                                 elem_id="pg-slides-chart", scale=1, min_width=160, container=False)
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
-                with gr.Tab("Explore", id="explore") as page.explore_tab:
-                    explore.tab(page)
-                with gr.Tab("Compare", id="compare") as page.compare_tab:
-                    compare.tab(page)
+                with gr.Tab("Explore", id="explore") as explore.tab:
+                    explore.layout()
+                with gr.Tab("Compare", id="compare") as compare.tab:
+                    compare.layout()
                 with gr.Tab("What if", id="whatif"):
-                    page.whatif = whatif.layout()
+                    w = whatif.layout()
     with gr.Column(visible=False):
         api.layout(page)
         page.run_flag = gr.Textbox("", visible=False)
         page.theme = gr.Textbox("light", visible=False)  # "dark:390": the page's theme and width, read on load
-    return page
+    b = explore.branches
+    page.carried = Carried(compare.strategy, compare.panel, compare.summary, b.forced, b.pending, b.state,
+                           w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record)
+    return page, explore, compare, w
 
 
 def model_sees(store: ModelStore, model: str, prompt: str, system: str, chat: Any) -> Any:
@@ -257,10 +264,12 @@ def model_sees(store: ModelStore, model: str, prompt: str, system: str, chat: An
     return gr.update(value=text, label=f"The prompt as the model reads it: {counted(len(ids), 'token')}")
 
 
-def _wire_controls(page: Page, store: ModelStore) -> None:
-    """Strategy choice shows only its controls; chat controls follow the model."""
+def _wire_controls(page: Shared, store: ModelStore, trace_file: gr.File) -> None:
+    """Strategy choice shows only its controls; the chat controls, the note under the prompt, the draft and
+    amateur menus and the "what the model sees" box follow the model; the slides view."""
+    carried = page.carried
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
-                                     (page.compare_strategy, page.compare_panel, page.compare_summary)):
+                                     (carried.compare_strategy, carried.compare_panel, carried.compare_summary)):
         dropdown.change(lambda s, panel=panel, summary=summary: {**panel.select(s), summary: strategy_summary(s)},
                         dropdown, [*panel.outputs, summary], **QUIET)
         panel.wire(dropdown)
@@ -268,9 +277,37 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
                      **QUIET)
     page.grammar_kind.change(lambda k: gr.update(placeholder=grammar_placeholder(k)), page.grammar_kind,
                              page.grammar_text, **QUIET)
-    # a person picking another model gets a prompt that model can take where the prompt is still a default
-    # or an example's; a typed one stays, and the note under the box says what a toy's prompts are
-    # a typed prompt the new model cannot read is kept, and a button offers one it can: never replaced unasked
+    _wire_prompt(page, store)
+    menus = [comp for panel in (page.panel, carried.compare_panel) for _, comp in panel.paired]
+    controls = [c for panel in (page.panel, carried.compare_panel) for c, _ in panel.paired]
+
+    def on_model_change(model: str, chat: Any, *menu_values: Any) -> list[Any]:
+        chat_model = is_chat_model(model)
+        return [gr.update(visible=chat_model), gr.update(visible=chat_model and chat),
+                toy_note(model, store.get(model).vocabulary() if model in store.loaded() else None),
+                *(pair_update(c, model, v) for c, v in zip(controls, menu_values))]
+    page.model.change(on_model_change, [page.model, page.chat, *menus],
+                      [page.chat, page.system, page.prompt_note, *menus], **QUIET)
+    sees_inputs = [page.model, page.prompt, page.system, page.chat]
+    # ... and once a run has loaded the model (its trace file is written when the run ends)
+    gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand,
+           trace_file.change],
+          lambda *v: model_sees(store, *v), sees_inputs, page.sees, trigger_mode="always_last", **QUIET)
+    page.slides.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
+    page.slides_chart.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
+    # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
+    # (and a restored link's branch, still waiting for its parent run, is dropped)
+    gr.on([control.input for control in (page.model, page.prompt, page.strategy)], lambda: ["", None], None,
+          [carried.forced, carried.pending], **QUIET)
+    # what a run filled in (auto's tree, from this model's measured costs) is chosen afresh for other weights
+    filled = [*page.panel.filled, *carried.compare_panel.filled]
+    gr.on([page.model.input, page.dtype.input], lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
+
+
+def _wire_prompt(page: Shared, store: ModelStore) -> None:
+    """A person picking another model gets a prompt that model can take where the prompt is still a default or
+    an example's; a typed prompt the new model cannot read is kept, and a button offers one it can: never
+    replaced unasked."""
     def vocabulary_of(model: str) -> list[str] | None:
         return store.get(model).vocabulary() if model in store.loaded() else None
 
@@ -287,32 +324,6 @@ def _wire_controls(page: Page, store: ModelStore) -> None:
     page.prompt_fit.click(lambda model, prompt: [prompt_offer(model, prompt, vocabulary_of(model)) or prompt,
                                                  gr.update(visible=False)],
                           [page.model, page.prompt], [page.prompt, page.prompt_fit], **QUIET)
-    # the chat controls and the note under the prompt follow the model (and the draft and amateur menus
-    # list what fits it)
-    menus = [comp for panel in (page.panel, page.compare_panel) for _, comp in panel.paired]
-    controls = [c for panel in (page.panel, page.compare_panel) for c, _ in panel.paired]
-
-    def on_model_change(model: str, chat: Any, *menu_values: Any) -> list[Any]:
-        chat_model = is_chat_model(model)
-        return [gr.update(visible=chat_model), gr.update(visible=chat_model and chat),
-                toy_note(model, store.get(model).vocabulary() if model in store.loaded() else None),
-                *(pair_update(c, model, v) for c, v in zip(controls, menu_values))]
-    page.model.change(on_model_change, [page.model, page.chat, *menus], [page.chat, page.system, page.prompt_note, *menus],
-                      **QUIET)
-    sees_inputs = [page.model, page.prompt, page.system, page.chat]
-    # ... and once a run has loaded the model (its trace file is written when the run ends)
-    gr.on([page.model.change, page.prompt.change, page.system.change, page.chat.change, page.sees_box.expand,
-           page.trace_file.change],
-          lambda *v: model_sees(store, *v), sees_inputs, page.sees, trigger_mode="always_last", **QUIET)
-    page.slides.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
-    page.slides_chart.change(None, [page.slides, page.slides_chart], None, js=SLIDES_JS, api_visibility="private")
-    # a branch's forced tokens belong to its prompt, model and strategy: a person changing one starts afresh
-    # (and a restored link's branch, still waiting for its parent run, is dropped)
-    gr.on([control.input for control in (page.model, page.prompt, page.strategy)], lambda: ["", None], None,
-          [page.forced, page.branches.pending], **QUIET)
-    # what a run filled in (auto's tree, from this model's measured costs) is chosen afresh for other weights
-    filled = [*page.panel.filled, *page.compare_panel.filled]
-    gr.on([page.model.input, page.dtype.input], lambda: keyed({comp: "" for comp in filled}), None, filled, **QUIET)
 
 
 def lockstep_link(record: dict[str, Any] | None, model: str) -> dict[str, str] | None:
@@ -325,18 +336,37 @@ def lockstep_link(record: dict[str, Any] | None, model: str) -> dict[str, str] |
             "pair_text": record.get("text", "")}
 
 
-def _wire_share(page: Page, demo: gr.Blocks) -> None:
-    """Copy link, restore on load (and re-run where the link says so), and the examples."""
+def _wire_share(page: Shared, demo: gr.Blocks, explore: Explore, compare: Compare, runs: list[gr.Button]) -> None:
+    """Copy link, and what a run starting does to it; restore on load (and re-run where the link says so),
+    the run buttons enabled after it (``runs``); the examples."""
+    carried = page.carried
+
     def on_share(values: dict[Any, Any]) -> Any:
         settings = page.split_config(values)
         # a branch shown: its parent comes with it
-        branch = branches.share_steps(values[page.branches.state], settings["forced"])
-        pair = lockstep_link(values[page.whatif.pair_record], settings["model"])
+        branch = branches.share_steps(values[carried.tree], settings["forced"])
+        pair = lockstep_link(values[carried.pair_record], settings["model"])
         try:
             return gr.update(value=share_query(**settings, run=values[page.mode], branch=branch, pair=pair),
                              visible=True)
         except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
             raise refusal(err) from None
+
+    # what a share link re-runs: the tab shown
+    def on_tab(evt: gr.EventData) -> str:
+        return "compare" if evt.target is compare.tab else "generate"
+    gr.on([explore.tab.select, compare.tab.select], on_tab, None, page.mode, **QUIET)
+    page.link.click(on_share, page.config_inputs | {carried.tree, page.mode, carried.pair_record},
+                    page.link_box, **QUIET).then(
+        None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
+    starts = {"generate": [page.generate.click, page.prompt.submit], "compare": [compare.run.click],
+              "branch": [explore.branches.run.click, explore.branches.hook.click]}
+    gr.on([t for triggers in starts.values() for t in triggers], hide_link, None, page.link_box, queue=False,
+          api_visibility="private")
+    for mode, triggers in starts.items():
+        gr.on(triggers, _example_note_on(page, mode), page.config_inputs | {page.example_key},
+              [page.example_note, page.example_key], queue=False, api_visibility="private")
+    demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
 
     def on_load(request: gr.Request) -> list[Any]:
         query = {k: v for k, v in (request.query_params if request is not None else {}).items()
@@ -348,50 +378,40 @@ def _wire_share(page: Page, demo: gr.Blocks) -> None:
             gr.Warning(w)
         return keyed(page.apply_config(cfg))
 
-    # what a share link re-runs: the tab shown
-    def on_tab(evt: gr.EventData) -> str:
-        return "compare" if evt.target is page.compare_tab else "generate"
-    gr.on([page.explore_tab.select, page.compare_tab.select], on_tab, None, page.mode, **QUIET)
-    page.link.click(on_share, page.config_inputs | {page.branches.state, page.mode, page.whatif.pair_record},
-                    page.link_box, **QUIET).then(
-        None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
-
-    def hide_link() -> Any:
-        """A new run starts: the link copied for the last one is no longer this page's, so it goes."""
-        return gr.update(value="", visible=False)
-
-    gr.on([page.generate.click, page.prompt.submit, page.compare_run.click, page.branches.run.click,
-           page.branches.hook.click], hide_link, None, page.link_box, queue=False, api_visibility="private")
-
-    def example_note_on(mode: str) -> Any:
-        """A run starts in ``mode``: an example's note stays only while the run is the example's again
-        (examples.note_after); a branch's run never is."""
-        def on_run(values: dict[Any, Any]) -> Any:
-            try:
-                run = page_config(**page.split_config(values), run=mode) if mode != "branch" else None
-            except (InvalidRequest, TypeError, ValueError):  # settings the run itself refuses
-                run = None
-            if note_after(values[page.example_key], run, mode):
-                return keyed({})
-            return keyed({page.example_note: "", page.example_key: ""})
-        return on_run
-
-    for triggers, mode in (([page.generate.click, page.prompt.submit], "generate"), ([page.compare_run.click], "compare"),
-                           ([page.branches.run.click, page.branches.hook.click], "branch")):
-        gr.on(triggers, example_note_on(mode), page.config_inputs | {page.example_key},
-              [page.example_note, page.example_key], queue=False, api_visibility="private")
-    demo.load(None, None, page.theme, js=PAGE_JS, api_visibility="private")
     # The buttons a link's run= clicks (Generate, Compare's and lockstep's runs) are enabled only after
     # the restore: a click before it would read the page's defaults (the loading status Gradio keeps does
     # not hold a click back until another event's outputs land)
-    runs = [page.generate, page.compare_run, page.whatif.pair_run]
     demo.load(on_load, None, page.restore_outputs, **QUIET).then(
         lambda: [gr.Button(interactive=True)] * len(runs), None, runs, queue=False, **QUIET).then(
         None, page.run_flag, None, js=RUN_JS, api_visibility="private")
+    _wire_examples(page)
+
+
+def hide_link() -> Any:
+    """A new run starts: the link copied for the last one is no longer this page's, so it goes."""
+    return gr.update(value="", visible=False)
+
+
+def _example_note_on(page: Shared, mode: str) -> Any:
+    """A run starts in ``mode``: an example's note stays only while the run is the example's again
+    (examples.note_after); a branch's run never is."""
+    def on_run(values: dict[Any, Any]) -> Any:
+        try:
+            run = page_config(**page.split_config(values), run=mode) if mode != "branch" else None
+        except (InvalidRequest, TypeError, ValueError):  # settings the run itself refuses
+            run = None
+        if note_after(values[page.example_key], run, mode):
+            return keyed({})
+        return keyed({page.example_note: "", page.example_key: ""})
+    return on_run
+
+
+def _wire_examples(page: Shared) -> None:
+    """One event for every example's button: the example restored into the controls with its note, then run
+    where it says so."""
     shown = examples()
 
     def on_example(evt: gr.EventData) -> Any:
-        """The example whose button was clicked, restored into the controls with its note."""
         ex = shown[[id(b) for b in page.example_buttons].index(id(evt.target))]
         return {**page.apply_config(ex.config, weights=False), page.example_note: f"**{ex.label}**: {ex.note}",
                 page.example_key: example_run_key(ex)}
@@ -404,12 +424,13 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
     """The whole page, wired to ``store``. Call ``demo.launch(**launch_kwargs())`` to serve it."""
     decode = decoder or default_decoder(store)
     with gr.Blocks(title="Decoding Playground", delete_cache=(3600, 3600)) as demo:
-        page = _layout()
-        _wire_controls(page, store)
-        explore.wire(page, store, decode, compare.wire(page, store, decode))
-        _wire_share(page, demo)
+        page, explore, compare, w = _layout()
+        _wire_controls(page, store, explore.trace_file)
+        compare.wire(page, store, decode)
+        explore.wire(page, store, decode, compare)
+        _wire_share(page, demo, explore, compare, [page.generate, compare.run, w.pair_run])
         api.wire(page, decode)
-        whatif.wire(page, page.whatif, store)
+        whatif.wire(page, w, store)
     no_progress_targets(demo)
     demo.queue(max_size=QUEUE_MAX)
     return demo
@@ -429,7 +450,7 @@ def launch_kwargs() -> dict[str, Any]:
     theme = gr.themes.Soft(primary_hue="blue", secondary_hue="amber", neutral_hue="slate",
                            font=[gr.themes.Font(f) for f in ("Inter", "ui-sans-serif", "system-ui", "sans-serif")],
                            font_mono=[gr.themes.Font(f) for f in ("JetBrains Mono", "ui-monospace", "monospace")])
-    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script><style>{SLIDES_CSS}{compare.SIDES_CSS}</style>"
+    head = f"<script>{(ASSETS / 'playground.js').read_text(encoding='utf-8')}</script><style>{SLIDES_CSS}{SIDES_CSS}</style>"
     return dict(theme=theme, css=(ASSETS / "style.css").read_text(encoding="utf-8"), head=head,
                 **mcp_kwargs())
 

@@ -42,7 +42,7 @@ from playground.whatif.watermark import detect_synthid_text, detect_text
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
-    from playground.ui.components import Page
+    from playground.ui.components import Shared
 
 # a click on a step of the lockstep chart, forwarded by assets/playground.js, as the hook's Gradio event
 PAIR_JS = "window.addEventListener('pg-pair-select', (e) => trigger('click', {step: e.detail}));"
@@ -217,8 +217,15 @@ def layout() -> WhatIf:
                   pair_step, pair_step_plot, gr.State(None), pair_hook, pair_box)
 
 
-def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
-    """Connect the tab to the sidebar (``page``: playground.ui.page.Page) and the explore tab's trace."""
+def wire(page: Shared, w: WhatIf, store: ModelStore) -> None:
+    """Connect the tab to the shared controls (the sidebar's settings, the Explore run's trace)."""
+    _wire_samples(page, w, store)
+    _wire_score(page, w, store)
+    _wire_pair(page, w, store)
+
+
+def _wire_samples(page: Shared, w: WhatIf, store: ModelStore) -> None:
+    """Sample many (the sidebar's run, N times) and the watermark detector (on Score's text)."""
     config = page.config_inputs
 
     def on_sample(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
@@ -231,6 +238,23 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         yield keyed({w.sample_plot: plot_value(fig, theme), w.sample_table: table,
                      w.sample_file: write_sample_many_json(result)})
 
+    w.sample_run.click(handler(on_sample, 1, True), config | {w.n, w.tokens, w.batched, page.theme},
+                       [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
+                       show_progress="full", **MODEL_EVENT)
+
+    def on_detect(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+        cfg = page.split_config(values)
+        text = values[w.score_text]
+        yield keyed({w.detect_result: watermark_view(store, cfg["model"], text, cfg["params"], cfg["prompt"],
+                                                     cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
+                                                     events.progress(progress))})
+
+    w.detect_run.click(handler(on_detect, 1, True), config | {w.score_text}, [w.detect_result],
+                       api_name="detect", api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
+
+
+def _wire_score(page: Shared, w: WhatIf, store: ModelStore) -> None:
+    """Score a text under the sidebar's model (and grammar); a click on a token shows its step."""
     # the sidebar's grammar, where the page has its controls
     grammar_inputs = [c for c in (getattr(page, "grammar_kind", None), getattr(page, "grammar_text", None))
                       if c is not None]
@@ -251,24 +275,17 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
         html, *figures = picked
         return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
 
-    w.sample_run.click(handler(on_sample, 1, True), config | {w.n, w.tokens, w.batched, page.theme},
-                       [w.sample_plot, w.sample_table, w.sample_file], api_name="sample_many", api_visibility="undocumented",
-                       show_progress="full", **MODEL_EVENT)
     w.score_run.click(handler(on_score, 7 + len(grammar_inputs), True),
                       [page.model, page.prompt, page.system, page.chat, page.dtype, w.score_text, page.theme,
                        *grammar_inputs],
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
-    def on_detect(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
-        cfg = page.split_config(values)
-        text = values[w.score_text]
-        yield keyed({w.detect_result: watermark_view(store, cfg["model"], text, cfg["params"], cfg["prompt"],
-                                                     cfg["system"], chat_flag(cfg["model"], cfg["chat"]),
-                                                     events.progress(progress))})
+    w.score_tokens.click(on_score_click, [w.score_trace, page.theme], [w.score_tokens, *w.score_plots], **QUIET)
 
-    w.detect_run.click(handler(on_detect, 1, True), config | {w.score_text}, [w.detect_result],
-                       api_name="detect", api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
 
+def _wire_pair(page: Shared, w: WhatIf, store: ModelStore) -> None:
+    """Lockstep: two models (or two weights of one) read the same text; a step slider and a click on the chart
+    open a step's distributions."""
     def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
                 dtype_a: str, dtype_b: str, text: str, theme: str, progress: Any = None) -> Iterator[Any]:
         record, k = lockstep_view(store, model, str(model_b or ""), dtype_a, dtype_b, text, prompt, system,
@@ -302,4 +319,3 @@ def wire(page: Page, w: WhatIf, store: ModelStore) -> None:
                      api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.pair_step.input(on_pair_step, [w.pair_record, w.pair_step, page.theme], [w.pair_plot, w.pair_step_plot],
                       trigger_mode="always_last", **QUIET)
-    w.score_tokens.click(on_score_click, [w.score_trace, page.theme], [w.score_tokens, *w.score_plots], **QUIET)
