@@ -265,3 +265,10 @@ def test_the_run_buttons_start_disabled_and_the_load_chain_enables_them_before_a
         chain.append(nxt)
     assert [d["outputs"] for d in chain[1:]] == [[b._id for b in runs], []]  # enabled, then run= clicks
     assert chain[2]["js"] and all(i in chain[2]["js"] for i in ("pg-generate", "pg-compare-run", "pg-pair-run"))
+
+
+def test_the_glossary_gives_both_meanings_of_tau():
+    """Speculative decoding's tau (tokens a round adds) and Mirostat's (the target surprise in bits)."""
+    from playground.ui.side import GLOSSARY
+    tau = next(line for line in GLOSSARY.split("\n- ") if line.startswith("**tau"))
+    assert "speculative" in tau and "Mirostat" in tau and "bits" in tau

@@ -5,7 +5,16 @@ import pytest
 
 from playground.charts.palette import GREEN_LISTED, RED_LISTED
 from playground.charts.views import strategy_views
-from playground.charts.watermark import THRESHOLD, mass_figure, records, synthid_figure, views, z_figure
+from playground.charts.watermark import (
+    REPEATS_CAVEAT,
+    THRESHOLD,
+    detection_html,
+    mass_figure,
+    records,
+    synthid_figure,
+    views,
+    z_figure,
+)
 from playground.engine import Request, run
 from strategies.watermark_detect import detect
 
@@ -89,3 +98,11 @@ def test_the_what_if_detection_names_its_numbers_and_colours_the_tokens(store):
     found = detect_synthid_text(store, "toy", "a time there lived happily ever", "5,6,7")
     assert f"mean g-value <b>{found['mean']:.3f}</b>" in html
     assert html.count("not scored") == sum(1 for m in found["marks"] if not m["counted"])
+
+
+def test_the_detection_warns_of_repeats_where_it_counts_each_repeat_again():
+    """A repeated text can pass z = 4 unwatermarked; the verdict says so unless each pair was counted once."""
+    result = dict(z=22.2, p_value=1e-9, green=900, scored=1000, green_fraction=0.9, gamma=0.25, scheme="lefthash",
+                  key=15485863, marks=[{"text": "a", "green": True}])
+    assert REPEATS_CAVEAT in detection_html(result)
+    assert REPEATS_CAVEAT not in detection_html(dict(result, ignore_repeated_ngrams=True))

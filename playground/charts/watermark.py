@@ -156,6 +156,14 @@ def views(trace: dict[str, Any], step: int | None = None) -> list[View]:
     return out
 
 
+# Unwatermarked text can pass the threshold where it repeats itself: the same (previous, token) pair counted
+# each time it recurs (a 100k-character repeat scored z 22.2 under lefthash; selfhash with a context of one
+# token scored unwatermarked SmolLM2 texts up to z 4.08; transformers' WatermarkDetector gives the same
+# numbers). Counting each pair once brought them to 0.3-1.0.
+REPEATS_CAVEAT = ("Repeated text can score over 4 without a watermark, each repeat counted again; "
+                  "counting each pair once (--ignore-repeated-ngrams) guards against it")
+
+
 def detection_html(result: dict[str, Any]) -> str:
     """A detection of a text (playground/whatif/watermark.py: the green list's or SynthID's) as HTML: the
     verdict with its numbers, then the text, each scored token green or red (SynthID: by its mean g-value
@@ -179,6 +187,8 @@ def detection_html(result: dict[str, Any]) -> str:
         head = (f"{verdict}: z = <b>{result['z']:.2f}</b>, p = {result['p_value']:.3g} ({result['green']} green of "
                 f"{result['scored']} scored, {result['green_fraction']:.0%}; {result['gamma']:g} expected without a "
                 f"watermark; {escape(result['scheme'])}, key {result['key']})")
+        if not result.get("ignore_repeated_ngrams"):
+            head += f". {REPEATS_CAVEAT}"
         parts = [token(m["text"], None if m["green"] is None else GREEN_LISTED if m["green"] else RED_LISTED,
                        "not scored" if m["green"] is None else "green" if m["green"] else "red")
                  for m in result["marks"]]

@@ -21,8 +21,9 @@ GLOSSARY = """- **entropy**: how spread the distribution of a step is, −Σ p·
 - **surprisal**: −log p of the token that was chosen; the more surprising, the higher.
 - **nats**: the unit of both when the log is natural (bits use log₂; 1 nat ≈ 1.44 bits).
 - **varentropy**: the variance of the surprisal over the distribution: how uneven its spread is.
-- **tau (τ)**: in speculative decoding and EAGLE, the tokens one round adds (accepted drafts plus the
-  target's own token); a higher τ means fewer target passes per token.
+- **tau (τ)**: two meanings. In speculative decoding and EAGLE, the tokens one round adds (accepted drafts
+  plus the target's own token); a higher τ means fewer target passes per token. In Mirostat, the target
+  surprise in bits: μ (the cut, starting at 2τ) moves each step until the chosen tokens' −log₂ p averages τ.
 - **Z**: with a grammar, the share of the model's probability the allowed tokens had at a step (1: the
   grammar took nothing away).
 - **token marks**: `·` is a space and `↵` a newline inside a token, so `·the` is " the"."""
