@@ -12,7 +12,7 @@ import json
 import re
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from gradio_client import Client
@@ -21,9 +21,11 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from playground.engine import Request
+from playground.engines import FORMATS
+from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.serving.budget import Budget
 from playground.ui.api import ENDPOINTS
-from playground.ui.api_args import store_of
+from playground.ui.api_args import Engine, Weights, store_of
 from playground.ui.api_whatif import WhatIf
 from playground.ui.handlers import default_decoder
 from playground.ui.page import launch_kwargs
@@ -149,6 +151,8 @@ REFUSALS = [
     ("/sweep", dict(model="toy", strategy="sampling", prompt="1 2", param="temperature", values="lin:0:1:99"),
      r"count must be an integer in \[1, 12\]"),
     ("/score_text", dict(model="toy", text="   "), "text must not be empty"),
+    ("/score_text", dict(model="toy", text="3", dtype="int8"), "dtype must be one of auto, float32, bfloat16, int4"),
+    ("/score_text", dict(model="toy", text="3", chat="maybe"), "chat must be one of auto, true, false"),
     ("/score_text", dict(model="toy", text="3", prompt="x" * 20_001), "prompt must be at most 20000 characters"),
     ("/logit_lens", dict(trace="{}", step=0), "a trace must be the trace JSON /generate returns"),
     ("/lockstep_models", dict(text="3 4", model_a="toy", model_b="../etc"), "namespace/name"),
@@ -203,3 +207,8 @@ def test_a_sweep_ends_when_the_time_budget_is_spent(store):
     unlimited = json.loads(WhatIf(lambda: store, Budget()).sweep("toy", "sampling", "1 2", "temperature", "0.5,1,2",
                                                                   n=2, tokens=1))
     assert unlimited["stopped"] is False and [p["value"] for p in unlimited["points"]] == [0.5, 1.0, 2.0]
+
+
+def test_the_choices_the_schema_lists_are_the_playgrounds():
+    assert list(get_args(Weights)) == list(DTYPES) and DEFAULT_DTYPE == "auto"
+    assert list(get_args(Engine)) == ["all", *FORMATS]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import gradio as gr
 
@@ -27,6 +27,11 @@ MAX_LIST_CHARS = 20_000  # a list of answers
 MAX_GRAMMAR_ARGUMENT_CHARS = 4 * MAX_GRAMMAR_CHARS  # the grammar's JSON wrapper: its text, escaped
 MAX_TOKEN_ID = 2**31 - 1
 CHAT_CHOICES = {"auto": None, "": None, "true": True, "false": False}
+# the choices as types: the API's schema and the MCP tools' list them (tests/test_api_docs.py holds them to
+# playground.models.dtypes.DTYPES and playground.engines.FORMATS); a value outside is refused by the request
+Chat = Literal["auto", "true", "false"]
+Weights = Literal["auto", "float32", "bfloat16", "int4"]
+Engine = Literal["all", "llama-server", "llama-cli", "vllm", "vllm-json", "transformers", "ollama", "openai"]
 
 def refusing(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``fn`` with a refused input raised as gr.Error whose message is the plain text (a script reads it as

@@ -15,7 +15,7 @@ from playground.engine import READING_REASON, Request
 from playground.engines import FORMATS, export, settings_for, settings_of_trace
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE
-from playground.ui.api_args import chat_arg, grammar_of, json_object, trace_arg
+from playground.ui.api_args import Chat, Engine, Weights, chat_arg, grammar_of, json_object, trace_arg
 from playground.ui.handlers import side_refused
 from playground.whatif.branches import branch_settings
 
@@ -42,8 +42,8 @@ class Runs:
         self.decode = decode
 
     def compare(self, model: str, prompt: str, strategy_a: str, strategy_b: str, params_a: str = "{}",
-                params_b: str = "{}", seed: int = 0, max_new_tokens: int = 32, system: str = "", chat: str = "auto",
-                dtype: str = DEFAULT_DTYPE, grammar: str = "") -> str:
+                params_b: str = "{}", seed: int = 0, max_new_tokens: int = 32, system: str = "", chat: Chat = "auto",
+                dtype: Weights = "auto", grammar: str = "") -> str:
         """Run two strategies on the same model, prompt, seed and grammar, as the page's Compare tab does. Use
         it to see how two decoding settings differ on one prompt (greedy against sampling, top-p against
         min-p). Returns JSON {"a": trace, "b": trace}, each the trace JSON /generate returns. A refused input
@@ -80,7 +80,7 @@ class Runs:
         return json.dumps(traces, ensure_ascii=False)
 
     def branch(self, trace: str, step: int, token: str, max_new_tokens: int = 32, system: str = "",
-               chat: str = "auto") -> str:
+               chat: Chat = "auto") -> str:
         """Continue a finished run with another token at one step: the run's own tokens before the step, the
         given token at it, then the run's strategy, parameters and seed from there on (a forced path). Use it to
         ask "what if the model had picked this token instead?". Returns the branch's trace JSON, as /generate
@@ -101,7 +101,7 @@ class Runs:
         return final_trace(self.decode, req).to_json()
 
 
-def export_config(strategy: str = "sampling", params: str = "{}", engine: str = "all", seed: int = 0,
+def export_config(strategy: str = "sampling", params: str = "{}", engine: Engine = "all", seed: int = 0,
                   max_new_tokens: int = 32, grammar: str = "", trace: str = "") -> str:
     """A run's decoding settings as an inference engine's config: llama.cpp (llama-server, llama-cli flags),
     vLLM (SamplingParams, JSON body), transformers (GenerationConfig), Ollama (PARAMETER lines) or an OpenAI

@@ -17,7 +17,7 @@ from playground.errors import InvalidRequest
 from playground.models import ModelStore
 from playground.models.dtypes import DEFAULT_DTYPE
 from playground.serving.budget import Budget
-from playground.ui.api_args import chat_arg, grammar_of, json_object, string_list, trace_arg
+from playground.ui.api_args import Chat, Weights, chat_arg, grammar_of, json_object, string_list, trace_arg
 from playground.whatif.grid import parse_values
 from playground.whatif.lens import lens
 from playground.whatif.lockstep import lockstep
@@ -38,7 +38,7 @@ class WhatIf:
         self.store, self.budget = store, budget
 
     def sample_many(self, model: str, strategy: str, prompt: str, params: str = "{}", seed: int = 0, n: int = 100,
-                    tokens: int = 4, system: str = "", chat: str = "auto", dtype: str = DEFAULT_DTYPE,
+                    tokens: int = 4, system: str = "", chat: Chat = "auto", dtype: Weights = "auto",
                     grammar: str = "", batched: bool = True) -> str:
         """Draw n samples of a short continuation with one strategy (seeds seed .. seed + n - 1) and set each
         distinct outcome's frequency beside its exact probability under the strategy's final distribution.
@@ -67,8 +67,8 @@ class WhatIf:
         return dumps(sample_many(self.store(), req, n, bool(batched)))
 
     def sweep(self, model: str, strategy: str, prompt: str, param: str, values: str, params: str = "{}",
-              seed: int = 0, n: int = 20, tokens: int = 8, system: str = "", chat: str = "auto",
-              dtype: str = DEFAULT_DTYPE, extract: str = "", expected: str = "[]", keep_samples: bool = False) -> str:
+              seed: int = 0, n: int = 20, tokens: int = 8, system: str = "", chat: Chat = "auto",
+              dtype: Weights = "auto", extract: str = "", expected: str = "[]", keep_samples: bool = False) -> str:
         """Sweep one numeric parameter of a strategy over a list or grid of values, drawing n samples at each
         (the same seeds at every value), and measure what changes: loop rate, distinct-n, surprisal, entropy,
         length, the modal answer's share and, with expected answers, accuracy. Use it to pick a temperature or
@@ -101,8 +101,8 @@ class WhatIf:
                     stop=None if deadline is None else lambda: time.perf_counter() > deadline)
         return dumps(out)
 
-    def score(self, model: str, text: str, prompt: str = "", system: str = "", chat: str = "auto",
-              dtype: str = DEFAULT_DTYPE, grammar: str = "") -> str:
+    def score(self, model: str, text: str, prompt: str = "", system: str = "", chat: Chat = "auto",
+              dtype: Weights = "auto", grammar: str = "") -> str:
         """Teacher-force a given text through a model (one pass, no sampling) and record, token by token, the
         probability, rank and surprisal the model gave it, with the top candidates at every step. Use it to ask
         how surprised a model is by a text, or why a token was unlikely. Returns JSON: summary (per token its
@@ -141,8 +141,8 @@ class WhatIf:
             raise InvalidRequest(f"a trace's token ids must be in [0, {vocab - 1}] for {run['model']}")
         return dumps(lens(self.store(), run, step))
 
-    def lockstep(self, text: str, model_a: str, model_b: str = "", dtype_a: str = "float32",
-                 dtype_b: str = "int4", prompt: str = "", system: str = "", chat: str = "auto") -> str:
+    def lockstep(self, text: str, model_a: str, model_b: str = "", dtype_a: Weights = "float32",
+                 dtype_b: Weights = "int4", prompt: str = "", system: str = "", chat: Chat = "auto") -> str:
         """Two models (or one model in two weights) read the same text in one pass each; per step the KL
         divergence both ways, the total variation, the top-10 overlap and whether their argmax differs. Use it
         to see where two models part, or what 4-bit weights change. Returns JSON: steps (one per token of the
@@ -164,7 +164,7 @@ class WhatIf:
         return dumps(record)
 
     def detect(self, model: str, text: str, params: str = "{}", prompt: str = "", system: str = "",
-               chat: str = "auto") -> str:
+               chat: Chat = "auto") -> str:
         """Test a text for a watermark with the model's tokenizer: the green-list watermark (a z-score and
         p-value over the tokens' green share), or SynthID Text's mean g-value score when params carry
         synthid_keys. Use it on text a watermarking strategy wrote, or on any text, to see the evidence token by
