@@ -75,6 +75,9 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
                                timeout=20_000)
         page.locator("#pg-generate").click()
         wait_done(page)
+        # Generate brought the run's output into view: its status starts in the screen's upper part
+        status = page.locator("#pg-status").bounding_box()
+        assert status is not None and -2 <= status["y"] < height * 0.6, status
         page.wait_for_selector("#pg-view-0 .js-plotly-plot", timeout=30_000)
         view, branches, text = box(page, "#pg-view-0"), box(page, "#pg-branches"), box(page, "#pg-text")
         assert text["y"] < view["y"] < branches["y"]

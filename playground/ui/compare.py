@@ -12,6 +12,7 @@ from playground.ui import events
 from playground.ui.components import run_config, run_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
 from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
+from playground.ui.explore import SHOW_OUTPUT_JS
 from playground.ui.handlers import compare, show_prompt, side_refused
 from playground.ui.side import COMPARE_VIEW_PLOTS, VIEW_PREFIX, Side, slot_ids
 
@@ -98,6 +99,7 @@ class Compare:
         self.event = self.run.click(handler(run_compare, 1, True, status=sides[0].status), shared.run_inputs,
                                     outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                     show_progress_on=[s.text for s in sides], **MODEL_EVENT)
+        self.run.click(None, None, None, js=SHOW_OUTPUT_JS % "pg-status-a", api_visibility="private")
         view_inputs = [shared.model, shared.chat, shared.theme]
         self.step.input(on_select, [*states, self.step, *view_inputs], [*side_outputs, *view_outputs],
                         trigger_mode="always_last", **QUIET)

@@ -24,6 +24,17 @@ if TYPE_CHECKING:
     from playground.ui.handlers import Decoder, Frame
 
 
+# A run started: its output comes into view where it starts off screen (below the fold at 1440x900, some
+# 1,700 px under Generate on a phone), so the person who clicked sees the first token arrive.
+SHOW_OUTPUT_JS = """() => {
+  const el = document.getElementById('%s');
+  if (!el || document.body.classList.contains('pg-slides')) return [];
+  const top = el.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight * 0.6) window.scrollTo({top: window.scrollY + top - 8});
+  return [];
+}"""
+
+
 class Explore:
     """The tab's components (``layout``, inside its gr.Tab) and its events (``wire``)."""
 
@@ -66,6 +77,8 @@ class Explore:
                       handler(run_explore, 1, True, status=self.main.status), shared.run_inputs, self.outputs,
                       api_name="explore", api_visibility="undocumented", show_progress="full",
                       show_progress_on=[self.main.text], **MODEL_EVENT)
+        gr.on([shared.generate.click, shared.prompt.submit], None, None, None, js=SHOW_OUTPUT_JS % "pg-status",
+              api_visibility="private")
         panel = self.branches
         # a restored link's branch runs once its parent has joined the tree
         event.success(panel.on_run, [shared.trace, panel.state],
