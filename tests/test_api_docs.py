@@ -212,3 +212,31 @@ def test_a_sweep_ends_when_the_time_budget_is_spent(store):
 def test_the_choices_the_schema_lists_are_the_playgrounds():
     assert list(get_args(Weights)) == list(DTYPES) and DEFAULT_DTYPE == "auto"
     assert list(get_args(Engine)) == ["all", *FORMATS]
+
+
+NUMBERS = [  # each endpoint's integer arguments, with the smallest run around them
+    ("/compare_strategies", dict(model="toy", prompt="1 2", strategy_a="greedy", strategy_b="greedy", max_new_tokens=2),
+     ("seed", "max_new_tokens")),
+    ("/sample_many_outcomes", dict(model="toy", strategy="sampling", prompt="1 2", n=2, tokens=1), ("seed", "n", "tokens")),
+    ("/sweep", dict(model="toy", strategy="sampling", prompt="1 2", param="temperature", values="1", n=1, tokens=1),
+     ("seed", "n", "tokens")),
+    ("/branch_run", dict(step=0, token="1", max_new_tokens=2), ("step", "max_new_tokens")),
+    ("/logit_lens", dict(step=0), ("step",)),
+    ("/export_config", dict(strategy="sampling"), ("seed", "max_new_tokens")),
+]
+
+
+def test_hostile_numbers_are_refused_in_one_line(client):
+    _, trace = client.predict(model="toy", strategy="greedy", prompt="1 2", params="{}", max_new_tokens=2,
+                              api_name="/generate")
+    for endpoint, base, names in NUMBERS:
+        base = {**base, "trace": trace} if "step" in base else base
+        for name in names:
+            for value in (-1, 2**63, -(10**30), 1.5):
+                try:
+                    client.predict(**{**base, name: value}, api_name=endpoint)
+                except AppError as err:
+                    message = str(err)
+                    assert "verbose error reporting" not in message and "\n" not in message.strip(), (endpoint, name)
+                else:  # an engine's seed is 64-bit (llama.cpp's, vLLM's): the export takes it
+                    assert (endpoint, name, value) == ("/export_config", "seed", 2**63)
