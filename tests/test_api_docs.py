@@ -27,7 +27,6 @@ from playground.serving.budget import Budget
 from playground.ui.api import ENDPOINTS
 from playground.ui.api_args import Engine, Weights, store_of
 from playground.ui.api_whatif import WhatIf
-from playground.ui.handlers import default_decoder
 from playground.ui.page import launch_kwargs
 from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import sample_many
@@ -194,9 +193,9 @@ def test_the_page_always_serves_mcp():
     assert launch_kwargs()["mcp_server"] is True  # mcp is in requirements.txt
 
 
-def test_the_endpoints_run_on_the_decoders_store(store):
-    assert store_of(default_decoder(store))() is store
-    own = store_of(lambda req, progress=None: iter(()))  # a test's stand-in decoder: one store of its own
+def test_the_endpoints_run_on_the_pages_store(store):
+    assert store_of(store)() is store
+    own = store_of(None)  # a page built without a store (a test's): one store of its own
     assert own() is own()
 
 

@@ -24,6 +24,7 @@ from strategies.params import describe
 from strategies.untrusted_json import loads_untrusted
 
 if TYPE_CHECKING:
+    from playground.models import ModelStore
     from playground.ui.components import Shared
     from playground.ui.handlers import Decoder
 
@@ -109,7 +110,8 @@ Args:
 """
 
 
-def wire(page: Shared, decode: Decoder) -> None:
+def wire(page: Shared, decode: Decoder, store: ModelStore | None) -> None:
+    """/generate (the page's decoder, streamed), /strategies, and the documented capabilities on ``store``."""
     names = ("model", "strategy", "prompt", "params", "seed", "max_new_tokens", "system", "chat", "dtype", "grammar")
     generate = handler(lambda *a: plain_refusals(api_generate_stream(decode, *a)), len(page.api_in), names=names)
     generate.__name__, generate.__doc__ = "generate", GENERATE_DOC  # the MCP tool's name and its parameters' help
@@ -118,12 +120,12 @@ def wire(page: Shared, decode: Decoder) -> None:
     gr.api(refusing(list_strategies, "strategies"), api_name="strategies",
            api_description="Every strategy with its family, summary and parameters (name, type, default, range, help), "
            "as JSON. Use it to learn what /generate's params may hold.")
-    wire_capabilities(decode)
+    wire_capabilities(decode, store)
 
 
-def wire_capabilities(decode: Decoder) -> None:
-    """The documented endpoints of ENDPOINTS, on the store and budget ``decode`` runs with."""
-    runs, whatif = Runs(decode), WhatIf(store_of(decode), Budget.from_env())
+def wire_capabilities(decode: Decoder, store: ModelStore | None) -> None:
+    """The documented endpoints of ENDPOINTS: runs through the page's decoder, questions on ``store``."""
+    runs, whatif = Runs(decode), WhatIf(store_of(store), Budget.from_env())
     model_fns: dict[str, Callable[..., str]] = dict(
         compare_strategies=runs.compare, sample_many_outcomes=whatif.sample_many, sweep=whatif.sweep,
         score_text=whatif.score, logit_lens=whatif.logit_lens, lockstep_models=whatif.lockstep,

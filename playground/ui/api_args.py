@@ -5,7 +5,6 @@ refused input raised as the plain message a script reads, and the model store th
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
@@ -19,7 +18,7 @@ from strategies.sampling.grammar import MAX_GRAMMAR_CHARS
 from strategies.untrusted_json import loads_untrusted
 
 if TYPE_CHECKING:
-    from playground.ui.handlers import Decoder
+    pass
 
 MAX_PARAMS_CHARS = 100_000  # a params JSON; the longest real one is a few hundred
 MAX_TRACE_CHARS = 20_000_000  # a trace JSON: 512 tokens with 100 candidates each is a few MB
@@ -128,12 +127,9 @@ def trace_arg(text: Any) -> dict[str, Any]:
     return trace
 
 
-def store_of(decode: Decoder) -> Callable[[], ModelStore]:
-    """The model store the page's decoder runs on (its ``store``, or the one its closure holds); a decoder
-    without one (a test's stand-in) gets a store of its own, made on first use."""
-    found = getattr(decode, "store", None)
-    if found is None and inspect.isfunction(decode):
-        found = inspect.getclosurevars(decode).nonlocals.get("store")
-    if isinstance(found, ModelStore):
-        return lambda: found
+def store_of(store: ModelStore | None) -> Callable[[], ModelStore]:
+    """The page's model store, which the endpoints run on; a page built without one (a test's) gets a store
+    of its own, made on first use."""
+    if isinstance(store, ModelStore):
+        return lambda: store
     return functools.cache(ModelStore)

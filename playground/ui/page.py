@@ -429,7 +429,7 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
         compare.wire(page, store, decode)
         explore.wire(page, store, decode, compare)
         _wire_share(page, demo, explore, compare, [page.generate, compare.run, w.pair_run])
-        api.wire(page, decode)
+        api.wire(page, decode, store)
         whatif.wire(page, w, store)
     no_progress_targets(demo)
     demo.queue(max_size=QUEUE_MAX)
