@@ -5,6 +5,7 @@ from the defaults."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from urllib.parse import parse_qsl
 
 import gradio as gr
@@ -39,8 +40,8 @@ def test_a_refusal_is_written_into_the_status_and_raised_as_the_toast(store):
     assert "Not run:" in update[status] and "top_p must be in (0, 1], got 0" in update[status]
     with pytest.raises(gr.Error, match=r"top_p must be in \(0, 1\], got 0"):
         next(events)
-    # the next run writes its own status over it
-    assert "reading the prompt" in next(wrapped(0.9))[0]
+    # the next run writes its own status over it (after saying it loads the model, where it does)
+    assert any("reading the prompt" in update[0] for update in wrapped(0.9))
 
 
 def test_the_refusal_in_the_status_is_escaped(store):
@@ -97,6 +98,41 @@ def test_the_engine_stream_announces_only_when_asked(store):
     announced = [(t.finish_reason, len(t.tokens), t.extra.get("prompt_tokens")) for t in stream(store, req, announce=True)]
     assert announced[0] == (READING_REASON, 0, 2)
     assert [reason for reason, _, _ in announced[1:]] == plain
+
+
+def _slowly(progress, seconds=0.3):
+    """``progress``, each report followed by ``seconds`` of the work it announces (a model converting)."""
+    def heard(fraction, message):
+        progress(fraction, message)
+        time.sleep(seconds)
+    return heard
+
+
+def test_a_first_use_load_is_said_in_the_status_line_while_it_runs(store):
+    def decode(req, progress):
+        progress(0.4, "loading toy: converting weights")
+        time.sleep(0.3)
+        yield from stream(store, req, progress, announce=True)
+
+    said = []
+    frames = list(generate(store, Request("toy", "greedy", "1 2", max_new_tokens=2), decoder=decode,
+                           progress=lambda fraction, message: said.append((fraction, message))))
+    assert said[0] == (0.4, "loading toy: converting weights")  # the progress bar still hears it
+    first = frames[0]
+    assert "loading toy: converting weights… 40%" in first.status and "generating" not in first.status
+    assert not first.final and first.trace["model"] == "toy" and not first.trace["tokens"]
+    assert READING_REASON == frames[1].trace["finish_reason"]  # then the prompt's reading, as before
+    assert "converting" not in frames[-1].status
+
+
+def test_a_speculative_run_says_it_measures_the_plain_baseline_after_its_last_token(store):
+    req = Request("toy", "speculative", "1 2", {"draft": "toy-small"}, max_new_tokens=6)
+    frames = list(generate(store, req, text_seconds=0.0,
+                           decoder=lambda req, progress: stream(store, req, _slowly(progress), announce=True)))
+    measuring = [f for f in frames if "measuring the plain baseline" in f.status]
+    assert measuring and "generating" not in measuring[0].status and not measuring[0].final
+    assert len(measuring[0].trace["tokens"]) == 6  # said after the last token, over the text as it stands
+    assert "measuring" not in frames[-1].status and frames[-1].final
 
 
 # --- a run ends with its true reason ----------------------------------------------------------------

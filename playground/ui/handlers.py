@@ -19,7 +19,7 @@ import dataclasses
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import plotly.graph_objects as go
 
@@ -104,8 +104,44 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
-    """One line under the text: model, strategy, chain, tokens, speed, why it stopped."""
+@dataclass(frozen=True)
+class Report:
+    """What the run said it is doing between two tokens: a model loading, a baseline measured."""
+
+    fraction: float
+    message: str
+
+    def doing(self) -> str:
+        """As the status line says it: 'loading gemma3-270m… 40%'."""
+        return f"{self.message}… {round(100 * min(max(self.fraction, 0.0), 1.0))}%"
+
+
+class Heard:
+    """The progress callback a run reports to (the model store's loading, a strategy's set-up steps):
+    passed on to the page's progress bar, and the latest report kept for the status line, waking the
+    handler that waits for the step (``wake``)."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress, self.wake = progress, threading.Event()
+        self._lock, self._latest = threading.Lock(), cast("Report | None", None)
+
+    def __call__(self, fraction: float, message: str) -> None:
+        if self.progress is not None:
+            self.progress(fraction, message)
+        with self._lock:
+            self._latest = Report(fraction, message)
+        self.wake.set()
+
+    def take(self) -> Report | None:
+        """The report not yet shown, once."""
+        with self._lock:
+            latest, self._latest = self._latest, None
+        return latest
+
+
+def status_html(trace: dict[str, Any], final: bool, note: str = "", doing: str = "") -> str:
+    """One line under the text: model, strategy, chain, tokens, speed, why it stopped; ``doing``, where
+    given, in place of 'generating…' (what a run does between two tokens: loading, measuring)."""
     timing = trace.get("timing") or {}
     chain = " → ".join(trace.get("chain") or []) or trace.get("strategy", "")
     steps = len(trace.get("steps") or [])
@@ -126,6 +162,8 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "") -> str:
         state = f"reading the prompt ({counted(int(n), 'token')})…"
         if trace.get("setup"):  # or a one-off set-up step of the strategy (the trace's extra, in its dict)
             state = f"{escape(trace['setup'])}…"
+    if doing and not final:
+        state = escape(doing)
     model = f"<b>{escape(trace.get('model', ''))}</b>" + (f" ({escape(trace['dtype'])})" if trace.get("dtype") else "")
     if trace.get("weights_check"):  # how the weights compared with float32 on this CPU, on hover
         model = f'<span class="pg-weights" title="{escape(describe_record(trace["weights_check"]))}">{model}</span>'
@@ -235,22 +273,28 @@ def generate(store: ModelStore, req: Request, *, progress: Progress | None = Non
     """
     decode = decoder or default_decoder(store)
     note = decode.note(req) if isinstance(decode, GpuDecoder) else ""  # ZeroGPU's estimate, in the status
-    pull = Pull(decode(req, progress))
+    heard = Heard(progress)  # the status line says what the run reports (a model loading) between tokens
+    pull = Pull(decode(req, heard))
     try:
-        yield from _frames(pull, req, note, compact, final_step, refresh_seconds, text_seconds)
+        yield from _frames(pull, heard, req, note, compact, final_step, refresh_seconds, text_seconds)
     finally:
         pull.close()
 
 
-def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_step: str | int,
+def _frames(pull: Pull[Trace], heard: Heard, req: Request, note: str, compact: bool, final_step: str | int,
             refresh_seconds: float, text_seconds: float) -> Iterator[Frame]:
     dicts, last_draw, draw_cost, last_text, trace = _TraceDicts(), 0.0, 0.0, 0.0, None
     with_prompt = show_prompt(req.model, req.chat)
     k, halted, sent = -1, False, None
-    wake, run = threading.Event(), current_run()
+    wake, run = heard.wake, current_run()
     if run is not None:
         run.wakes(wake)  # Stop ends the wait for a step at once
-    for trace in pull.steps(stop_requested, wake):
+    for item in pull.steps(stop_requested, wake, news=heard.take):
+        if isinstance(item, Report):  # a model loading, a baseline measured: the status says so
+            yield _report_frame(item, req, sent, note, with_prompt)
+            continue
+        trace = item
+        heard.take()  # a report from before this step is no longer news
         if trace.finish_reason == READING_REASON:  # the prompt is being read: say so, with its token count
             d = trace.to_dict()
             yield Frame(d, token_html(d, None, with_prompt), status_html(d, final=False, note=note), None,
@@ -286,6 +330,15 @@ def _frames(pull: Pull[Trace], req: Request, note: str, compact: bool, final_ste
             halted = True
             break
     yield from _last_frames(pull, trace, sent, halted, note, compact, final_step, with_prompt)
+
+
+def _report_frame(report: Report, req: Request, sent: dict[str, Any] | None, note: str, with_prompt: bool) -> Frame:
+    """The text last sent (the prompt before the first token) under a status that says what the run is doing."""
+    d = sent or Trace(model=req.model, strategy=req.strategy, params=dict(req.params), seed=req.seed,
+                      prompt=req.prompt, prompt_ids=[], finish_reason="running").to_dict()
+    step = len(d["steps"]) - 1 if d["steps"] else None
+    return Frame(d, token_html(d, step, with_prompt), status_html(d, final=False, note=note, doing=report.doing()),
+                 step, None, None, final=False)
 
 
 def _last_frames(pull: Pull[Trace], trace: Trace | None, sent: dict[str, Any] | None, halted: bool, note: str,

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Generic, Iterator, TypeVar, cast
 
 T = TypeVar("T")
+N = TypeVar("N")
 _END = object()
 POLL_SECONDS = 0.5  # how often a wait for the next step reads Stop when nothing wakes it
 GRACE_SECONDS = 0.2  # a step in flight that ends this soon after Stop is kept: its token was decoded
@@ -30,13 +31,16 @@ class Pull(Generic[T]):
         self.interrupted = False  # Stop came while a step was running; that step is not shown
 
     def steps(self, stop: Callable[[], bool], wake: threading.Event | None = None,
-              poll_seconds: float = POLL_SECONDS, grace_seconds: float = GRACE_SECONDS) -> Iterator[T]:
+              poll_seconds: float = POLL_SECONDS, grace_seconds: float = GRACE_SECONDS,
+              news: Callable[[], N | None] | None = None) -> Iterator[T | N]:
         """The source's items, one step at a time; ends with the source, or once ``stop()`` is true while
         a step runs that does not end within ``grace_seconds`` (``interrupted``; a step that does is the
         last item). Each step runs in the caller's context (its contextvars). The wait
         sleeps until the step ends or ``wake`` is set (Stop sets it), reading ``stop()`` at least every
         ``poll_seconds``: a waiting thread that woke often would take the interpreter's lock from the
-        step, and on a busy machine each hand-back waits for the scheduler."""
+        step, and on a busy machine each hand-back waits for the scheduler. ``news``: read after each
+        wake while a step runs (the step's own reports set ``wake``: a model loading, a baseline being
+        measured); what it returns, where not None, is yielded between the steps' items."""
         wake = wake or threading.Event()
         while True:
             future = STEPS.submit(contextvars.copy_context().run, self._next)
@@ -50,6 +54,9 @@ class Pull(Generic[T]):
                     return
                 wake.wait(poll_seconds)
                 wake.clear()  # the loop reads the step and Stop again, so a wake cleared here is not lost
+                heard = news() if news is not None and not future.done() else None
+                if heard is not None:
+                    yield heard
             item = future.result()
             self._in_flight = None
             if item is _END:

@@ -21,6 +21,7 @@ OFF = "plain decoding was not measured (measure_baseline is off)"
 NO_TOKENS = "plain decoding was not timed: the run made no tokens"
 STOPPED = "plain decoding was not timed: the run was stopped before its end"
 GRAMMAR_LIMIT = "plain decoding was not timed: the grammar's parser reached a limit mid-run"
+MEASURING = "measuring the plain baseline (plain decoding of the run's tokens, for the speed-up)"
 
 
 def plain_decode(ctx: DecodeContext, tokens: list[int], chain: list) -> dict[str, Any]:
@@ -53,4 +54,5 @@ def reference(ctx: DecodeContext, measure: bool, tokens: list[int], chain: list
         return None, OFF
     if not tokens:
         return None, NO_TOKENS
+    ctx.report(0.0, MEASURING)  # after the last token, seconds more: the page's status line says so
     return plain_decode(ctx, tokens, chain), None
