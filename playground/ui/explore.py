@@ -52,7 +52,7 @@ class Explore:
         with self.main.view_slot:
             self.slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
         self.branches = branches.layout()
-        with gr.Accordion("Export", open=False, elem_id="pg-export"):
+        with gr.Accordion("Export", open=False, elem_id="pg-export") as self.export:  # the page adds Copy as
             self.trace_file = gr.File(label="Trace JSON (the exact record of the run)", elem_id="pg-trace-file")
             self.png = gr.Button("Render the charts as PNG on the server", size="sm",
                                  visible=png_export_available(), elem_id="pg-png")

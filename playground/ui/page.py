@@ -43,6 +43,7 @@ from playground.ui.controls import (
     strategies_in_order,
     strategy_summary,
 )
+from playground.ui.engines_panel import EnginesPanel
 from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, no_progress_targets, refusal
 from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.explore import Explore
@@ -182,9 +183,10 @@ def _top(page: Shared) -> None:
     page.example_key = gr.State("")
 
 
-def _sidebar(page: Shared) -> None:
+def _sidebar(page: Shared, engines: EnginesPanel) -> None:
     """Seed and budget first, then the selected strategy's parameters (collapsible: closed on a phone; the
-    rest of the chain folded in an advanced group), the grammar and the chat template."""
+    rest of the chain folded in an advanced group; a value preset first), the grammar, the chat template and
+    an engine's settings to import."""
     default = default_strategy("sampling")
     chat_model = is_chat_model(DEFAULT_MODEL)
     page.seed = gr.Number(value=0, label="Seed", precision=0, elem_id="pg-seed",
@@ -196,6 +198,7 @@ def _sidebar(page: Shared) -> None:
                              elem_id="pg-max-new", info=f"An integer in [1, {MAX_NEW_TOKENS}].")
     page.summary = gr.Markdown(strategy_summary(default), elem_classes=["pg-summary"])
     with gr.Accordion("Strategy parameters", open=True, elem_id="pg-params") as page.params_box:
+        engines.layout()
         page.panel = build_panel("p", default)
     with gr.Accordion("Grammar (structured output)", open=False, elem_id="pg-grammar") as page.grammar_box:
         page.grammar_kind = gr.Dropdown(list(GRAMMAR_CHOICES), value=NO_GRAMMAR, label="Grammar kind",
@@ -211,12 +214,13 @@ def _sidebar(page: Shared) -> None:
     page.chat = gr.Checkbox(value=True, label="Chat template", visible=chat_model, elem_id="pg-chat",
                             info="Wrap the prompt in the model's chat template (off: raw continuation).")
     page.system = gr.Textbox("", label="System prompt", lines=2, visible=chat_model, elem_id="pg-system")
+    engines.import_layout()
 
 
-def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf]:
+def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf, EnginesPanel]:
     """The page's components: the shared ones, then each tab's; ``carried`` hands the tabs' controls a link
     holds to the shared object."""
-    page, explore, compare = Shared(), Explore(), Compare()
+    page, explore, compare, engines = Shared(), Explore(), Compare(), EnginesPanel()
     page.trace, page.mode = gr.State(None), gr.State("generate")  # mode: what a share link re-runs
     page.traces = {"a": gr.State(None), "b": gr.State(None)}
     gr.HTML(HEADER)
@@ -224,7 +228,7 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf]:
         _top(page)
     with gr.Row(equal_height=False, elem_id="pg-layout"):
         with gr.Column(scale=1, min_width=300, elem_id="pg-sidebar"):
-            _sidebar(page)
+            _sidebar(page, engines)
         with gr.Column(scale=3, elem_id="pg-main"):
             with gr.Row(equal_height=True, elem_id="pg-slides-bar"):
                 page.slides = gr.Checkbox(False, label="Slides view: one chart large",
@@ -235,6 +239,8 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf]:
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
                 with gr.Tab("Explore", id="explore") as explore.tab:
                     explore.layout()
+                    with explore.export:
+                        engines.copy_as_layout()
                 with gr.Tab("Compare", id="compare") as compare.tab:
                     compare.layout()
                 with gr.Tab("What if", id="whatif"):
@@ -246,7 +252,7 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf]:
     b = explore.branches
     page.carried = Carried(compare.strategy, compare.panel, compare.summary, b.forced, b.pending, b.state,
                            w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record)
-    return page, explore, compare, w
+    return page, explore, compare, w, engines
 
 
 def model_sees(store: ModelStore, model: str, prompt: str, system: str, chat: Any) -> Any:
@@ -424,13 +430,14 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
     """The whole page, wired to ``store``. Call ``demo.launch(**launch_kwargs())`` to serve it."""
     decode = decoder or default_decoder(store)
     with gr.Blocks(title="Decoding Playground", delete_cache=(3600, 3600)) as demo:
-        page, explore, compare, w = _layout()
+        page, explore, compare, w, engines = _layout()
         _wire_controls(page, store, explore.trace_file)
         compare.wire(page, store, decode)
         explore.wire(page, store, decode, compare)
         _wire_share(page, demo, explore, compare, [page.generate, compare.run, w.pair_run])
         api.wire(page, decode, store)
         whatif.wire(page, w, store)
+        engines.wire(page, explore.trace_file)
     no_progress_targets(demo)
     demo.queue(max_size=QUEUE_MAX)
     return demo
