@@ -89,21 +89,39 @@ def test_the_sample_many_tab_offers_the_whole_result_as_json_after_a_run(store):
     demo.close()
 
 
-def test_the_rest_bar_carries_the_recorded_mass_of_the_outcomes_left_out(store):
+def test_the_rest_bar_carries_the_exact_mass_of_every_outcome_not_among_the_bars(store):
+    """The sampled bar counts every draw outside the bars; the exact bar beside it is the same event's exact
+    mass, 1 minus the bars' (outcomes never drawn and below the enumeration's floor included), not the sum
+    of the recorded outcomes alone, which left most of it out."""
     fig, _, result = sample_many_view(store, "toy", "sampling", "1 2", {"temperature": 3.0}, 0, 200, 3)
     sampled, exact = fig.data
-    shown = set(sampled.x[:-1])
-    left_out = [o for o in result["outcomes"] if "".join(show_token(p) for p in o["pieces"]) not in shown]
-    assert len(left_out) > 0 and sampled.x[-1].startswith(f"{len(left_out)} more")
-    mass = math.fsum(o["probability"] for o in left_out)
-    assert exact.y[-1] == pytest.approx(mass, rel=1e-12) and mass > 0
+    shown_labels = set(sampled.x[:-1])
+    listed = [o for o in result["outcomes"] if "".join(show_token(p) for p in o["pieces"]) in shown_labels]
+    left_out = [o for o in result["outcomes"] if o not in listed]
+    mass = 1.0 - math.fsum(o["probability"] for o in listed)
+    recorded = math.fsum(o["probability"] for o in left_out)
+    assert len(left_out) > 0 and mass > recorded * 1.01, "the toy at temperature 3 has unrecorded mass"
+    assert exact.y[-1] == pytest.approx(mass, rel=1e-12)
     assert sampled.y[-1] == pytest.approx(sum(o["frequency"] for o in left_out))
-    assert f"exact {mass:.4g}" in exact.x[-1] and f"exact mass {mass:.6g}" in exact.customdata[-1]
+    assert sampled.x[-1] == f"every other outcome ({len(left_out)} more recorded) · exact {mass:.4g}"
+    assert f"exact mass {mass:.6g}: every outcome not among the bars" in exact.customdata[-1]
+    # the two bars measure one event: far apart only by sampling noise (200 draws)
+    assert abs(sampled.y[-1] - exact.y[-1]) < 0.15
 
 
-def test_the_rest_bar_says_not_enumerated_where_an_outcome_left_out_has_no_probability(store):
+def test_without_an_exact_reference_the_rest_bar_says_it_sums_its_drawn_outcomes_alone(store):
     _, _, result = sample_many_view(store, "toy", "sampling", "1 2", {"temperature": 3.0}, 0, 200, 3)
-    result["outcomes"][-1]["probability"] = None  # a record whose rarest outcome has no exact probability
+    result["reference"] = "none (no exact enumeration for this strategy)"
+    sampled, exact = sample_figure(result).data
+    left_out = sorted(result["outcomes"], key=lambda o: (-max(o["frequency"], o["probability"] or 0.0), o["ids"]))[20:]
+    recorded = math.fsum(o["probability"] for o in left_out)
+    assert exact.y[-1] == pytest.approx(recorded) and f"these summed {recorded:.4g}" in exact.x[-1]
+    assert "drawn outcomes alone" in exact.customdata[-1]
+
+
+def test_the_rest_bar_says_not_enumerated_where_an_outcome_it_sums_has_no_probability(store):
+    _, _, result = sample_many_view(store, "toy", "sampling", "1 2", {"temperature": 3.0}, 0, 200, 3)
+    result["outcomes"][0]["probability"] = None  # a record whose likeliest outcome has no exact probability
     sampled, exact = sample_figure(result).data
     assert exact.y[-1] is None and "not enumerated" in exact.x[-1] and "not enumerated" in exact.customdata[-1]
 

@@ -26,8 +26,8 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
     exact = [o["probability"] for o in shown]
     notes = [""] * len(shown)
     if rest:
-        mass, note = rest_mass(rest)
-        labels.append(f"{len(rest)} more · " + ("exact not enumerated" if mass is None else f"exact {mass:.4g}"))
+        mass, label, note = rest_mass(shown, rest, not result.get("reference", "").startswith("none"))
+        labels.append(label)
         freq.append(sum(o["frequency"] for o in rest))
         exact.append(mass)
         notes.append(f"<br>{note}")
@@ -48,20 +48,31 @@ def sample_figure(result: dict[str, Any], top: int = 20) -> go.Figure:
     drawn = [o for o in result["outcomes"] if o["count"]]
     add_caption(fig, f"blue: the share of the {result['n']} samples that wrote each outcome ({len(drawn)} distinct); "
                      "orange: its exact probability under the strategy's distribution"
-                + (f"; {len(rest)} rarer outcomes summed in the last pair" if rest else "") + f" · {TOKEN_MARKS}")
+                + ("; the last pair: every outcome not among the bars" if rest else "") + f" · {TOKEN_MARKS}")
     return fig
 
 
-def rest_mass(rest: list[dict[str, Any]]) -> tuple[float | None, str]:
-    """The recorded probability of the outcomes left out of the bars, summed, and a sentence saying what
-    it is; None ("not enumerated") when an outcome among them has no recorded probability."""
-    missing = sum(o["probability"] is None for o in rest)
+def rest_mass(shown: list[dict[str, Any]], rest: list[dict[str, Any]], reference: bool
+              ) -> tuple[float | None, str, str]:
+    """The last bar pair's exact mass, its label and a sentence saying what the mass is. Against an exact
+    reference (``reference``: the outcomes' probabilities sum to 1) the mass of every outcome not among the
+    bars, 1 minus theirs: the ``rest`` recorded and those never drawn nor enumerated, the same outcomes
+    as the sampled bar beside it. Without one, the recorded probabilities of ``rest`` alone, labelled so;
+    None ("not enumerated") where an outcome it sums has no recorded probability."""
+    summed = shown if reference else rest
+    missing = sum(o["probability"] is None for o in summed)
     if missing:
-        return None, (f"exact mass not enumerated: {missing} of these {len(rest)} outcomes have no recorded "
-                      "probability")
+        return None, f"{len(rest)} more · exact not enumerated", (
+            f"exact mass not enumerated: {missing} of these {len(summed)} outcomes have no recorded probability")
+    if reference:
+        mass = max(0.0, 1.0 - math.fsum(o["probability"] for o in shown))
+        return mass, f"every other outcome ({len(rest)} more recorded) · exact {mass:.4g}", (
+            f"exact mass {mass:.6g}: every outcome not among the bars, 1 minus the bars' exact probabilities "
+            f"(the {len(rest)} more recorded and those never drawn)")
     mass = math.fsum(o["probability"] for o in rest)
-    return mass, (f"exact mass {mass:.6g}: the recorded probabilities of these {len(rest)} outcomes, summed "
-                  "(outcomes never drawn and below the enumeration's floor are not recorded)")
+    return mass, f"{len(rest)} more · these summed {mass:.4g}", (
+        f"exact mass {mass:.6g}: the recorded probabilities of these {len(rest)} drawn outcomes alone, summed "
+        "(no exact reference for this strategy: outcomes never drawn are not counted)")
 
 
 def exact_text(p: float) -> str:
