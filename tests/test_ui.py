@@ -120,6 +120,9 @@ def test_one_control_per_parameter_read_by_the_selected_strategy():
     assert shown[panel.fields["temperature"]]["value"] == 0.3 and shown[panel.fields["num_beams"]]["visible"] is False
     assert shown[panel.fields["top_k"]]["value"] == 0  # a link's missing value: the strategy's default
     assert shown[panel.advanced]["label"].endswith("(1 on)")
+    # a paired menu's hub id box shows with its menu: speculative's draft, not contrastive's amateur
+    shown = panel.select("speculative")
+    assert shown[panel.hubs["draft"]]["visible"] is True and shown[panel.hubs["amateur"]]["visible"] is False
 
 
 # --- figures ----------------------------------------------------------------------------------------

@@ -256,6 +256,7 @@ class Panel:
     fields: dict[str, Field]  # parameter name -> its control
     advanced: gr.Accordion
     none_note: gr.Markdown  # shown for a strategy with nothing to set outside the advanced group
+    hubs: dict[str, gr.Textbox] = dataclasses.field(default_factory=dict)  # a hub id box under a paired menu
 
     @property
     def components(self) -> list[gr.Component]:
@@ -264,7 +265,7 @@ class Panel:
     @property
     def outputs(self) -> list[Any]:
         """Every component ``select`` updates."""
-        return [*self.fields.values(), self.advanced, self.none_note]
+        return [*self.fields.values(), *self.hubs.values(), self.advanced, self.none_note]
 
     @property
     def paired(self) -> list[tuple[Control, gr.Component]]:
@@ -310,6 +311,8 @@ class Panel:
         folded, top = 0, 0
         for p in self.params_:
             c = p.of(strategy)
+            if p.name in self.hubs:  # shown with its menu
+                out[self.hubs[p.name]] = gr.update(visible=c is not None)
             if c is None:
                 out[self.fields[p.name]] = gr.update(visible=False)
                 continue
@@ -341,42 +344,45 @@ def build_panel(prefix: str, selected: str) -> Panel:
     and the primary chain ones first, the rest in a closed "Advanced settings" accordion whose label
     counts those that are on. Element ids: ``pg-{prefix}-{name}``, ``pg-{prefix}-advanced``."""
     params, fields = panel_params(), {}
+    hubs: dict[str, gr.Textbox] = {}
     with gr.Column(elem_id=f"pg-{prefix}-params", elem_classes=["pg-params"]):
         top = [p for p in params if not p.advanced]
         none_note = gr.Markdown("_Nothing to set: it always takes the most probable token._",
                                 visible=not any(p.of(selected) for p in top), elem_id=f"pg-{prefix}-none")
         for p in top:
-            fields[p.name] = _field(p, selected, prefix)
+            fields[p.name] = _field(p, selected, prefix, hubs)
         rest = [p for p in params if p.advanced]
         with gr.Accordion(advanced_label(0), open=False, elem_id=f"pg-{prefix}-advanced",
                           visible=any(p.of(selected) for p in rest), elem_classes=["pg-advanced"]) as box:
             for p in rest:
-                fields[p.name] = _field(p, selected, prefix)
+                fields[p.name] = _field(p, selected, prefix, hubs)
                 if p.name == "order":
                     _reorder_controls(fields[p.name], f"pg-{prefix}")
-    return Panel(params, fields, box, none_note)
+    return Panel(params, fields, box, none_note, hubs)
 
 
-def _field(p: Param, selected: str, prefix: str) -> Field:
-    """The control of ``p``, as ``selected`` declares it where it reads it (hidden where it does not)."""
-    c = p.of(selected) or p.control
+def _field(p: Param, selected: str, prefix: str, hubs: dict[str, gr.Textbox]) -> Field:
+    """The control of ``p``, as ``selected`` declares it where it reads it (hidden where it does not); a
+    paired menu's hub id box goes into ``hubs``."""
+    c, shown = p.of(selected) or p.control, p.of(selected) is not None
     elem_id = f"pg-{prefix}-{p.name}"
-    field = make_component(c, elem_id, visible=p.of(selected) is not None)
+    field = make_component(c, elem_id, visible=shown)
     if c.custom:
-        _hub_field(field, c, elem_id)
+        hubs[p.name] = _hub_field(field, c, elem_id, shown)
     return field
 
 
-def _hub_field(menu: gr.Component, c: Control, elem_id: str) -> None:
+def _hub_field(menu: gr.Component, c: Control, elem_id: str, visible: bool) -> gr.Textbox:
     """A box under a draft or amateur menu for a hub id the menu does not list; it becomes the menu's value."""
     box = gr.Textbox("", label=f"or a hub id as {c.name}", placeholder="e.g. HuggingFaceTB/SmolLM2-135M-Instruct",
-                     elem_id=f"{elem_id}-hub", max_lines=1,
+                     elem_id=f"{elem_id}-hub", max_lines=1, visible=visible,
                      info="A model with the same tokenizer, where the network allows; Enter sets it.")
 
     def use(hub: str) -> Any:
         hub = (hub or "").strip()
         return gr.update(value=hub) if hub else gr.skip()
     gr.on([box.submit, box.blur], use, box, menu, **QUIET)
+    return box
 
 
 def move_stage(order: str, stage: str, delta: int) -> str:
