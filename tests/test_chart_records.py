@@ -120,6 +120,22 @@ def test_cumulative_curve_is_top_p_s_own_running_mass(store, toy):
     assert curve[a]["y"] > 0.95 and not stage(s, "top_p")["kept"][_index(s, a)]
 
 
+def test_the_top_p_line_is_labelled_on_the_cumulative_axis_and_a_cut_past_the_bars_is_said(store):
+    """The label of top-p's line sits at the right end, beside the cumulative axis it is drawn on (at the
+    left it read as a probability on the left axis); where top-p kept every bar shown and more, the line
+    says after which token its cut falls."""
+    trace = step0(store, "1 2", {"temperature": 3.0, "top_p": 0.999})
+    kept = stage(trace["steps"][0], "top_p")["kept_count"]
+    assert kept > 3
+    notes = {a.name: a for a in distribution_figure(trace, 0, top=3).layout.annotations}
+    label, cut = notes["top_p mass"], notes["top_p cut"]
+    assert label.yref == "y2" and label.x == 1 and label.xanchor == "right" and label.y == 0.999
+    assert label.text.startswith("top-p 0.999") and "cumulative axis" in label.text
+    assert cut.yref == "y2" and cut.y == 0.999 and f"after token {kept}, past the 3 bars shown" in cut.text
+    everything = {a.name for a in distribution_figure(trace, 0, top=20).layout.annotations}
+    assert "top_p mass" in everything and "top_p cut" not in everything  # the cut is among the bars
+
+
 def test_waterfall_colours_are_the_kept_flags_not_zero_probabilities(store):
     """At T=0.05 float32 softmax underflows to 0 for most tokens, yet temperature removes nothing."""
     trace = step0(store, "1 2", {"temperature": 0.05})

@@ -28,7 +28,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, num, prob_brief, show_token
+from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, counted, num, prob_brief, show_token
 from playground.charts.marks import (
     STAGE_MARKS,
     Mark,
@@ -364,10 +364,23 @@ def _add_mass(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if value is not None:
         fig.add_hline(y=value, name=f"{view.name} mass", line=dict(color=mark.color, dash="dash", width=2),
                       secondary_y=True)
-        # at the left end: the right end holds the cumulative axis's ticks and title
-        fig.add_annotation(x=0, xref="paper", xanchor="left", y=value, yref="y2", yanchor="bottom",
-                           showarrow=False, text=described(mark.label, view.decision, view.name), font=dict(color=mark.color))
+        # at the right end, beside the cumulative axis it is read on: at the left it read as a probability
+        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="bottom",
+                           showarrow=False, name=f"{view.name} mass",
+                           text=described(mark.label, view.decision, view.name) + " (cumulative axis →)",
+                           font=dict(color=mark.color))
+        _add_cut_beyond(fig, mark, view, bars, float(value))
     return []
+
+
+def _add_cut_beyond(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars, value: float) -> None:
+    """Where the stage kept every bar shown and more: its cut lies right of the bars, said under its line."""
+    n = int(view.stage.get("kept_count") or 0)
+    if n <= len(bars.shown) or not all(view.stage["kept"][i] for i in bars.shown):
+        return
+    fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="top", showarrow=False,
+                       name=f"{view.name} cut", font=dict(color=mark.color),
+                       text=f"its cut: after token {n}, past the {counted(len(bars.shown), 'bar')} shown →")
 
 
 def _add_ids(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list[float]:
