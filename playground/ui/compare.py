@@ -11,8 +11,7 @@ from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.components import run_config, run_request
 from playground.ui.controls import build_panel, default_strategy, strategies_in_order, strategy_summary
-from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
-from playground.ui.explore import SHOW_OUTPUT_JS
+from playground.ui.events import MODEL_EVENT, QUIET, SHOW_OUTPUT_JS, Updates, event_data, handler, keyed
 from playground.ui.handlers import compare, show_prompt, side_refused
 from playground.ui.side import COMPARE_VIEW_PLOTS, VIEW_PREFIX, Side, slot_ids
 

@@ -51,6 +51,16 @@ def no_progress_targets(demo: gr.Blocks) -> None:
             fn.show_progress_on = []
 
 
+# A run started: its output comes into view where it starts off screen (below the fold at 1440x900, some
+# 1,700 px under Generate on a phone), so the person who clicked sees the first token arrive.
+SHOW_OUTPUT_JS = """() => {
+  const el = document.getElementById('%s');
+  if (!el || document.body.classList.contains('pg-slides')) return [];
+  const top = el.getBoundingClientRect().top;
+  if (top < 0 || top > window.innerHeight * 0.6) window.scrollTo({top: window.scrollY + top - 8});
+  return [];
+}"""
+
 LOG = logging.getLogger("playground")
 STOP_WAIT_SECONDS = 15.0  # how long Stop waits for the run to send its last frame before the page settles
 IDLE_SECONDS = 2.0  # a stopped run nobody has advanced for this long was dropped by its cancel: Stop waits no more

@@ -10,7 +10,7 @@ import gradio as gr
 from playground.charts.steps import clamp_step
 from playground.ui import branches, events
 from playground.ui.components import run_config, run_request
-from playground.ui.events import MODEL_EVENT, QUIET, Updates, event_data, handler, keyed
+from playground.ui.events import MODEL_EVENT, QUIET, SHOW_OUTPUT_JS, Updates, event_data, handler, keyed
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, Side, ViewSlots
@@ -22,17 +22,6 @@ if TYPE_CHECKING:
     from playground.ui.compare import Compare
     from playground.ui.components import Shared
     from playground.ui.handlers import Decoder, Frame
-
-
-# A run started: its output comes into view where it starts off screen (below the fold at 1440x900, some
-# 1,700 px under Generate on a phone), so the person who clicked sees the first token arrive.
-SHOW_OUTPUT_JS = """() => {
-  const el = document.getElementById('%s');
-  if (!el || document.body.classList.contains('pg-slides')) return [];
-  const top = el.getBoundingClientRect().top;
-  if (top < 0 || top > window.innerHeight * 0.6) window.scrollTo({top: window.scrollY + top - 8});
-  return [];
-}"""
 
 
 class Explore:
