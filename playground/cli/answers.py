@@ -14,26 +14,19 @@ import argparse
 import json
 from typing import Sequence
 
-from playground.cli.flags import strategy_params, strategy_parser
+from playground.cli.flags import add_model_flags, parse_with_strategy, strategy_params
 from playground.cli.sweep import print_progress
 from playground.engine import Request
-from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
+from playground.models import ModelStore
 from playground.whatif.answers import DEFAULT_BRANCHES, RuleSettings, answers
 from playground.whatif.rules import DEFAULT_ETA, DEFAULT_WINDOW
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS
-from strategies.registry import get_strategy
 
 
 def answers_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m playground answers",
                                 description="N samples, an answer from each, and every answer rule's pick.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"offline: {', '.join(OFFLINE)}; or a hub id")
-    p.add_argument("--strategy", default="sampling", help="see `python -m playground list`")
-    p.add_argument("--prompt", default="", help="prompt text; for toy also token numbers like '1 2'")
-    p.add_argument("--system", default="", help="system prompt (chat models)")
-    p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default="auto", help="weights, as for run")
+    add_model_flags(p, strategy="sampling")
     p.add_argument("--n", type=int, default=8, help=f"samples, 1 to {MAX_SAMPLES}")
     p.add_argument("--seed", type=int, default=0, help="the first seed")
     p.add_argument("--tokens", type=int, default=32, help=f"tokens per sample, 1 to {MAX_TOKENS}")
@@ -50,9 +43,7 @@ def answers_parser() -> argparse.ArgumentParser:
 
 
 def cmd_answers(argv: Sequence[str]) -> int:
-    known, _ = answers_parser().parse_known_args(argv)
-    get_strategy(known.strategy)
-    args = strategy_parser(known.strategy, answers_parser()).parse_args(argv)
+    args = parse_with_strategy(answers_parser, argv)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=strategy_params(args),
                   seed=args.seed, max_new_tokens=args.tokens, system=args.system,
                   chat=False if args.raw else None, dtype=args.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from playground.cli.grammar_flags import add_grammar_flags
 from playground.models import DEFAULT_MODEL, MAX_NEW_TOKENS, OFFLINE
@@ -15,6 +15,28 @@ from strategies.registry import get_strategy
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def add_model_flags(p: argparse.ArgumentParser, strategy: str | None = None) -> argparse.ArgumentParser:
+    """The flags every model subcommand shares: the model, the prompt as it reads it, the device; with
+    ``strategy`` (its default), --strategy and --dtype too."""
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"offline: {', '.join(OFFLINE)}; or a hub id")
+    if strategy is not None:
+        p.add_argument("--strategy", default=strategy, help="see `python -m playground list`")
+    p.add_argument("--prompt", default="", help="prompt text; for toy also token numbers like '1 2'")
+    p.add_argument("--system", default="", help="system prompt (chat models)")
+    p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
+    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    if strategy is not None:
+        p.add_argument("--dtype", default="auto", help="weights, as for run")
+    return p
+
+
+def parse_with_strategy(make_parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` read by ``make_parser()`` plus the flags of the strategy it names (refused where unknown)."""
+    known, _ = make_parser().parse_known_args(argv)
+    get_strategy(known.strategy)
+    return strategy_parser(known.strategy, make_parser()).parse_args(argv)
 
 
 def base_parser() -> argparse.ArgumentParser:

@@ -14,26 +14,19 @@ import json
 import sys
 from typing import Sequence
 
-from playground.cli.flags import strategy_params, strategy_parser
+from playground.cli.flags import add_model_flags, parse_with_strategy, strategy_params
 from playground.engine import Request
 from playground.errors import InvalidRequest
-from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
+from playground.models import ModelStore
 from playground.whatif.grid import MAX_POINTS, parse_values
 from playground.whatif.sample_many import MAX_TOKENS
 from playground.whatif.sweep import sweep
-from strategies.registry import get_strategy
 
 
 def sweep_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m playground sweep",
                                 description="Sweep one parameter: N samples at each value, measured.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"offline: {', '.join(OFFLINE)}; or a hub id")
-    p.add_argument("--strategy", default="sampling", help="see `python -m playground list`")
-    p.add_argument("--prompt", default="", help="prompt text; for toy also token numbers like '1 2'")
-    p.add_argument("--system", default="", help="system prompt (chat models)")
-    p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", default="auto", help="weights, as for run")
+    add_model_flags(p, strategy="sampling")
     p.add_argument("--param", required=True, help="the numeric parameter to sweep (temperature, top_k, num_beams, gamma, ...)")
     p.add_argument("--values", default=None, help="values separated by commas, e.g. 0.2,0.5,1")
     p.add_argument("--grid", default=None, help=f"lin:LOW:HIGH:COUNT or log:LOW:HIGH:COUNT (COUNT <= {MAX_POINTS})")
@@ -47,9 +40,7 @@ def sweep_parser() -> argparse.ArgumentParser:
 
 
 def cmd_sweep(argv: Sequence[str]) -> int:
-    known, _ = sweep_parser().parse_known_args(argv)
-    get_strategy(known.strategy)
-    args = strategy_parser(known.strategy, sweep_parser()).parse_args(argv)
+    args = parse_with_strategy(sweep_parser, argv)
     if (args.values is None) == (args.grid is None):
         raise InvalidRequest("give the values either as --values or as --grid, exactly one of them")
     values = parse_values(args.values if args.values is not None else args.grid)

@@ -17,22 +17,17 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from playground.cli.flags import strategy_params, strategy_parser
+from playground.cli.flags import add_model_flags, parse_with_strategy, strategy_params
 from playground.cli.grammar_flags import add_grammar_flags, grammar_of_args
 from playground.engine import Request
-from playground.models import DEFAULT_MODEL, OFFLINE, ModelStore
+from playground.models import ModelStore
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, check_size, sample_many
 from playground.whatif.score import score, summary
-from strategies.registry import get_strategy
 
 
 def _common(prog: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m playground {prog}", description=description)
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"offline: {', '.join(OFFLINE)}; or a hub id")
-    p.add_argument("--prompt", default="", help="prompt text; for toy also token numbers like '1 2'")
-    p.add_argument("--system", default="", help="system prompt (chat models)")
-    p.add_argument("--raw", action="store_true", help="plain completion: no chat template")
-    p.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best available)")
+    add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return add_grammar_flags(p)
 
@@ -49,9 +44,7 @@ def sample_parser() -> argparse.ArgumentParser:
 
 
 def cmd_sample(argv: Sequence[str]) -> int:
-    known, _ = sample_parser().parse_known_args(argv)
-    get_strategy(known.strategy)
-    args = strategy_parser(known.strategy, sample_parser()).parse_args(argv)
+    args = parse_with_strategy(sample_parser, argv)
     check_size(args.n, args.tokens, args.seed)
     req = Request(model=args.model, strategy=args.strategy, prompt=args.prompt, params=strategy_params(args),
                   seed=args.seed, max_new_tokens=args.tokens, system=args.system,

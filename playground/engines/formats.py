@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 
 from playground.engines import llamacpp, llamacpp_read, ollama, openai_body, transformers_config, vllm_params
 from playground.engines.facts import ENGINES
-from playground.engines.settings import RunSettings, settings_of_trace
+from playground.engines.settings import RunSettings, json_object, settings_of_trace
 from playground.errors import InvalidRequest
 
 Reader = Callable[[str], tuple[RunSettings, list[str]]]
@@ -18,13 +18,7 @@ Reader = Callable[[str], tuple[RunSettings, list[str]]]
 
 def json_reader(read: Callable[[Any], tuple[RunSettings, list[str]]]) -> Reader:
     def from_text(text: str) -> tuple[RunSettings, list[str]]:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InvalidRequest(f"the JSON does not parse: {e.msg} at line {e.lineno}, column {e.colno}") from None
-        if not isinstance(data, dict):
-            raise InvalidRequest(f"the JSON must be an object, got {type(data).__name__}")
-        return read(data)
+        return read(json_object(text))
     return from_text
 
 

@@ -4,14 +4,13 @@ general.sampling.* keys -> the run those settings make (over that engine's own d
 what could not be carried."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from playground.engines import llamacpp, llamacpp_read, ollama, openai_body, transformers_config, vllm_params
 from playground.engines.model_cards import card_of_gguf
-from playground.engines.settings import RunSettings, sampler_params, settings_of_trace
+from playground.engines.settings import RunSettings, json_object, sampler_params, settings_of_trace
 from playground.errors import InvalidRequest
 from strategies.sampling.samplers import expand_order
 
@@ -55,12 +54,7 @@ def import_text(text: str) -> Imported:
 
 
 def import_json(text: str) -> Imported:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidRequest(f"the JSON does not parse: {e.msg} at line {e.lineno}, column {e.colno}") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest(f"the JSON must be an object, got {type(data).__name__}")
+    data = json_object(text)
     if "strategy" in data and "params" in data:
         return Imported(settings_of_trace(data), "trace", [])
     if data.keys() & CONFIG_KEYS:

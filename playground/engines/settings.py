@@ -7,6 +7,7 @@ sampling and gumbel share the chain (gumbel's draws differ, its distribution doe
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -128,3 +129,14 @@ def changed_values(params: SamplerParams) -> dict[str, Any]:
 def stage_params(name: str) -> list[str]:
     """The request parameters the stage ``name`` reads."""
     return list(STAGES[name].params.values())
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object; InvalidRequest saying where it does not parse, or what it is instead."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequest(f"the JSON does not parse: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"the JSON must be an object, got {type(data).__name__}")
+    return data
