@@ -137,3 +137,30 @@ def test_chat_template_and_raw_mode(store, smollm):
 def test_toy_prompt_numbers_and_words_agree(toy):
     assert toy.encode("1 2") == toy.encode("once upon") == [1, 2]
     assert toy.piece(3) == " a"
+
+
+# --- a byte token is written as its byte ------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, decoded, shown", [
+    ("<0xE2>", "\ufffd", "<0xE2>"),  # sentencepiece's byte fallback (Gemma)
+    ("<0xe2>", "\ufffd", "<0xE2>"),
+    ("â", "\ufffd", "<0xE2>"),  # byte-level BPE (SmolLM2): "â" is the byte 0xE2
+    ("Ġâ", " \ufffd", " <0xE2>"),  # "Ġ" its space
+    ("âĢ", "\ufffd", "<0xE2><0x80>"),  # two bytes of one three-byte character
+    ("âĢĻ", "’", "’"),  # the whole character: as it is
+    ("ï¿½", "\ufffd", "\ufffd"),  # a true U+FFFD is one
+])
+def test_a_byte_token_is_written_as_its_byte_not_drawn_as_a_box(raw, decoded, shown):
+    from playground.models.lm import byte_piece
+    assert byte_piece(raw, decoded) == shown
+
+
+def test_the_models_pieces_write_a_split_character_s_bytes():
+    """LM.piece, on a tokenizer whose token 7 is the first byte of '’' (alone it decodes to U+FFFD)."""
+    from types import SimpleNamespace
+
+    from playground.models.lm import LM
+    tokenizer = SimpleNamespace(convert_ids_to_tokens=lambda i: {7: "â", 8: "Ġa"}[i],
+                                decode=lambda ids: {7: "\ufffd", 8: " a"}[ids[0]])
+    lm = SimpleNamespace(_piece_cache={}, tokenizer=tokenizer)
+    assert LM.piece(lm, 7) == "<0xE2>" and LM.piece(lm, 8) == " a"

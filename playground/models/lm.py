@@ -1,6 +1,7 @@
 """A loaded model with its tokenizer (``LM``): the narrow seam strategies call, and its weights' variants."""
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -16,6 +17,33 @@ from playground.models.fast import int4 as gguf_int4
 from playground.models.fast.layers import LeanCache, LeanForward
 from playground.models.lineup import MAX_PROMPT_TOKENS, ModelSpec, Progress, gguf_path, loads_from_gguf
 from playground.models.machine_record import is_kept, kept_or_measured, record_path
+
+BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # sentencepiece's byte fallback (Gemma, Llama)
+
+
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's character for each byte (GPT-2's table: printable bytes stand for themselves,
+    the others take the characters from U+0100 on, in byte order), as character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + k): b for k, b in enumerate(others)}}
+
+
+_BYTE_OF_CHAR = _byte_level_chars()
+
+
+def byte_piece(raw: str, text: str) -> str:
+    """How a token that decodes to U+FFFD alone is written: its bytes that are no whole character as
+    ``<0xE2>``. ``raw``: the vocabulary's own piece, sentencepiece's ``<0xE2>`` or byte-level BPE's
+    characters (GPT-2's one character per byte: "â" is 0xE2, "Ġ" a space); ``text`` (the decoded
+    token) where ``raw`` is neither, a true U+FFFD included."""
+    if BYTE_TOKEN.fullmatch(raw):
+        return raw.upper().replace("0X", "0x")
+    byte_of = _BYTE_OF_CHAR
+    if not raw or any(c not in byte_of for c in raw):
+        return text
+    decoded = bytes(byte_of[c] for c in raw).decode("utf-8", errors="surrogateescape")
+    return "".join(f"<0x{ord(c) - 0xDC00:02X}>" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in decoded)
 
 
 class WeightsRefused(InvalidRequest):
@@ -244,6 +272,8 @@ class LM:
         if text is None:
             raw = self.tokenizer.convert_ids_to_tokens(int(token_id)) or ""
             text = self.tokenizer.decode([int(token_id)])
+            if "\ufffd" in text:  # a byte of a character split across tokens: written, not drawn as a box
+                text = byte_piece(raw, text)
             if raw.startswith("▁") and not text.startswith(" "):
                 text = " " + text
             self._piece_cache[token_id] = text
