@@ -182,7 +182,7 @@ def test_the_slides_view_shows_the_chosen_chart_alone_at_the_screens_height(brow
             assert page.evaluate("() => document.documentElement.scrollHeight") <= height + 1
         # another chart: it alone, as large
         page.locator("#pg-slides-chart input").click()
-        page.get_by_role("option", name="chain", exact=True).click()
+        page.get_by_role("option", name="chart: chain", exact=True).click()
         page.wait_for_selector("#pg-dist", state="hidden", timeout=10_000)
         page.wait_for_timeout(900)
         water = page.locator("#pg-waterfall").bounding_box()

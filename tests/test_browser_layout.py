@@ -95,7 +95,7 @@ def test_layout_seed_first_beam_view_above_branches_and_slides(browser, url, mod
         assert size >= 28 or width < 700  # projector sizes; a phone keeps its own
         # the beam tree instead: it alone, as wide
         page.locator("#pg-slides-chart input").click()
-        page.get_by_role("option", name="strategy view", exact=True).click()
+        page.get_by_role("option", name="chart: strategy view", exact=True).click()
         page.wait_for_selector("#pg-dist", state="hidden", timeout=10_000)
         page.wait_for_timeout(700)
         assert box(page, "#pg-view-0")["width"] >= 0.7 * width and page.locator("#pg-view-1").is_hidden()
@@ -124,7 +124,7 @@ def test_slides_view_hides_every_strategy_view_slot_but_the_chosen_chart(browser
         assert shown == [], f"shown beside the distribution in the slides view: {shown}"
         assert page.locator("#pg-dist").is_visible()
         page.locator("#pg-slides-chart input").click()
-        page.get_by_role("option", name="strategy view", exact=True).click()
+        page.get_by_role("option", name="chart: strategy view", exact=True).click()
         page.wait_for_selector("#pg-dist", state="hidden", timeout=10_000)
         page.wait_for_timeout(700)
         assert page.locator(slots[0]).is_visible() and page.locator("#pg-dist").is_hidden()

@@ -206,6 +206,10 @@ def test_slides_view_and_glossary_are_on_the_page(demo):
     assert "pg-slides" in order and "pg-slides-chart" in order and "pg-glossary" in order
     assert set(component(demo, "pg-slides-chart")["props"]["choices"][i][1]
                for i in range(len(SLIDE_CHARTS))) == set(SLIDE_CHARTS)
+    # the chart menu says what it picks, on screen (each choice) and to a screen reader (its label)
+    menu = component(demo, "pg-slides-chart")["props"]
+    assert menu["label"] == "Chart shown large"
+    assert [shown for shown, _ in menu["choices"]] == [f"chart: {name}" for name in SLIDE_CHARTS]
     # whichever chart is chosen, every further strategy view the page has folds away (not only the first few)
     further = {i for i in order if re.fullmatch(r"pg-view-[1-9]\d*|pg-view-html", i)}
     assert len(further) >= 5 and further == set(SLIDE_HIDDEN)
@@ -272,3 +276,12 @@ def test_the_glossary_gives_both_meanings_of_tau():
     from playground.ui.side import GLOSSARY
     tau = next(line for line in GLOSSARY.split("\n- ") if line.startswith("**tau"))
     assert "speculative" in tau and "Mirostat" in tau and "bits" in tau
+
+
+
+def test_batched_rows_says_what_it_does_for_the_strategies_it_batches(demo):
+    from playground.whatif.sample_many import BATCHED
+    info = component(demo, "pg-whatif-batched")["props"]["info"]
+    assert info and "one run per seed" in info and "rows of one batch" in info
+    for name in BATCHED:
+        assert name in info, name

@@ -233,8 +233,10 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf, EnginesPanel]:
             with gr.Row(equal_height=True, elem_id="pg-slides-bar"):
                 page.slides = gr.Checkbox(False, label="Slides view: one chart large",
                                           scale=2, elem_id="pg-slides", min_width=200, container=False)
-                page.slides_chart = gr.Dropdown(list(SLIDE_CHARTS), value="distribution", label="Chart shown large",
-                                                show_label=False,
+                # each choice says what it is on screen ("chart: distribution"; alone, "distribution" beside the
+                # checkbox said nothing), its label to a screen reader (a menu without a container shows none)
+                page.slides_chart = gr.Dropdown([(f"chart: {name}", name) for name in SLIDE_CHARTS],
+                                                value="distribution", label="Chart shown large", show_label=False,
                                                 elem_id="pg-slides-chart", scale=1, min_width=160, container=False)
             with gr.Tabs(elem_id="pg-tabs") as page.tabs:
                 with gr.Tab("Explore", id="explore") as explore.tab:

@@ -50,6 +50,11 @@ PAIR_JS = "window.addEventListener('pg-pair-select', (e) => trigger('click', {st
 # --- handlers --------------------------------------------------------------------------------------
 
 
+BATCHED_INFO = ("On: greedy, sampling and gumbel draw the samples as rows of one batch (the prompt read once; "
+                "samples that wrote the same text share a row), each with its own seed: much faster, the same "
+                "draws but where the batch's rounding flips a near tie. Off, or another strategy: one run per seed.")
+
+
 def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any],
                      seed: Any, n: Any, tokens: Any, system: str = "", chat: bool | None = None,
                      batched: bool = True, progress: Progress | None = None, grammar: Any = None,
@@ -172,7 +177,7 @@ def layout() -> WhatIf:
         with gr.Row():
             n = gr.Slider(10, MAX_SAMPLES, value=500, step=10, label="Samples (N)", elem_id="pg-whatif-n")
             tokens = gr.Slider(1, MAX_TOKENS, value=4, step=1, label="Tokens per outcome", elem_id="pg-whatif-k")
-            batched = gr.Checkbox(True, label="Batched rows", elem_id="pg-whatif-batched")
+            batched = gr.Checkbox(True, label="Batched rows", elem_id="pg-whatif-batched", info=BATCHED_INFO)
         sample_run = gr.Button("Sample many", variant="primary", elem_id="pg-whatif-sample")
         sample_plot = plot_component(empty_figure("Sample many to see the bars"), show_label=False,
                                      elem_id="pg-whatif-bars")
