@@ -12,6 +12,7 @@ import gradio as gr
 from playground.engines import FORMATS, PRESETS, export, import_text, preset, settings_of_trace
 from playground.engines.gaps import shown
 from playground.engines.importing import Imported
+from playground.engines.presets import order_words
 from playground.engines.settings import changed_values
 from playground.errors import InvalidRequest
 from playground.ui.controls import CHAIN_FIELDS, strategy_summary
@@ -81,8 +82,9 @@ def import_updates(shared: Shared, note: gr.Markdown, text: str, values: Mapping
 def import_note(imported: Imported, strategy: str) -> str:
     """What an import set (the values that differ from everything off) and, listed, what it could not carry."""
     s = imported.settings
-    set_ = ", ".join(f"{k} {shown(v)}" for k, v in {"temperature": s.params.temperature,
-                                                    **changed_values(s.params)}.items())
+    changed = {k: v for k, v in changed_values(s.params).items() if k != "order"}
+    set_ = ", ".join(f"{k} {shown(v)}" for k, v in {"temperature": s.params.temperature, **changed}.items())
+    set_ += f", order {order_words(s.params)}"
     left = list(imported.not_carried) + ([f"stop {list(s.stop)!r}: the page has no stop strings"] if s.stop else [])
     lines = [f"**Imported a {imported.kind}** into {strategy}: {set_}."]
     lines += ["", "**Not carried:**", *(f"- {line}" for line in left)] if left else ["", "Everything was carried."]

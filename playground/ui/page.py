@@ -278,8 +278,10 @@ def _wire_controls(page: Shared, store: ModelStore, trace_file: gr.File) -> None
     carried = page.carried
     for dropdown, panel, summary in ((page.strategy, page.panel, page.summary),
                                      (carried.compare_strategy, carried.compare_panel, carried.compare_summary)):
-        dropdown.change(lambda s, panel=panel, summary=summary: {**panel.select(s), summary: strategy_summary(s)},
-                        dropdown, [*panel.outputs, summary], **QUIET)
+        # a person's choice (input): a link, an example or an import sets the strategy with its values itself
+        # (Shared.apply_config, engines_panel), which a change event here would reset to the defaults
+        dropdown.input(lambda s, panel=panel, summary=summary: {**panel.select(s), summary: strategy_summary(s)},
+                       dropdown, [*panel.outputs, summary], **QUIET)
         panel.wire(dropdown)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
                      **QUIET)
