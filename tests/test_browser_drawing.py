@@ -1,6 +1,7 @@
 """What the charts draw keeps clear of itself in a real browser, at 1440 px light and dark and on a 390 px
 phone: beam search's distribution legend under its title and only the basis buttons a beam run has,
-top-H's cut label inside the plot (never over the y axis nor under a button), the Score view's caption
+top-H's cut label inside the plot (never over the y axis nor under a button), top-p's line labelled on the
+cumulative axis it is read on, the Score view's caption
 under its tilted token labels, contrastive decoding's legend clear of its titles, and the waterfall's
 panel titles apart. Every check compares the boxes of the SVG text, legend and buttons plotly rendered.
 Playwright drives Debian's Chromium; where there is none these skip (and fail under CI=true)."""
@@ -34,6 +35,7 @@ BOXES_JS = """(id) => {
       .map((a) => ({text: a.textContent, ...rect(a.querySelector('.annotation-text-g') || a)})),
     xticks: [...gd.querySelectorAll('.xtick text')].filter(shown).map((t) => ({text: t.textContent, ...rect(t)})),
     yticks: [...gd.querySelectorAll('.ytick text')].filter(shown).map(rect),
+    y2ticks: [...gd.querySelectorAll('.y2tick text')].filter(shown).map((t) => ({text: t.textContent, ...rect(t)})),
     plot: rect(gd.querySelector('.nsewdrag') || gd.querySelector('.bglayer rect')),
     svg: rect(gd.querySelector('.main-svg')),
   };
@@ -118,6 +120,29 @@ def test_top_h_label_sits_inside_the_plot(top_h_boxes, where):
         assert not overlap(label, tick), (where, label, tick)
     for button in b["buttons"]:  # readable: no in-chart button over it
         assert not overlap(label, button), (where, label, button)
+
+
+# --- top-p's line label ---------------------------------------------------------------------------------
+
+TOP_P = share.encode(share.Config(model="toy", strategy="sampling", prompt="1 2", seed=4, max_new_tokens=8,
+                                  params={"temperature": 2.0, "top_p": 0.9}, run="generate"))
+
+
+@pytest.fixture(scope="module")
+def top_p_boxes(browser, url):
+    return boxes_at(browser, url, TOP_P, "pg-dist", plotted("pg-dist"))
+
+
+@pytest.mark.parametrize("where", list(VIEWPORTS))
+def test_top_p_is_labelled_on_the_cumulative_axis_past_the_plot(top_p_boxes, where):
+    """Top-p's line is drawn on the right (cumulative) axis and labelled among its ticks, right of the plot,
+    never by the left axis, where its 0.9 read as a probability; no other tick label runs into it."""
+    b = top_p_boxes[where]
+    assert not any(a["text"].startswith("top-p") for a in b["annotations"])
+    [label] = [t for t in b["y2ticks"] if t["text"].startswith("top-p")]
+    assert label["left"] >= b["plot"]["right"] - 1 and label["right"] <= b["svg"]["right"] + 1, (where, label)
+    for tick in b["y2ticks"]:
+        assert tick is label or not overlap(label, tick), (where, label, tick)
 
 
 # --- the Score view's caption ---------------------------------------------------------------------------

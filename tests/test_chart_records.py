@@ -121,19 +121,23 @@ def test_cumulative_curve_is_top_p_s_own_running_mass(store, toy):
 
 
 def test_the_top_p_line_is_labelled_on_the_cumulative_axis_and_a_cut_past_the_bars_is_said(store):
-    """The label of top-p's line sits at the right end, beside the cumulative axis it is drawn on (at the
-    left it read as a probability on the left axis); where top-p kept every bar shown and more, the line
-    says after which token its cut falls."""
-    trace = step0(store, "1 2", {"temperature": 3.0, "top_p": 0.999})
+    """Top-p's line is drawn on the cumulative (right) axis and labelled there, as one of its ticks (a label
+    in the plot by the left axis read as a probability); where top-p kept every bar shown and more, the
+    chart says after which token its cut falls."""
+    trace = step0(store, "1 2", {"temperature": 3.0, "top_p": 0.9})
     kept = stage(trace["steps"][0], "top_p")["kept_count"]
     assert kept > 3
-    notes = {a.name: a for a in distribution_figure(trace, 0, top=3).layout.annotations}
-    label, cut = notes["top_p mass"], notes["top_p cut"]
-    assert label.yref == "y2" and label.x == 1 and label.xanchor == "right" and label.y == 0.999
-    assert label.text.startswith("top-p 0.999") and "cumulative axis" in label.text
-    assert cut.yref == "y2" and cut.y == 0.999 and f"after token {kept}, past the 3 bars shown" in cut.text
+    fig = distribution_figure(trace, 0, top=3)
+    axis = fig.layout.yaxis2
+    at = dict(zip(axis.tickvals, axis.ticktext))
+    assert "top-p 0.9" in at[0.9] and at[0.75] == "75%" and at[1.0] == "100%"
+    assert not any((a.text or "").startswith("top-p") for a in fig.layout.annotations)  # not written in the plot
+    notes = {a.name: a for a in fig.layout.annotations}
+    assert f"after token {kept}, past the 3 bars shown" in notes["top_p cut"].text
     everything = {a.name for a in distribution_figure(trace, 0, top=20).layout.annotations}
-    assert "top_p mass" in everything and "top_p cut" not in everything  # the cut is among the bars
+    assert "top_p cut" not in everything  # the cut is among the bars
+    plain = distribution_figure(step0(store, "1 2", {"temperature": 3.0}), 0).layout.yaxis2
+    assert list(plain.tickvals) == [0, 0.25, 0.5, 0.75, 1.0] and list(plain.ticktext)[-1] == "100%"
 
 
 def test_waterfall_colours_are_the_kept_flags_not_zero_probabilities(store):

@@ -146,7 +146,7 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     y_range = [0, min(1.02, top_bar * 1.18) or 1.0]
     fig.update_yaxes(title_text=label, range=y_range, secondary_y=False)
     fig.update_yaxes(title_text="cumulative", range=[0, 1.05], showgrid=False, secondary_y=True,
-                     tickformat=".0%", tickvals=[0, 0.25, 0.5, 0.75, 1.0])
+                     **cumulative_ticks(s))
     _add_zoom_buttons(fig, [bool(cands[i]["kept"]) for i in shown], y_range)
     add_caption(fig, distribution_caption(trace, step, basis))
     return fig
@@ -364,22 +364,34 @@ def _add_mass(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> list
     if value is not None:
         fig.add_hline(y=value, name=f"{view.name} mass", line=dict(color=mark.color, dash="dash", width=2),
                       secondary_y=True)
-        # at the right end, beside the cumulative axis it is read on: at the left it read as a probability
-        fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="bottom",
-                           showarrow=False, name=f"{view.name} mass",
-                           text=described(mark.label, view.decision, view.name) + " (cumulative axis →)",
-                           font=dict(color=mark.color))
-        _add_cut_beyond(fig, mark, view, bars, float(value))
+        _add_cut_beyond(fig, mark, view, bars)
     return []
 
 
-def _add_cut_beyond(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars, value: float) -> None:
-    """Where the stage kept every bar shown and more: its cut lies right of the bars, said under its line."""
+def cumulative_ticks(s: dict[str, Any]) -> dict[str, list]:
+    """The cumulative axis's ticks, each mass stage's target among them in its colour ('top-p 0.9'): its line
+    is drawn on this axis and labelled here, where it is read (a label in the plot read on the left axis,
+    as a probability). A quarter tick within 0.08 of a target gives way to it."""
+    targets = []
+    for stage in stages_of(s)[1:]:
+        mark = STAGE_MARKS.get(stage["name"])
+        if mark is not None and mark.kind == "mass" and (stage.get("decision") or {}).get(mark.key) is not None:
+            value = float(stage["decision"][mark.key])
+            text = f'<span style="color:{mark.color}">{display_name(stage["name"])} {value:g}</span>'
+            targets.append((value, text))
+    quarters = [(q, f"{q:.0%}") for q in (0, 0.25, 0.5, 0.75, 1.0)
+                if all(abs(q - value) >= 0.08 for value, _ in targets)]
+    ticks = sorted(quarters + targets)
+    return {"tickvals": [v for v, _ in ticks], "ticktext": [t for _, t in ticks]}
+
+
+def _add_cut_beyond(fig: go.Figure, mark: Mark, view: _StageView, bars: _Bars) -> None:
+    """Where the stage kept every bar shown and more: its cut lies right of the bars, said at their right end."""
     n = int(view.stage.get("kept_count") or 0)
     if n <= len(bars.shown) or not all(view.stage["kept"][i] for i in bars.shown):
         return
-    fig.add_annotation(x=1, xref="paper", xanchor="right", y=value, yref="y2", yanchor="top", showarrow=False,
-                       name=f"{view.name} cut", font=dict(color=mark.color),
+    fig.add_annotation(x=1, xref="x domain", xanchor="right", y=0.02, yref="y domain", yanchor="bottom",
+                       showarrow=False, name=f"{view.name} cut", font=dict(color=mark.color),
                        text=f"its cut: after token {n}, past the {counted(len(bars.shown), 'bar')} shown →")
 
 
