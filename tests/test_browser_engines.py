@@ -1,7 +1,7 @@
 """The engines panel in a real browser (Playwright driving Debian's Chromium): a value preset chosen sets the
 panel and says what it set, Copy as shows the run's settings as vLLM's SamplingParams with what vLLM cannot
-express, and a pasted llama-server line is imported with what could not be carried. Where there is no
-browser this skips (and fails under CI=true)."""
+express, and a pasted llama-server line is imported with what could not be carried (from beam, switching to
+sampling with the imported order). Where there is no browser this skips (and fails under CI=true)."""
 from __future__ import annotations
 
 import pytest
@@ -40,3 +40,15 @@ def test_a_preset_then_copy_as_vllm_then_a_llama_server_import(page, url):
     assert "--logit-bias" in text_of(page, "pg-import-note")
     assert page.locator("#pg-p-temperature input[type=number]").input_value() == "0.7"
     assert page.locator("#pg-p-top_k input[type=number]").input_value() == "20"
+    # from beam (no chain) an import switches to sampling, keeping the imported order
+    page.get_by_role("combobox", name="Strategy").click()
+    page.get_by_role("option", name="beam", exact=True).click()
+    page.wait_for_function("() => !document.getElementById('pg-value-preset')?.checkVisibility()", timeout=20_000)
+    page.locator("#pg-import-text textarea").fill("llama-server --temp 0.5 --samplers 'top_k;temperature'")
+    page.locator("#pg-import-run").click()
+    page.wait_for_function("() => /temperature 0.5/.test(document.getElementById('pg-import-note')?.innerText)",
+                           timeout=20_000)
+    page.wait_for_timeout(1000)
+    assert page.locator("#pg-strategy input").input_value() == "sampling"
+    page.locator("#pg-p-advanced > button.label-wrap").click()
+    assert page.locator("#pg-p-order textarea, #pg-p-order input").first.input_value().startswith("top_k,temperature,")
