@@ -122,7 +122,7 @@ class EnginesPanel:
             self.import_note = gr.Markdown("", elem_id="pg-import-note", elem_classes=["pg-summary"])
 
     def copy_as_layout(self) -> None:
-        choices = [(f"{f.title}", name) for name, f in FORMATS.items()]
+        choices = [(f.title, name) for name, f in FORMATS.items()]
         self.engine = gr.Dropdown(choices, value="llama-server", label="Copy as", elem_id="pg-copy-as")
         self.code = gr.Textbox("", label="The run's settings", lines=6, max_lines=20, interactive=False,
                                buttons=["copy"], elem_id="pg-copy-as-code")
