@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl
 
 import gradio as gr
 import pytest
+from page_events import call
 
 from playground.engine import READING_REASON, Request, stream
 from playground.errors import InvalidRequest
@@ -20,6 +21,7 @@ from playground.ui import events, share
 from playground.ui.components import share_query
 from playground.ui.events import handler
 from playground.ui.handlers import generate, restore, status_html, stopped
+from playground.ui.page import build_demo
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*no_silent_downcasting")
 
@@ -123,6 +125,26 @@ def test_a_first_use_load_is_said_in_the_status_line_while_it_runs(store):
     assert not first.final and first.trace["model"] == "toy" and not first.trace["tokens"]
     assert READING_REASON == frames[1].trace["finish_reason"]  # then the prompt's reading, as before
     assert "converting" not in frames[-1].status
+
+
+def test_the_page_s_status_line_says_a_first_use_load_while_it_runs(store):
+    """Through the built page's Generate event (its inputs as one dict): the first update of #pg-status
+    names the load, not 'Ready.', and the run's own status follows."""
+    def decode(req, progress):
+        progress(0.4, f"loading {req.model}: converting weights")
+        time.sleep(0.3)
+        yield from stream(store, req, progress, announce=True)
+
+    demo = build_demo(store, decoder=decode)
+    try:
+        fn = next(f for f in demo.fns.values() if f.api_name == "explore")
+        set_to = {"pg-model": "toy", "pg-strategy": "greedy", "pg-prompt": "1 2", "pg-seed": 0}
+        updates = list(call(fn, lambda c: set_to.get(getattr(c, "elem_id", None), c.value)))
+    finally:
+        demo.close()
+    said = [v for u in updates for c, v in u.items() if getattr(c, "elem_id", None) == "pg-status"]
+    assert "loading toy: converting weights… 40%" in said[0], said[0]
+    assert "converting" not in said[-1] and "finished at end-of-sequence" in said[-1]
 
 
 def test_a_speculative_run_says_it_measures_the_plain_baseline_after_its_last_token(store):
