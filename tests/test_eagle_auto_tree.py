@@ -150,19 +150,19 @@ def test_measuring_the_costs_reports_its_progress_once(store, monkeypatch, tmp_p
 
 
 def test_the_status_line_says_the_costs_are_being_measured_while_they_are(store, monkeypatch, tmp_path):
-    """The page's frames: "reading the prompt", then a status that names the measurement, sent before it
-    starts (nothing measured yet when the frame goes out) and carrying no tokens; then the tokens."""
+    """The page's frames: "reading the prompt", then statuses that name the measurement (the first sent before
+    it starts, nothing measured yet; then its progress), carrying no tokens; then the tokens."""
     forget_measured_costs(store.get("toy"), monkeypatch, tmp_path)
     heard: list[str] = []
     seen = []
     for frame in generate(store, Request("toy", "speculative", "1 2", TOY_AUTO, max_new_tokens=8),
                           progress=lambda fraction, message: heard.append(message)):
         seen.append((html.unescape(frame.status), len(frame.trace["tokens"]), MEASURING in heard))
-    at = [i for i, (status, _, _) in enumerate(seen) if f"{MEASURING}…" in status]
-    assert len(at) == 1 and at[0] > 0 and "reading the prompt" in seen[at[0] - 1][0]
+    at = [i for i, (status, _, _) in enumerate(seen) if MEASURING in status]  # the announcement, then its progress
+    assert at and at == list(range(at[0], at[-1] + 1)) and at[0] > 0 and "reading the prompt" in seen[at[0] - 1][0]
     _, tokens, measured_before = seen[at[0]]
-    assert tokens == 0 and not measured_before
-    assert seen[-1][1] > 0 and all(MEASURING not in status for status, _, _ in seen[at[0] + 1:])
+    assert tokens == 0 and not measured_before and all(seen[i][1] == 0 for i in at)
+    assert seen[-1][1] > 0 and all(MEASURING not in status for status, _, _ in seen[at[-1] + 1:])
 
 
 def test_the_measurement_is_announced_only_to_a_stream_that_asks(store, monkeypatch, tmp_path):
