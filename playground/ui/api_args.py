@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 import gradio as gr
 
@@ -47,46 +47,36 @@ def refusing(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return wrapped
 
 
+def json_arg(text: Any, name: str, kind: type, empty: str, shape: str, max_chars: int) -> Any:
+    """``text`` parsed as JSON of ``kind`` (``shape`` says it in words), "" read as ``empty``; refused naming
+    ``name`` where it is not text, does not parse, or is another kind."""
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{name} must be {shape} as text, got {type(text).__name__}")
+    try:
+        value = loads_untrusted(text or empty, name, max_chars=max_chars)
+    except json.JSONDecodeError as err:
+        raise InvalidRequest(f"{name} must be {shape}, got {text!r:.200} ({err.msg})") from None
+    if not isinstance(value, kind):
+        raise InvalidRequest(f"{name} must be {shape}, got {text!r:.200}")
+    return value
+
+
 def json_object(text: Any, name: str, max_chars: int = MAX_PARAMS_CHARS) -> dict[str, Any]:
     """``text`` as a JSON object ("" is {}); refused naming ``name`` when it is not one."""
-    if not isinstance(text, str):
-        raise InvalidRequest(f"{name} must be a JSON object as text, got {type(text).__name__}")
-    try:
-        value = loads_untrusted(text or "{}", name, max_chars=max_chars)
-    except json.JSONDecodeError as err:
-        raise InvalidRequest(f"{name} must be a JSON object, got {text!r:.200} ({err.msg})") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"{name} must be a JSON object, got {text!r:.200}")
-    return value
+    return cast(dict[str, Any], json_arg(text, name, dict, "{}", "a JSON object", max_chars))
 
 
 def grammar_of(text: Any) -> dict[str, Any] | None:
-    """A grammar argument: "" is none, else a JSON object ``{"kind", "text"}`` the request validates."""
-    if not isinstance(text, str) or not text.strip():
-        if text in (None, "") or isinstance(text, str):
-            return None
-        raise InvalidRequest(f"grammar must be a JSON object as text, got {type(text).__name__}")
-    try:
-        value = loads_untrusted(text, "grammar", max_chars=MAX_GRAMMAR_ARGUMENT_CHARS)
-    except json.JSONDecodeError as err:
-        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200} '
-                             f"({err.msg})") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f'grammar must be a JSON object {{"kind": ..., "text": ...}}, got {text!r:.200}')
-    return value
+    """A grammar argument: "" (or None) is none, else a JSON object ``{"kind", "text"}`` the request validates."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    return cast(dict[str, Any], json_arg(text, "grammar", dict, "{}", 'a JSON object {"kind": ..., "text": ...}',
+                                         MAX_GRAMMAR_ARGUMENT_CHARS))
 
 
 def string_list(text: Any, name: str) -> list[Any]:
     """``text`` as a JSON array ("" is []); its items are checked by the capability that reads them."""
-    if not isinstance(text, str):
-        raise InvalidRequest(f"{name} must be a JSON array as text, got {type(text).__name__}")
-    try:
-        value = loads_untrusted(text or "[]", name, max_chars=MAX_LIST_CHARS)
-    except json.JSONDecodeError as err:
-        raise InvalidRequest(f"{name} must be a JSON array of strings, got {text!r:.200} ({err.msg})") from None
-    if not isinstance(value, list):
-        raise InvalidRequest(f"{name} must be a JSON array of strings, got {text!r:.200}")
-    return value
+    return cast(list[Any], json_arg(text, name, list, "[]", "a JSON array of strings", MAX_LIST_CHARS))
 
 
 def chat_arg(chat: Any) -> bool | None:
