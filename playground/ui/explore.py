@@ -7,10 +7,21 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
 
+from playground.charts.lens import lens_at, lens_figure
 from playground.charts.steps import clamp_step
 from playground.ui import branches, events
 from playground.ui.components import run_config, run_request
-from playground.ui.events import MODEL_EVENT, QUIET, SHOW_OUTPUT_JS, Updates, event_data, handler, keyed
+from playground.ui.events import (
+    MODEL_EVENT,
+    QUIET,
+    SHOW_OUTPUT_JS,
+    Updates,
+    event_data,
+    handler,
+    keyed,
+    plot_component,
+    plot_value,
+)
 from playground.ui.export import export_pngs, png_export_available, write_trace_json
 from playground.ui.handlers import generate, show_prompt, status_html, stopped
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, Side, ViewSlots
@@ -37,6 +48,8 @@ class Explore:
             self.step = gr.Slider(0, 1, value=0, step=1, label="Step shown below", elem_id="pg-step",
                                   info="Drag, click a token or a bar above to inspect that step.")
             self.lens = gr.Button("Read every layer at this step (logit lens)", size="sm", elem_id="pg-lens")
+            # the lens's chart right under its button, where the person who asked for it is looking
+            self.lens_plot = plot_component(visible=False, show_label=False, elem_id="pg-lens-plot")
         # a strategy's own views sit right under the text, where a person reads the run
         with self.main.view_slot:
             self.slots = ViewSlots.make(VIEW_PLOTS, VIEW_PREFIX)
@@ -51,9 +64,10 @@ class Explore:
         """Generate (streamed), Stop (which also ends a compare run), step selection, the lens, PNGs."""
         self.shared, self.store = shared, store
         self.outputs = [self.main.status, self.main.text, self.step, *self.main.charts, *self.slots.components,
-                        shared.trace, self.trace_file, self.png_files, shared.seed, *shared.panel.filled]
+                        shared.trace, self.trace_file, self.png_files, shared.seed, *shared.panel.filled,
+                        self.lens_plot]
         self.show_outputs = [self.main.status, self.main.text, self.step, *self.main.charts,
-                             *self.slots.components, shared.trace, self.trace_file]
+                             *self.slots.components, self.lens_plot, shared.trace, self.trace_file]
 
         def run_explore(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
             cfg, seed_update, theme = run_config(shared, values)
@@ -93,8 +107,8 @@ class Explore:
             out: Updates = {**self.main.frame_updates(frame, theme),
                             self.step: gr.update(maximum=max(1, n - 1), value=frame.step or 0),
                             **self.slots.updates(frame.views, theme), self.shared.trace: frame.trace}
-            if k == 0:  # the previous run's download and PNGs are cleared on the first token
-                out.update({self.trace_file: None, self.png_files: None})
+            if k == 0:  # the previous run's download, PNGs and lens are cleared on the first token
+                out.update({self.trace_file: None, self.png_files: None, self.lens_plot: gr.update(visible=False)})
                 if seed_update is not None:
                     out[self.shared.seed] = seed_update
             if frame.final:  # the download is filled at the end, and what the run filled in written back
@@ -103,9 +117,21 @@ class Explore:
             yield keyed(unsent(out))
 
     def select(self, trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Updates:
-        """The Explore views and the strategy's own at step ``k``."""
+        """The Explore views and the strategy's own at step ``k``, the lens of that step (if read) under
+        its button."""
+        lensless = {key: v for key, v in trace.items() if key != "lens"} if trace else trace
         return {**self.main.select_updates(trace, k, show_prompt(model, chat), theme),
-                **self.slots.step_updates(trace, k, theme)}
+                **self.slots.step_updates(lensless, k, theme), **self.lens_updates(trace, k, theme)}
+
+    def lens_updates(self, trace: dict[str, Any] | None, k: Any, theme: str) -> Updates:
+        """The lens chart of step ``k``, shown under the lens button when the trace carries that step's
+        record, hidden when not (nothing without a trace)."""
+        if not trace:
+            return {}
+        record = lens_at(trace, clamp_step(trace, k))
+        if record is None:
+            return {self.lens_plot: gr.update(visible=False)}
+        return {self.lens_plot: gr.update(value=plot_value(lens_figure(record), theme), visible=True)}
 
     def show_trace(self, trace: dict[str, Any], k: Any, model: str, chat: Any, theme: str) -> Updates:
         """A stored (finished) trace drawn into the Explore views at step ``k`` (``show_outputs``)."""
@@ -118,7 +144,7 @@ class Explore:
     def _wire_steps(self) -> None:
         """The step slider, a token's click, the logit lens and the PNG export."""
         shared, slots = self.shared, self.slots
-        step_outputs = [*self.main.views, *slots.components]
+        step_outputs = [*self.main.views, *slots.components, self.lens_plot]
         view_inputs = [shared.model, shared.chat, shared.theme]
 
         def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
@@ -132,13 +158,13 @@ class Explore:
             return keyed({self.step: gr.update(value=k), **self.select(trace, k, model, chat, theme)})
 
         def on_lens(trace: dict[str, Any] | None, k: Any, theme: str, progress: Any = None) -> Iterator[Any]:
-            """The logit lens of the shown step, added to the run's trace and drawn with its views."""
+            """The logit lens of the shown step, added to the run's trace and drawn under the button."""
             record = lens(self.store, trace or {}, clamp_step(trace, k) if trace else k,
                           progress=events.progress(progress))
             kept = [r for r in (trace or {}).get("lens") or [] if r.get("step") != record["step"]]
             trace = {**(trace or {}), "lens": [*kept, record]}
             yield keyed({shared.trace: trace, self.trace_file: write_trace_json(trace),
-                         **slots.step_updates(trace, record["step"], theme)})
+                         **self.lens_updates(trace, record["step"], theme)})
 
         self.step.input(on_step, [shared.trace, self.step, *view_inputs], step_outputs, trigger_mode="always_last",
                         **QUIET)
@@ -146,7 +172,7 @@ class Explore:
         self.main.text.click(on_token_click, [shared.trace, *view_inputs], [self.step, *step_outputs],
                              trigger_mode="always_last", **QUIET)
         self.lens.click(handler(on_lens, 3, True, status=self.main.status), [shared.trace, self.step, shared.theme],
-                        [shared.trace, self.trace_file, *slots.components, self.main.status], show_progress="minimal",
+                        [shared.trace, self.trace_file, self.lens_plot, self.main.status], show_progress="minimal",
                         api_visibility="private")
         self.png.click(handler(lambda trace, k, theme: iter([export_pngs(trace, k, theme)]), 3),
                        [shared.trace, self.step, shared.theme], self.png_files, api_visibility="private")
