@@ -33,7 +33,8 @@ def trace_filename(trace: dict[str, Any], suffix: str, kind: str = "trace") -> s
 def prune_exports(max_age_s: float = 3600) -> None:
     """Forget exports older than ``max_age_s``: a long-running server writes one file per run."""
     cutoff = time.time() - max_age_s
-    for path in [*export_dir().glob("trace-*"), *export_dir().glob("sample-many-*")]:
+    for path in [*export_dir().glob("trace-*"), *export_dir().glob("sample-many-*"),
+                 *export_dir().glob("sweep-*")]:
         try:
             if path.stat().st_mtime < cutoff:
                 path.unlink()
@@ -55,6 +56,18 @@ def write_sample_many_json(result: dict[str, Any]) -> str:
     prune_exports()
     path = export_dir() / trace_filename(result, f"-n{result['n']}.json", "sample-many")
     path.write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    return str(path)
+
+
+def write_sweep_json(record: dict[str, Any]) -> str:
+    """A sweep (playground.whatif.sweep: every point's measures, outcomes and samples) as a pretty JSON file
+    for download; each sample keeps its seed, ids and text, not its step records (those are 20
+    log-probabilities a token, some 100 MB for the largest sweep). Returns its path."""
+    prune_exports()
+    points = [{**p, "samples": [{k: s[k] for k in ("seed", "ids", "text")} for s in p.get("samples", [])]}
+              for p in record["points"]]
+    path = export_dir() / trace_filename(record, f"-{record['param']}-n{record['n']}.json", "sweep")
+    path.write_text(json.dumps({**record, "points": points}, indent=1, ensure_ascii=False), encoding="utf-8")
     return str(path)
 
 

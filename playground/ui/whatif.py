@@ -1,5 +1,5 @@
-"""The "What if" tab: Sample many and Score a text (branching lives on the Explore tab:
-playground.ui.branches).
+"""The "What if" tab: Sample many, the Sweep and its answer rules (playground.ui.sweep_panel), Score a
+text, two models in lockstep (branching lives on the Explore tab: playground.ui.branches).
 
 Handlers are plain functions (primitives and dicts in, figures and HTML out), tested without a
 browser; ``layout`` builds the tab's components inside the page's Tabs and ``wire`` connects them
@@ -35,6 +35,7 @@ from playground.ui.events import (
     text_js,
 )
 from playground.ui.export import write_sample_many_json
+from playground.ui.sweep_panel import SweepPanel
 from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import MAX_SAMPLES, MAX_TOKENS, sample_many
 from playground.whatif.score import score, summary
@@ -167,6 +168,7 @@ class WhatIf:
     pair_record: gr.State
     pair_hook: gr.HTML
     pair_box: gr.Accordion
+    sweep: SweepPanel
 
 
 def layout() -> WhatIf:
@@ -184,6 +186,8 @@ def layout() -> WhatIf:
         sample_table = gr.HTML(elem_id="pg-whatif-table")
         sample_file = gr.File(label="Sample-many JSON (every outcome with its count and probability)",
                               elem_id="pg-whatif-file")
+    sweep = SweepPanel()
+    sweep.layout()
     with gr.Accordion("Score a text: how surprised is the model?", open=True):
         score_text = gr.Textbox("", label="Text to score (with a chat model: the answer to the prompt)", lines=3,
                                 elem_id="pg-whatif-text")
@@ -219,7 +223,7 @@ def layout() -> WhatIf:
         pair_hook = gr.HTML("", js_on_load=PAIR_JS, elem_id="pg-pair-hook")
     return WhatIf(n, tokens, batched, sample_run, sample_plot, sample_table, sample_file, score_text, score_run, score_tokens,
                   score_summary, score_plots, gr.State(None), detect_run, detect_result, pair_model, pair_dtypes, pair_text, pair_run, pair_plot,
-                  pair_step, pair_step_plot, gr.State(None), pair_hook, pair_box)
+                  pair_step, pair_step_plot, gr.State(None), pair_hook, pair_box, sweep)
 
 
 def wire(page: Shared, w: WhatIf, store: ModelStore) -> None:
@@ -227,6 +231,7 @@ def wire(page: Shared, w: WhatIf, store: ModelStore) -> None:
     _wire_samples(page, w, store)
     _wire_score(page, w, store)
     _wire_pair(page, w, store)
+    w.sweep.wire(page, store)
 
 
 def _wire_samples(page: Shared, w: WhatIf, store: ModelStore) -> None:

@@ -30,7 +30,7 @@ from playground.whatif.rules import (
     majority,
     verifier,
 )
-from playground.whatif.sample_records import Stop, draw_records
+from playground.whatif.sample_records import Draw, Stop, draw_records
 from playground.whatif.step_record import TOP_LOGPROBS, Drawn
 from playground.whatif.verifiers import Verifier, check_expected, make_verifier, same_answer
 
@@ -90,16 +90,37 @@ def rule_accuracy(rule: str, samples: Sequence[Drawn], answers: Sequence[Answer]
                           seed, ordered=rule == "cot_decoding", sizes=sizes)
 
 
+def pool_sizes(sizes: Sequence[int] | None, pool: int) -> list[int] | None:
+    """``sizes`` cut to a pool of ``pool`` samples, the pool's own size last (None: every size)."""
+    if sizes is None:
+        return None
+    return sorted({m for m in sizes if 1 <= m < pool} | {pool})
+
+
 def answers(store: ModelStore, req: Request, n: int, extract: str, verify: str | None = None,
             expected: Sequence[str] = (), branches: int = DEFAULT_BRANCHES, settings: RuleSettings = RuleSettings(),
             resamples: int = 200, progress: Progress | None = None, stop: Stop | None = None) -> dict[str, Any]:
     """Draw ``n`` samples of ``req`` and ``branches`` CoT-decoding branches (0: none), pick with every rule.
     JSON-ready: the samples with their answers and records, each rule's pick, the disagreements and,
     with ``expected``, each rule's accuracy from 1 to n samples (CoT-decoding: 1 to ``branches``)."""
+    make_extractor(extract)
+    check_expected(expected)
+    check_resamples(resamples)
+    return answers_of(store, req, draw_records(store, req, n, progress, stop), extract, verify, expected, branches,
+                      settings, resamples, progress)
+
+
+def answers_of(store: ModelStore, req: Request, draw: Draw, extract: str, verify: str | None = None,
+               expected: Sequence[str] = (), branches: int = DEFAULT_BRANCHES, settings: RuleSettings = RuleSettings(),
+               resamples: int = 200, progress: Progress | None = None,
+               sizes: Sequence[int] | None = None) -> dict[str, Any]:
+    """``answers`` on samples already drawn (``draw``: a sample-many draw of ``req``, or a sweep point's kept
+    samples), so the rules read the very samples a sweep measured; CoT-decoding draws its own branches.
+    ``sizes``: the accuracy curve's numbers of samples (default every one from 1; each rule's pool size is
+    always among them, larger ones are dropped)."""
     extractor: Extractor = make_extractor(extract)
     expected = check_expected(expected)
     resamples = check_resamples(resamples)
-    draw = draw_records(store, req, n, progress, stop)
     samples = draw.samples
     got = [extractor(s.text) for s in samples]
     lm = store.get(req.model)
@@ -119,6 +140,7 @@ def answers(store: ModelStore, req: Request, n: int, extract: str, verify: str |
     if expected:
         out["accuracy"] = {p.rule: rule_accuracy(p.rule, cot if p.rule == "cot_decoding" else samples,
                                                  cot_got if p.rule == "cot_decoding" else got, expected, settings,
-                                                 passes, resamples, req.seed)
+                                                 passes, resamples, req.seed,
+                                                 pool_sizes(sizes, len(cot) if p.rule == "cot_decoding" else len(samples)))
                            for p in picks}
     return out

@@ -62,6 +62,16 @@ class Drawn:
                 "steps": [s.to_dict() for s in self.steps]}
 
 
+def drawn_from_dict(d: dict[str, Any]) -> Drawn:
+    """A sample back from its ``to_dict`` (a sweep point's kept samples): None log-probabilities are -inf."""
+    def back(x: float | None) -> float:
+        return -math.inf if x is None else float(x)
+
+    steps = [StepRecord(int(st["id"]), back(st["logprob"]), back(st["raw_logprob"]), float(st["entropy"]),
+                        float(st["raw_entropy"]), [back(x) for x in st["top_raw_logprobs"]]) for st in d["steps"]]
+    return Drawn(int(d["seed"]), [int(i) for i in d["ids"]], str(d["text"]), [int(e) for e in d["ends"]], steps)
+
+
 def finite(x: float) -> float | None:
     """``x``, or None where it is not a finite number (JSON has no -inf)."""
     return x if math.isfinite(x) else None

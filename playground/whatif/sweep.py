@@ -4,17 +4,19 @@ At each value the request is drawn N times with that one parameter changed (seed
 every value, so a point differs from the next only by the parameter): through sample many's batched rows
 where the strategy allows (greedy, sampling, gumbel with the plain five stages; sample_records.py), else
 one engine run per seed (beam width, speculative's gamma, ...). The measures of a point come from the
-samples' own step records (sweep_metrics.py). ``progress(fraction, message)`` hears each value start and its draw go on (the fraction of the whole sweep);
-``stop()`` is asked before each value (and between the runs of a one-by-one draw): a sweep told to stop
-returns the values done, marked ``stopped``. The result is JSON-ready: the request, the values, and one
-point per value with how it was drawn (``batched``), its measures and, with ``keep_samples``, its samples
-and their records; the sweep's ``batched`` is whether every point was.
+samples' own step records (sweep_metrics.py). ``progress(fraction, message)`` hears each value start
+and its draw go on (the fraction of the whole sweep); ``stop()`` is asked before each value (and between
+the runs of a one-by-one draw): a sweep told to stop returns the values done, marked ``stopped``.
+``sweep_points`` yields the record after each value (``done`` at the last), so a page draws it growing.
+The result is JSON-ready: the request, the values, and one point per value with how it was drawn
+(``batched``), its measures and, with ``keep_samples``, its samples and their records; the sweep's
+``batched`` is whether every point was.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from playground.engine import Request
 from playground.errors import InvalidRequest
@@ -45,6 +47,17 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
           extract: str | None = None, expected: Sequence[str] = (), keep_samples: bool = True,
           progress: Progress | None = None, stop: Stop | None = None) -> dict[str, Any]:
     """Sweep ``param`` of ``req``'s strategy over ``values`` with ``n`` samples each (module docstring)."""
+    record: dict[str, Any] = {}
+    for record in sweep_points(store, req, param, values, n, extract, expected, keep_samples, progress, stop):
+        pass
+    return record
+
+
+def sweep_points(store: ModelStore, req: Request, param: str, values: Sequence[float], n: int,
+                 extract: str | None = None, expected: Sequence[str] = (), keep_samples: bool = True,
+                 progress: Progress | None = None, stop: Stop | None = None) -> Iterator[dict[str, Any]]:
+    """The sweep as it goes: the record (``sweep``'s) after each value, marked ``done`` at the last one
+    (the page draws each point as it comes). Every input is checked before the first value runs."""
     progress = progress or (lambda f, m: None)
     points_of = sweep_values(req.strategy, param, list(values), dict(req.params))
     n = check_size(n, req.max_new_tokens, req.seed)
@@ -57,6 +70,14 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
     points: list[dict[str, Any]] = []
     stopped = False
     model, strategy, batched = req.model, req.strategy, True
+
+    def record(done: bool) -> dict[str, Any]:
+        return {"kind": "sweep", "model": model, "strategy": strategy, "params": dict(req.params), "param": param,
+                "values": points_of, "n": n, "prompt": req.prompt, "seed": req.seed, "tokens": req.max_new_tokens,
+                "extract": extract, "expected": list(expected), "loop_repeats": repeats, "loop_min_span": min_span,
+                "batched": batched, "stopped": stopped, "done": done, "points": list(points),
+                "timing": {"seconds": round(time.perf_counter() - started, 3)}}
+
     for i, value in enumerate(points_of):
         if stop is not None and stop():
             stopped = True
@@ -75,9 +96,7 @@ def sweep(store: ModelStore, req: Request, param: str, values: Sequence[float], 
         if len(draw.samples) < n:  # stopped inside a one-by-one draw: keep the point, end here
             stopped = True
             break
+        if i < len(points_of) - 1:
+            yield record(False)
     progress(1.0, "sweep stopped" if stopped else "sweep done")
-    return {"kind": "sweep", "model": model, "strategy": strategy, "params": dict(req.params), "param": param,
-            "values": points_of, "n": n, "prompt": req.prompt, "seed": req.seed, "tokens": req.max_new_tokens,
-            "extract": extract, "expected": list(expected), "loop_repeats": repeats, "loop_min_span": min_span,
-            "batched": batched, "stopped": stopped, "points": points,
-            "timing": {"seconds": round(time.perf_counter() - started, 3)}}
+    yield record(True)
