@@ -66,11 +66,14 @@ def test_the_rules_table_marks_picks_by_the_checkers_record_and_escapes_answers(
     assert "<i>" not in html and "The rules disagree" in html and "<code>12</code> × 3" in html
     assert "temperature = 0.5" in html
     fig = answers_figure(answers(curve))
-    lines = [t for t in fig.data if t.mode == "lines+markers"]
-    assert [t.name for t in lines] == ["majority vote", "DeepConf"]
-    assert list(lines[0].x) == [1, 4] and list(lines[0].y) == [0.75, 1.0]
-    band = fig.data[0]
-    assert list(band.y) == [0.9, 1.0, 0.2, 0.5]  # the upper ends, then the lower ones back: Wilson's interval
+    assert [t.name for t in fig.data] == ["majority vote", "DeepConf"]
+    majority = fig.data[0]
+    assert [c[0] for c in majority.customdata] == [1, 4] and list(majority.y) == [0.75, 1.0]
+    assert list(majority.x) == pytest.approx([1 / 1.06 ** 0.5, 4 / 1.06 ** 0.5])  # beside DeepConf's, on a log axis
+    # the error bars reach the recorded Wilson ends, where there was a resampling (200 subsets; not the pool itself)
+    assert [y + up for y, up in zip(majority.y, majority.error_y.array)] == pytest.approx([0.9, 1.0])
+    assert [y - down for y, down in zip(majority.y, majority.error_y.arrayminus)] == pytest.approx([0.5, 1.0])
+    assert [c[1:3] for c in majority.customdata] == [[0.5, 0.9], [0.2, 1.0]]  # the hover keeps every interval
 
 
 def test_without_a_checker_no_marks_and_no_accuracy_chart():

@@ -65,7 +65,7 @@ def test_the_sweep_draws_each_value_as_it_comes_and_keeps_its_record(swept, stor
     assert saved["param"] == "temperature" and len(saved["points"][0]["samples"]) == 24
     assert set(saved["points"][0]["samples"][0]) == {"seed", "ids", "text"}
     choices = by_id(last)["pg-rules-source"]["choices"]
-    assert [c[1] for c in choices] == ["fresh", "0", "1", "2"] and "temperature = 1.25" in choices[2][0]
+    assert [c[1] for c in choices] == ["fresh", "0", "1", "2"] and choices[2][0] == "temperature = 1.25 (24 samples)"
 
 
 def test_the_rules_read_a_sweep_points_own_samples(page, swept):

@@ -20,6 +20,7 @@ SHARES = (("loop_rate", "loop rate", LOOP), ("distinct_1", "distinct-1", WATCHED
           ("distinct_2", "distinct-2", WATCHED[4]), ("distinct_3", "distinct-3", WATCHED[6]),
           ("modal_share", "agree with the modal answer", WATCHED[1]), ("accuracy", "accuracy", WATCHED[2]))
 NATS = (("surprisal", "mean surprisal", WATCHED[5]), ("entropy", "mean entropy", ENTROPY))
+LEGEND_Y = -0.16  # under the plot and its x axis's title (place_caption gives it its rows)
 RULE_NAMES = {"majority": "majority vote", "mean_logprob": "highest mean logprob", "deepconf": "DeepConf",
               "cot_decoding": "CoT-decoding", "verifier": "verifier"}
 RULE_HOW = {"majority": "votes: samples per answer (self-consistency)",
@@ -59,16 +60,16 @@ def sweep_figure(record: dict[str, Any], log_x: bool = False) -> go.Figure:
                         line=dict(color=colour, width=2, dash="dot" if key == "entropy" else "solid"),
                         marker=dict(size=7), row=2, col=1,
                         hovertemplate=f"{escape(record['param'])} = %{{x:.4g}}<br>{name} %{{y:.3f}} nats<extra></extra>")
-    fig.add_bar(x=xs, y=[p.get("length") for p in points], name="mean length", marker_color=rgba(GUIDE, 0.6),
-                row=3, col=1, showlegend=False,
-                hovertemplate=f"{escape(record['param'])} = %{{x:.4g}}<br>mean length %{{y:.1f}} tokens<extra></extra>")
+    fig.add_scatter(x=xs, y=[p.get("length") for p in points], name="mean length", mode="lines+markers",
+                    line=dict(color=GUIDE, width=2), marker=dict(size=7), row=3, col=1, showlegend=False,
+                    hovertemplate=f"{escape(record['param'])} = %{{x:.4g}}<br>mean length %{{y:.1f}} tokens<extra></extra>")
     _x_axes(fig, values, log_x, record["param"])
     fig.update_yaxes(range=[-0.03, 1.03], row=1, col=1)
     fig.update_yaxes(rangemode="tozero", row=2, col=1)
     fig.update_yaxes(rangemode="tozero", row=3, col=1)
     fig.update_layout(template=TEMPLATE, title=dict(text=sweep_title(record), font=dict(size=14)), height=620,
-                      margin=dict(t=90, b=70, l=60, r=20), bargap=0.6,
-                      legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=11)))
+                      margin=dict(t=60, b=70, l=60, r=20),
+                      legend=dict(orientation="h", y=LEGEND_Y, x=0, xanchor="left", yanchor="top", font=dict(size=11)))
     loops = f"a loop: a span written {record['loop_repeats']} times back to back"
     add_caption(fig, f"the same seeds {record['seed']}..{record['seed'] + record['n'] - 1} at every value · {loops}"
                      " · distinct-n: distinct n-grams over all n-grams of the samples")
@@ -88,33 +89,43 @@ def _x_axes(fig: go.Figure, values: list[float], log_x: bool, param: str) -> Non
 
 
 def answers_figure(result: dict[str, Any]) -> go.Figure | None:
-    """Each rule's accuracy against the number of samples it is given, with its 95% interval (a band);
-    None without a checker (no known answer, no accuracy)."""
+    """Each rule's accuracy against the number of samples it is given, with its 95% interval (error bars;
+    the rules side by side at each N); None without a checker (no known answer, no accuracy)."""
     accuracy = result.get("accuracy")
     if not accuracy:
         return None
     fig = go.Figure()
-    for i, (rule, curve) in enumerate(accuracy.items()):
-        colour = WATCHED[i % len(WATCHED)]
-        xs = [pt["n"] for pt in curve]
-        fig.add_scatter(x=xs + xs[::-1], y=[pt["high"] for pt in curve] + [pt["low"] for pt in curve][::-1],
-                        fill="toself", fillcolor=rgba(colour, 0.12), line=dict(width=0), hoverinfo="skip",
-                        showlegend=False, legendgroup=rule)
-        fig.add_scatter(x=xs, y=[pt["accuracy"] for pt in curve], name=RULE_NAMES.get(rule, rule), legendgroup=rule,
+    rules = list(accuracy)
+    for i, rule in enumerate(rules):
+        curve, colour, name = accuracy[rule], WATCHED[i % len(WATCHED)], RULE_NAMES.get(rule, rule)
+        dodge = 1.06 ** (i - (len(rules) - 1) / 2)  # side by side on the log axis; the hover says the true N
+        fig.add_scatter(x=[pt["n"] * dodge for pt in curve], y=[pt["accuracy"] for pt in curve], name=name,
                         mode="lines+markers", line=dict(color=colour, width=2), marker=dict(size=7),
-                        customdata=[[pt["low"], pt["high"], pt["subsets"]] for pt in curve],
-                        hovertemplate=f"{RULE_NAMES.get(rule, rule)}<br>N = %{{x}}: accuracy %{{y:.3f}}"
-                                      "<br>95%% interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}] over "
-                                      "%{customdata[2]} subsets<extra></extra>".replace("%%", "%"))
+                        error_y=dict(type="data", symmetric=False, color=colour, thickness=1.2, width=3,
+                                     array=[spread(pt, pt["high"] - pt["accuracy"]) for pt in curve],
+                                     arrayminus=[spread(pt, pt["accuracy"] - pt["low"]) for pt in curve]),
+                        customdata=[[pt["n"], pt["low"], pt["high"], pt["subsets"]] for pt in curve],
+                        hovertemplate=f"{name}<br>N = %{{customdata[0]}}: accuracy %{{y:.3f}}<br>95% interval "
+                                      "[%{customdata[1]:.3f}, %{customdata[2]:.3f}] over %{customdata[3]} "
+                                      "subsets<extra></extra>")
+    sizes = sorted({pt["n"] for curve in accuracy.values() for pt in curve})
     known = " | ".join(escape(e) for e in result.get("expected", []))
-    fig.update_layout(template=TEMPLATE, height=380, margin=dict(t=70, b=70, l=60, r=20),
+    fig.update_layout(template=TEMPLATE, height=400, margin=dict(t=50, b=70, l=60, r=20),
                       title=dict(text=f"accuracy against N (known answer: {known})", font=dict(size=14)),
-                      xaxis=dict(title="samples given to the rule (N)", type="log"),
-                      yaxis=dict(title="accuracy", range=[-0.03, 1.03]),
-                      legend=dict(orientation="h", y=1.0, x=0, yanchor="bottom", font=dict(size=11)))
-    add_caption(fig, "each N: the rule on resampled subsets of N of the samples (CoT-decoding: its first N branches); "
-                     "band: Wilson's 95% interval over the subsets")
+                      xaxis=dict(title="samples given to the rule (N)", type="log", tickvals=sizes,
+                                 ticktext=[str(m) for m in sizes]),
+                      yaxis=dict(title="accuracy", range=[-0.03, 1.05]),
+                      legend=dict(orientation="h", y=LEGEND_Y - 0.06, x=0, xanchor="left", yanchor="top",
+                                  font=dict(size=11)))
+    add_caption(fig, "each N: the rule on resampled subsets of N of the samples (CoT-decoding: its first N "
+                     "branches, once); bars: Wilson's 95% interval over the subsets (none where one subset is all)")
     return fig
+
+
+def spread(point: dict[str, Any], half: float) -> float:
+    """An error bar's half: none for a point read from one subset (the whole pool, or CoT-decoding's first N),
+    where an interval over the subsets says nothing about the resampling (the hover keeps Wilson's)."""
+    return 0.0 if point["subsets"] <= 1 else half
 
 
 def _votes(votes: dict[str, float], top: int = 4) -> str:
@@ -152,5 +163,5 @@ def answers_html(result: dict[str, Any], source: str = "") -> str:
     return (f"<p>{verdict}</p><p>{result['n']} samples of {escape(result['strategy'])} on {escape(result['model'])}"
             f"{' (' + escape(source) + ')' if source else ''}, answers by <code>{escape(result['extract'])}</code>: {spread}"
             f"{' · ' + str(len(result['branches'])) + ' CoT branches' if result['branches'] else ''}</p>"
-            "<table class='pg-table'><tr><th>rule</th><th>pick</th><th>votes</th><th>what the votes are</th></tr>"
-            f"{''.join(rows)}</table>")
+            "<div class='pg-view'><table class='pg-table'><tr><th>rule</th><th>pick</th><th>votes</th>"
+            f"<th>what the votes are</th></tr>{''.join(rows)}</table></div>")

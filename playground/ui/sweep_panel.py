@@ -152,9 +152,9 @@ def sweep_status(record: dict[str, Any]) -> str:
 
 def point_choices(record: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The rules' sample sources: a fresh draw, and each sweep point (its samples, as measured)."""
-    out = [("a fresh draw: the sidebar's settings, N samples", FRESH)]
+    out = [("fresh draw (the sidebar's settings)", FRESH)]
     for i, p in enumerate((record or {}).get("points", [])):
-        out.append((f"the sweep's {record['param']} = {p['value']:.4g} ({p['n']} samples)", str(i)))  # type: ignore[index]
+        out.append((f"{record['param']} = {p['value']:.4g} ({p['n']} samples)", str(i)))  # type: ignore[index]
     return out
 
 
@@ -244,7 +244,7 @@ class SweepPanel:
         with gr.Accordion("Answer rules: which answer do the samples give?", open=True, elem_id="pg-rules"):
             gr.Markdown(RULES_INTRO, elem_classes=["pg-summary"])
             with gr.Row():
-                self.source = gr.Dropdown(point_choices(None), value=FRESH, label="Samples", elem_id="pg-rules-source",
+                self.source = gr.Dropdown(point_choices(None), value=FRESH, label="Samples (a sweep point's, or new)", elem_id="pg-rules-source",
                                           min_width=260, scale=2)
                 self.branches = gr.Slider(0, 20, value=DEFAULT_BRANCHES, step=1, label="CoT-decoding branches (k)",
                                           elem_id="pg-rules-branches", info="0: no CoT-decoding.")
