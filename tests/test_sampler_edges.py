@@ -198,7 +198,8 @@ NEEDS = {"xtc_threshold": {"xtc_probability": 1.0}, "dry_base": {"dry_multiplier
          "dry_allowed_length": {"dry_multiplier": 0.8}, "dry_sequence_breakers": {"dry_multiplier": 0.8},
          "dynatemp_exponent": {"dynatemp_min": 0.5, "dynatemp_max": 1.5}, "dynatemp_min": {"dynatemp_max": 100.0},
          "dynatemp_max": {"dynatemp_min": 5e-324}, "mirostat_eta": {"mirostat_tau": 5.0},
-         "adaptive_p_decay": {"adaptive_p_target": 0.3}, "penalty_last_n": {"frequency_penalty": 1.0}}
+         "adaptive_p_decay": {"adaptive_p_target": 0.3}, "penalty_last_n": {"frequency_penalty": 1.0},
+         "thinking_budget": {"phase_marker": "the"}}
 TINY = 5e-324  # the smallest positive float
 
 
@@ -250,7 +251,8 @@ def test_every_stage_on_at_once_at_one_end_of_its_range(store, end, order, model
     """Every numeric knob at one end of its range together (an end that is a stage's no-op leaves it
     out), with every stage that has an on switch on: the run finishes, no probability is NaN."""
     params: dict[str, object] = {"order": order, "p_less": True, "word_bias": "hill=-100, the", "xtc_probability": 1.0,
-                                 "dry_multiplier": 0.8, "mirostat_tau": 5.0, "adaptive_p_target": 0.3}
+                                 "dry_multiplier": 0.8, "mirostat_tau": 5.0, "adaptive_p_target": 0.3,
+                                 "phase_marker": "the"}
     for f in dataclasses.fields(SamplerParams):
         kind, meta = field_kind(f), f.metadata
         if kind not in (int, float) or meta.get("low") is None or f.name in params:
@@ -306,6 +308,7 @@ def random_edge_params(rng) -> dict[str, object]:
             value = high * (1 - 1e-9)
         params[f.name] = kind(round(value) if kind is int else value)
     params["dynatemp_min"] = min(params["dynatemp_min"], params["dynatemp_max"])
+    params["phase_marker"] = "the"  # a thinking budget needs a marker the model can write
     order = list(PRESET_NAMES["transformers"])
     rng.shuffle(order)
     params["order"] = ",".join(order)

@@ -13,6 +13,7 @@ from playground.errors import InvalidRequest
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, accept_chosen, build_chain, record_chain
 from strategies.sampling.repeats import PresenceFrequency
+from strategies.phases import PHASE_FIELDS
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, WATCHING_FIELDS, SamplerParams, build_sampler_chain
 from strategies.sampling.transforms import MinP, Temperature, TopK, TopP
 from strategies.sampling.truncations import XTC, Epsilon
@@ -53,7 +54,8 @@ def test_every_sampler_parameter_belongs_to_one_registered_stage_and_presets_lis
     for spec in STAGES.values():
         for name in spec.params.values():
             owners.setdefault(name, []).append(spec.name)
-    fields = [f.name for f in dataclasses.fields(SamplerParams) if f.name != "order" and f.name not in WATCHING_FIELDS]
+    fields = [f.name for f in dataclasses.fields(SamplerParams)
+              if f.name != "order" and f.name not in WATCHING_FIELDS | set(PHASE_FIELDS)]
     assert {n: o for n, o in owners.items() if len(o) != 1} == {}
     assert sorted(fields) == sorted(owners)
     assert sorted(f.name for f in dataclasses.fields(ChainParams) if f.name != "order") == sorted(

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from playground.charts.common import add_caption, as_prob, num, show_token
 from playground.charts.palette import CHOSEN, ENTROPY, TEMPLATE
+from playground.charts.phases import shade_phases
 from playground.charts.text import prob_color
 
 
@@ -40,6 +41,7 @@ def overview_figure(trace: dict[str, Any], selected: int | None = None) -> go.Fi
                                      hovertemplate="after chain %{y:.2f} nats<extra></extra>"), secondary_y=True)
     if selected is not None and 0 <= selected < n:
         fig.add_vrect(x0=selected - 0.5, x1=selected + 0.5, fillcolor=CHOSEN, opacity=0.22, line_width=0)
+    shade_phases(fig, trace)
     use_words = 0 < n <= 32
     fig.update_layout(template=TEMPLATE, title=dict(text="Chosen-token probability and entropy per step"),
                       bargap=0.12, hovermode="x unified" if n > 60 else "closest",

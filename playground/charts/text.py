@@ -12,6 +12,7 @@ from typing import Any
 
 from playground.charts.common import as_prob, escape, prob_brief, token_text
 from playground.charts.marks import disallowed_ids, grammar_forced
+from playground.charts.phases import THINKING, forced_tip
 from playground.charts.palette import CONFIDENT, GRAMMAR_FORCED, PENALISED, SURPRISING, UNSURE, rgb, rgba
 
 
@@ -47,14 +48,18 @@ def token_html(trace: dict[str, Any], selected: int | None = None, show_prompt: 
         tip = _token_tip(trace, i, tok, p, p_raw, steps[i] if aligned else None, alternatives)
         special = i == last and trace.get("finish_reason") == "eos"
         forced = aligned and bool(steps[i].get("forced"))
-        if forced:
+        if forced and steps[i].get("forced") == "budget":
+            tip += "\n" + forced_tip(steps[i])
+        elif forced:
             tip += ("\nforced (a branch): the strategy would have taken "
                     f"{token_text(steps[i].get('strategy_choice_text', '?'))}")
+        thinking = aligned and steps[i].get("phase") == THINKING
         by_grammar = aligned and grammar_forced(steps[i])
         if by_grammar:
             tip += "\nforced by the grammar: the only token it allowed here"
         classes = ("pg-tok" + (" pg-special" if special else "") + (" pg-sel" if i == selected else "")
-                   + (" pg-forced" if forced else "") + (" pg-grammar-forced" if by_grammar else ""))
+                   + (" pg-forced" if forced else "") + (" pg-grammar-forced" if by_grammar else "")
+                   + (" pg-thinking" if thinking else ""))
         if i in looped:
             classes += " pg-loop" + (" pg-loop-copy" if looped[i][0] else "")
             tip += "\n" + looped[i][1]
@@ -126,4 +131,4 @@ def legend_html() -> str:
     return ('<div class="pg-legend"><span>model p of each token:</span><span>0</span>'
             f'<span class="pg-ramp" style="background:linear-gradient(90deg, {stops})"></span><span>1</span>'
             '<span class="pg-hint">hover a token for its rank and alternatives · click it to inspect that step'
-            ' · dashed underline: forced by a branch · dotted: forced by the grammar · bar over: a loop</span></div>')
+            ' · dashed underline: forced (a branch, a thinking budget) · italic: thinking · dotted: forced by the grammar · bar over: a loop</span></div>')

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Sequence
 
 from playground.charts.distribution import distribution_figure
+from playground.charts.phases import phase_line
 from playground.cli.engine_flags import add_engine_flags, params_for, say, start_of, strategy_of
 from playground.cli.flags import base_parser, flag, strategy_params, strategy_parser
 from playground.cli.grammar_flags import grammar_of_args
@@ -67,8 +68,9 @@ def cmd_run(argv: Sequence[str]) -> int:
         _write_chart(data, args)
     print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else trace.text)
     if not args.json:
-        for line in loop_lines(data):
-            print(line)
+        for line in [phase_line(data), *loop_lines(data)]:
+            if line:
+                print(line)
         for record in data.get("lens") or ():
             print(lens_table(record))
     return 0

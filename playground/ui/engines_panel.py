@@ -17,12 +17,14 @@ from playground.engines.settings import changed_values
 from playground.errors import InvalidRequest
 from playground.ui.controls import CHAIN_FIELDS, strategy_summary
 from playground.ui.events import QUIET, Updates, keyed
+from strategies.phases import PHASE_FIELDS
 from strategies.sampling.samplers import WATCHING_FIELDS
 
 if TYPE_CHECKING:
     from playground.ui.components import Shared
 
-SAMPLER_CHAIN = CHAIN_FIELDS - WATCHING_FIELDS  # the values a preset or an import sets; watching knobs stay
+# the values a preset or an import sets; watching knobs and phases stay
+SAMPLER_CHAIN = CHAIN_FIELDS - WATCHING_FIELDS - set(PHASE_FIELDS)
 PRESET_INFO = "Sets the chain's values and order: a model's recommendation, everything off, or an engine's defaults."
 IMPORT_PLACEHOLDER = ("llama-server -m model.gguf --temp 0.7 --top-k 20 --samplers 'top_k;top_p;temperature'\n"
                       "or a generation_config.json, an Ollama Modelfile, a vLLM/OpenAI request body")

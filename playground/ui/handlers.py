@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 from playground.charts.common import counted, escape
 from playground.charts.loops import span_text
 from playground.charts.overview import most_uncertain_step, overview_figure
+from playground.charts.phases import phase_line
 from playground.charts.steps import clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
 from playground.charts.views import strategy_views
@@ -171,6 +172,9 @@ def status_html(trace: dict[str, Any], final: bool, note: str = "", doing: str =
     if trace.get("strategy") == "speculative" and gap:  # lossless only up to this CPU's rounding: said, not hidden
         note = (f"can part from plain decoding at a near tie (one pass vs one token at a time: {gap:.2g} in a logit)"
                 + (f" · {note}" if note else ""))
+    phases = phase_line(trace)
+    if phases:
+        note = phases + (f" · {note}" if note else "")
     parts = [model, escape(trace.get("strategy", "")),
              f"chain: {escape(chain)}", f"seed {trace.get('seed', 0)}", counted(len(trace.get("tokens") or []), "token"),
              f"{timing.get('tokens_per_second', 0):.1f} tok/s", state + (f" · {escape(note)}" if note else "")]

@@ -53,6 +53,7 @@ from playground.errors import InvalidRequest
 from playground.models import LM, ModelStore, Progress
 from playground.whatif.step_record import TOP_LOGPROBS, StepRecord
 from strategies.loops import find_loops
+from strategies.phases import PhaseParams
 from strategies.registry import StrategySpec, all_strategies, get_strategy
 from strategies.sampling.chain import apply_chain
 from strategies.sampling.grammar import CompiledGrammar, Grammar, with_grammar
@@ -113,7 +114,10 @@ def check_size(n: Any, max_new_tokens: int, seed: int) -> int:
 
 def reference_chain(strategy: str, params: Any) -> list | None:
     """The transforms whose chained distribution is the exact reference, or None when there is none (the
-    strategy's ``Draws.reference``)."""
+    strategy's ``Draws.reference``). A run in phases with a budget or an answer chain has none: its
+    tokens are not drawn from one chain (strategies/phases.py), so its samples go one by one."""
+    if isinstance(params, PhaseParams) and params.phased():
+        return None
     return get_strategy(strategy).draws.reference(params)
 
 

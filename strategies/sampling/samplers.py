@@ -57,6 +57,7 @@ from strategies.g_values import (
 from strategies.green_lists import DEFAULT_KEY, SCHEMES
 from strategies.loops import LoopStopParams
 from strategies.params import param
+from strategies.phases import PhaseParams
 from strategies.sampling import adaptive, synthid, truncations, watermark  # noqa: F401  (their stages register themselves)
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, build_chain
 from strategies.sampling.repeats import DEFAULT_BREAKERS, parse_breakers, parse_word_bias
@@ -92,7 +93,7 @@ def expand_order(order: str) -> str:
 
 
 @dataclass(frozen=True)
-class SamplerParams(LoopStopParams, WatchParams, ChainParams):
+class SamplerParams(PhaseParams, LoopStopParams, WatchParams, ChainParams):
     """Every stage of the sampling chain (see the module docstring for the order), and the knobs that
     watch the run: loops (strategies/loops.py; one may end the run) and a watch-list (strategies/watch.py)."""
 

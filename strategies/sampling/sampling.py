@@ -18,6 +18,7 @@ from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.lens import lens_record
+from strategies.phases import ANSWER, Clock, PhaseParams, Plan, note_step, plan
 from strategies.loops import LOOP_REASON, LoopDetector, LoopStopParams, loop_detector
 from strategies.recording import finish, make_step
 from strategies.registry import Draws, register
@@ -63,8 +64,29 @@ def watchers(ctx: DecodeContext, params: LoopStopParams | WatchParams, trace: Tr
     return out
 
 
+@dataclass
+class Phased:
+    """A run in two phases (strategies/phases.py): its plan and the answer's chain (None: the thinking's)."""
+
+    plan: Plan
+    answer: list | None = None
+
+    def start(self, trace: Trace) -> Clock:
+        trace.extra["phases"] = self.plan.record(None if self.answer is None else [t.name for t in self.answer])
+        return Clock(self.plan)
+
+
+def phased(ctx: DecodeContext, params: PhaseParams, build: Callable[[PhaseParams], list] | None = None
+           ) -> Phased | None:
+    """The phases of a run of ``params`` (None: none); ``build`` makes the answer's chain from its Params."""
+    found = plan(ctx.lm, params)
+    if found is None:
+        return None
+    return Phased(found, build(found.answer) if build is not None and found.answer is not None else None)
+
+
 def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_eos: bool = True,
-               watch: Watchers | None = None) -> Iterator[Trace]:
+               watch: Watchers | None = None, phases: Phased | None = None) -> Iterator[Trace]:
     """The per-step loop: chain the last logits, select (or take a forced token), record, feed it back.
 
     ``stop_at_eos=False`` decodes exactly ``max_new_tokens`` (a timing reference of a fixed length).
@@ -72,6 +94,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     step where it was found) and a watch-list recorded at every step.
     With a grammar stage in the chain, the run ends when the text is whole and the grammar allows
     nothing more ("grammar complete"), or when it allows no token at all ("grammar: no token allowed").
+    ``phases``: each step runs its phase's chain, and the thinking budget forces the marker.
     """
     lm = ctx.lm
     grammar = grammar_of(chain)
@@ -80,21 +103,27 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     out = lm.forward(context, hidden=0 in ctx.lens)
     trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
     passes, reason = 1, "length"
-    names = [t.name for t in chain]
     watch = watch or Watchers()
+    clock = phases.start(trace) if phases is not None else None
     for i in range(ctx.max_new_tokens):
-        record = record_chain(chain, out.logits[:, -1], context)
-        if grammar is not None and grammar.dead(record.decisions[chain.index(grammar)]):
+        active = phases.answer if clock is not None and clock.phase == ANSWER and phases.answer else chain
+        record = record_chain(active, out.logits[:, -1], context)
+        if grammar is not None and grammar.dead(record.decisions[active.index(grammar)]):
             reason = DEAD_END_REASON
             break
-        token_id, noise, forced = choose(ctx.forced, i, lambda: selector.select(record.logits[-1]),
+        cut = clock.next_forced() if clock is not None else None
+        token_id, noise, forced = choose(ctx.forced if cut is None else {**ctx.forced, i: cut}, i,
+                                         lambda: selector.select(record.logits[-1]),
                                          getattr(selector, "generator", None))
         # every stage hears the token the text got, and whether it was forced, before the step is recorded
-        accept_chosen(chain, record, torch.tensor([token_id], device=record.logits[-1].device), bool(forced))
+        accept_chosen(active, record, torch.tensor([token_id], device=record.logits[-1].device), bool(forced))
         stages, decisions = record.row(0)
-        step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, names, token_id, ctx.top_n,
-                                None if noise is None else noise[0], decisions, watch.watch)
+        step, token = make_step(lm, len(ctx.prompt_ids) + i, stages, [t.name for t in active], token_id,
+                                ctx.top_n, None if noise is None else noise[0], decisions, watch.watch)
         annotate(step, forced, lm)
+        if clock is not None:
+            note_step(trace.extra["phases"], step.extra, clock, clock.add(token_id, lm.piece(token_id)), i,
+                      cut is not None, stages[0], token_id)
         trace.steps.append(step)
         trace.tokens.append(token)
         if i in ctx.lens:
@@ -135,9 +164,19 @@ def read_layers(ctx: DecodeContext, trace: Trace, out: ModelOutput, token_id: in
                                                    "model": trace.model, **record})
 
 
+def answer_chain(ctx: DecodeContext, chain: list, generator: torch.Generator) -> Callable[[PhaseParams], list]:
+    """How the answer's chain is built from its Params: its own stages, the run's grammar stage (one
+    grammar follows the whole text) where its order puts it."""
+    def build(p: PhaseParams) -> list:
+        assert isinstance(p, SamplerParams)
+        return with_grammar(build_sampler_chain(p, generator, ctx.lm), grammar_of(chain), p.order)
+    return build
+
+
 @dataclass(frozen=True)
-class GreedyParams(LoopStopParams, WatchParams):
-    """Greedy always takes the argmax; its knobs watch the run: loops (one may end it) and a watch-list."""
+class GreedyParams(PhaseParams, LoopStopParams, WatchParams):
+    """Greedy always takes the argmax; its knobs watch the run (loops, one of which may end it, and a
+    watch-list) and split it in phases (a thinking budget)."""
 
 
 @register("greedy", GreedyParams, "Take the most probable token at every step.", forceable=True,
@@ -145,7 +184,8 @@ class GreedyParams(LoopStopParams, WatchParams):
 def greedy(ctx: DecodeContext, params: GreedyParams) -> Iterator[Trace]:
     chain = with_grammar([], grammar_stage(ctx))
     trace = ctx.new_trace("greedy", params.to_dict(), [t.name for t in chain] + ["greedy"])
-    yield from chain_loop(ctx, trace, chain, Greedy(), watch=watchers(ctx, params, trace))
+    yield from chain_loop(ctx, trace, chain, Greedy(), watch=watchers(ctx, params, trace),
+                          phases=phased(ctx, params))
 
 
 @register("sampling", SamplerParams,
@@ -156,7 +196,8 @@ def sampling(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("sampling", params.to_dict(), [t.name for t in chain] + ["multinomial"])
-    yield from chain_loop(ctx, trace, chain, Multinomial(generator), watch=watchers(ctx, params, trace))
+    yield from chain_loop(ctx, trace, chain, Multinomial(generator), watch=watchers(ctx, params, trace),
+                          phases=phased(ctx, params, answer_chain(ctx, chain, generator)))
 
 
 @register("gumbel", SamplerParams,
@@ -166,4 +207,5 @@ def gumbel(ctx: DecodeContext, params: SamplerParams) -> Iterator[Trace]:
     generator = ctx.generator()
     chain = with_grammar(build_sampler_chain(params, generator, ctx.lm), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("gumbel", params.to_dict(), [t.name for t in chain] + ["gumbel"])
-    yield from chain_loop(ctx, trace, chain, GumbelMax(generator), watch=watchers(ctx, params, trace))
+    yield from chain_loop(ctx, trace, chain, GumbelMax(generator), watch=watchers(ctx, params, trace),
+                          phases=phased(ctx, params, answer_chain(ctx, chain, generator)))

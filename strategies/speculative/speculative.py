@@ -44,6 +44,7 @@ from strategies.context import DecodeContext, OutOfTime
 from strategies.loops import record_loops
 from strategies.recording import finish
 from strategies.registry import Draws, register
+from strategies.phases import ANSWER
 from strategies.sampling.chain import ChainRecord, build_chain, record_chain
 from strategies.sampling.grammar import (
     DEAD_END_REASON,
@@ -54,10 +55,12 @@ from strategies.sampling.grammar import (
     grammar_stage,
     with_grammar,
 )
+from strategies.sampling.sampling import phased
 from strategies.speculative.baseline import GRAMMAR_LIMIT, STOPPED
 from strategies.speculative.baseline import reference as plain_reference
 from strategies.speculative.drafts import Draft, crop, make_draft, rollback_cache
 from strategies.speculative.eagle.rounds import eagle_rounds
+from strategies.speculative.phase_rounds import capped_gamma, forced_step, note_round, thinking_end
 from strategies.speculative.rounds import Round, Tally, commit_round, round_record
 from strategies.speculative.speculative_params import MAX_GAMMA, SpeculativeParams
 from strategies.speculative.speedup import expected_curve
@@ -150,6 +153,24 @@ class SpeculativeDecoder:
         t2 = self.clock()
         return Round(proposal, records, target_probs, verdict, committed, t1 - t0, t2 - t1, ends)
 
+    def force(self, token: int) -> ChainRecord:
+        """Commit ``token`` with no draft (a thinking budget's forced token): one target pass over the last
+        token gives the chain's record at its position, for the trace."""
+        out = self.target.forward(self._tensor([self.ids[-1]]), self.cache)
+        self.cache = out.cache
+        self.target_passes += 1
+        record = record_chain(self.chain, out.logits[:, 0], self._tensor(self.ids))
+        self.ids = self.ids + [token]
+        return record
+
+    def trim(self, extra: int) -> None:
+        """Take back the last ``extra`` committed tokens (a round that ran past the end of the thinking):
+        the caches go back with them."""
+        if extra > 0:
+            self.ids = self.ids[:-extra]
+            crop(self.cache, extra)
+            self.draft.rollback(len(self.ids) - 1)
+
     def _feed_grammar(self, grammar: Grammar, records: list[ChainRecord], committed: list[int],
                       ) -> tuple[int, str] | None:
         """Advance the grammar along ``committed`` to where it ends the text, as the sampling loop does:
@@ -237,6 +258,10 @@ def _next_gamma(gamma: int, proposed: int, accepted: int) -> int:
                       run_params={"measure_baseline": False}))
 def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace]:
     lm = ctx.lm
+    if params.phased() and (params.draft == "eagle" or ctx.grammar is not None):
+        raise InvalidRequest("a thinking budget or an answer chain works in speculative decoding with the drafts "
+                             "early_exit, prompt_lookup and a draft model, and without a grammar, got draft "
+                             f"{params.draft!r}" + (" and a grammar" if ctx.grammar is not None else ""))
     if ctx.grammar is not None and params.draft == "eagle":
         raise InvalidRequest("a grammar works with the drafts early_exit, prompt_lookup and a draft model; "
                              "EAGLE's tree draft does not take one, got draft 'eagle'")
@@ -251,7 +276,8 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
     trace.rounds = []
     trace.timing.extra["rounds"] = []
-    names = [t.name for t in chain]
+    phases = phased(ctx, params, lambda p: build_chain(p))
+    clock = phases.start(trace) if phases is not None else None
     decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
                                  list(ctx.prompt_ids), ctx.clock.now, grammar=grammar_of(chain),
                                  verify_kind=params.verify)
@@ -268,16 +294,37 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
 
     try:
         while len(trace.tokens) < ctx.max_new_tokens:
-            # Never draft past the budget: the round adds up to g + 1 tokens.
-            g = min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1)
+            if phases is not None and clock is not None:
+                decoder.chain = phases.answer if clock.phase == ANSWER and phases.answer else chain
+                cut = clock.next_forced()
+                if cut is not None:  # the thinking budget is spent: its marker, one token with no draft
+                    with torch.inference_mode():
+                        forced_step(ctx, trace, decoder, clock, cut, [t.name for t in decoder.chain])
+                    finish(trace, ctx, started, "running", decoder.target_passes)
+                    if cut in lm.eos_ids:
+                        reason = "eos"
+                        break
+                    yield trace
+                    continue
+            names = [t.name for t in decoder.chain]
+            # Never draft past the token budget (the round adds up to g + 1 tokens), nor the thinking's
+            g = capped_gamma(clock, min(gamma, ctx.max_new_tokens - len(trace.tokens) - 1))
             with torch.inference_mode():
                 r = decoder.step(g)
             if r.ends is not None and r.ends[0] == 0:  # the grammar left the text nowhere to go
                 reason = r.ends[1]
                 break
             start = len(trace.tokens)
+            switch = thinking_end(clock, r.committed, lm.piece) if clock is not None else None
+            if switch is not None and switch < len(r.committed):  # the answer starts inside the round
+                decoder.trim(len(r.committed) - switch)
+                r = dataclasses.replace(r, ends=(switch, ""))
             committed, ended = commit_round(ctx, trace, r, names)
             trace.rounds.append(round_record(lm, len(trace.rounds), start, r, committed, params))
+            if switch is not None and switch < len(r.committed):
+                trace.rounds[-1].update(ended=False, phase_switch=True)
+            if clock is not None:
+                note_round(trace, clock, start, lm.piece)
             trace.timing.extra["rounds"].append({"draft": rnd(r.draft_seconds), "verify": rnd(r.verify_seconds)})
             tally.add(r, committed)
             if params.adaptive_gamma:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from playground.errors import InvalidRequest
 from strategies.loops import LoopParams
 from strategies.params import param
+from strategies.phases import PhaseParams
 from strategies.sampling.chain import ChainParams
 from strategies.speculative.drafts import KINDS
 from strategies.speculative.eagle.auto_tree import parse_tree
@@ -15,9 +16,10 @@ from strategies.speculative.eagle.auto_tree import parse_tree
 MAX_GAMMA = 16
 
 @dataclass(frozen=True)
-class SpeculativeParams(LoopParams, ChainParams):
+class SpeculativeParams(PhaseParams, LoopParams, ChainParams):
     """The sampling chain's knobs (temperature 0 = greedy) plus the draft and the verifier; loops are looked
-    for on the text the rounds committed."""
+    for on the text the rounds committed; phases (strategies/phases.py) verify each round under its phase's
+    chain, and a thinking budget counts committed tokens, never drafts."""
 
     draft: str = param("early_exit", "Who proposes: 'early_exit' (the target's own first layers), "
                        "'prompt_lookup' (copy from the prompt, no model), 'eagle' (the model's trained EAGLE "
