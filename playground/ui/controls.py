@@ -16,6 +16,7 @@ from playground.serving.model_keys import KeyPolicy
 from playground.ui.events import QUIET
 from strategies.contrastive.contrastive import ContrastiveParams
 from strategies.params import describe
+from strategies.phases import PHASE_FIELDS
 from strategies.registry import all_strategies, get_strategy
 from strategies.sampling.chain import ChainParams
 from strategies.sampling.grammar import EXAMPLES as GRAMMAR_EXAMPLES
@@ -70,6 +71,10 @@ class Control:
 PRIMARY_CHAIN = ("temperature", "top_k", "top_p", "min_p")
 CHAIN_FIELDS = frozenset(f.name for cls in (ChainParams, SamplerParams) for f in dataclasses.fields(cls))
 ADVANCED_TITLE = "Advanced settings"
+PHASES_TITLE = "Thinking and answer"
+PHASES_NOTE = ("A model that reasons writes its thinking, a marker (`</think>`), then its answer. The settings above "
+               "run the thinking; *answer_params* changes them for the answer (e.g. `{\"temperature\": 0.7}`), and "
+               "*thinking_budget* forces the marker after that many thinking tokens.")
 
 # Parameters naming a second model that must share the first one's tokenizer, and the kinds that need
 # no other model: the menu offers these plus the models of the same tokenizer family.
@@ -218,8 +223,14 @@ class Param:
     @property
     def advanced(self) -> bool:
         """Folded under "Advanced settings": a stage of the chain past the primary ones for some strategy
-        that reads it (loops and the watch-list fold too, where a strategy without a chain reads them)."""
-        return any(c.advanced for c in self.by_strategy.values())
+        that reads it (loops and the watch-list fold too, where a strategy without a chain reads them).
+        The phases' settings have a group of their own ("Thinking and answer")."""
+        return not self.phase and any(c.advanced for c in self.by_strategy.values())
+
+    @property
+    def phase(self) -> bool:
+        """A setting of the run's phases (strategies/phases.py): in the "Thinking and answer" group."""
+        return self.name in PHASE_FIELDS
 
     @property
     def defaults_differ(self) -> bool:
@@ -239,7 +250,7 @@ def panel_params() -> list[Param]:
         for c in ordered(controls_for(spec)):
             by.setdefault(c.name, {})[spec.name] = c
     params = [Param(name, declared) for name, declared in by.items()]
-    return sorted(params, key=lambda p: (p.advanced, p.name in CHAIN_FIELDS))
+    return sorted(params, key=lambda p: (p.advanced, p.phase, p.name in CHAIN_FIELDS))
 
 
 def value_of(c: Control, v: Any) -> Any:
@@ -257,6 +268,7 @@ class Panel:
     advanced: gr.Accordion
     none_note: gr.Markdown  # shown for a strategy with nothing to set outside the advanced group
     hubs: dict[str, gr.Textbox] = dataclasses.field(default_factory=dict)  # a hub id box under a paired menu
+    phases: gr.Accordion | None = None  # "Thinking and answer": the phases' settings, for the strategies with them
 
     @property
     def components(self) -> list[gr.Component]:
@@ -265,7 +277,8 @@ class Panel:
     @property
     def outputs(self) -> list[Any]:
         """Every component ``select`` updates."""
-        return [*self.fields.values(), *self.hubs.values(), self.advanced, self.none_note]
+        return [*self.fields.values(), *self.hubs.values(), self.advanced, self.none_note,
+                *([self.phases] if self.phases is not None else [])]
 
     @property
     def paired(self) -> list[tuple[Control, gr.Component]]:
@@ -308,7 +321,7 @@ class Panel:
         ``params`` (a link's, an example's), its controls set to them and to its defaults for the rest;
         without, only a parameter whose default differs between strategies is set (to ``strategy``'s)."""
         out: dict[Any, Any] = {}
-        folded, top = 0, 0
+        folded, top, phased = 0, 0, 0
         for p in self.params_:
             c = p.of(strategy)
             if p.name in self.hubs:  # shown with its menu
@@ -320,9 +333,12 @@ class Panel:
                 if params is not None or p.defaults_differ else gr.update()
             update.update(visible=True, info=c.info)
             out[self.fields[p.name]] = update
-            top += not p.advanced
+            top += not p.advanced and not p.phase
             folded += p.advanced
+            phased += p.phase
         out[self.advanced] = gr.update(visible=folded > 0)
+        if self.phases is not None:
+            out[self.phases] = gr.update(visible=phased > 0)
         if params is not None:  # otherwise the label follows the values (``wire``)
             out[self.advanced] = gr.update(visible=folded > 0, label=self.advanced_label(strategy, params))
         out[self.none_note] = gr.update(visible=top == 0)
@@ -346,11 +362,17 @@ def build_panel(prefix: str, selected: str) -> Panel:
     params, fields = panel_params(), {}
     hubs: dict[str, gr.Textbox] = {}
     with gr.Column(elem_id=f"pg-{prefix}-params", elem_classes=["pg-params"]):
-        top = [p for p in params if not p.advanced]
+        top = [p for p in params if not p.advanced and not p.phase]
         none_note = gr.Markdown("_Nothing to set: it always takes the most probable token._",
                                 visible=not any(p.of(selected) for p in top), elem_id=f"pg-{prefix}-none")
         for p in top:
             fields[p.name] = _field(p, selected, prefix, hubs)
+        phased = [p for p in params if p.phase]
+        with gr.Accordion(PHASES_TITLE, open=False, elem_id=f"pg-{prefix}-phases", elem_classes=["pg-advanced"],
+                          visible=any(p.of(selected) for p in phased)) as phases:
+            gr.Markdown(PHASES_NOTE, elem_classes=["pg-summary"])
+            for p in phased:
+                fields[p.name] = _field(p, selected, prefix, hubs)
         rest = [p for p in params if p.advanced]
         with gr.Accordion(advanced_label(0), open=False, elem_id=f"pg-{prefix}-advanced",
                           visible=any(p.of(selected) for p in rest), elem_classes=["pg-advanced"]) as box:
@@ -358,7 +380,7 @@ def build_panel(prefix: str, selected: str) -> Panel:
                 fields[p.name] = _field(p, selected, prefix, hubs)
                 if p.name == "order":
                     _reorder_controls(fields[p.name], f"pg-{prefix}")
-    return Panel(params, fields, box, none_note, hubs)
+    return Panel(params, fields, box, none_note, hubs, phases)
 
 
 def _field(p: Param, selected: str, prefix: str, hubs: dict[str, gr.Textbox]) -> Field:
