@@ -28,8 +28,10 @@ from strategies.speculative.speculative import SpeculativeParams
 if TYPE_CHECKING:
     from strategies.registry import StrategySpec
 
+# Qwen3-0.6B thinks: its chat template opens <think> and its tokenizer has </think> as one token, the
+# default phase marker (strategies/phases.py)
 HUB_MODELS = ("openai-community/gpt2", "openai-community/gpt2-large", "HuggingFaceTB/SmolLM2-360M-Instruct",
-              "HuggingFaceTB/SmolLM2-1.7B-Instruct")
+              "HuggingFaceTB/SmolLM2-1.7B-Instruct", "Qwen/Qwen3-0.6B")
 
 
 @dataclass(frozen=True)
