@@ -48,7 +48,8 @@ def answers(accuracy=None, picks=None):
     picks = picks or [{"rule": "majority", "answer": "12", "votes": {"12": 3, "<i>13</i>": 1}},
                       {"rule": "deepconf", "answer": "<i>13</i>", "votes": {"<i>13</i>": 0.9}}]
     out = {"n": 4, "strategy": "sampling", "model": "toy", "extract": "last_number", "branches": [],
-           "samples": [{"answer": a} for a in ("12", "12", "12", "<i>13</i>")], "picks": picks,
+           "samples": [{"answer": a, "seed": i, "text": f"so {a}"} for i, a in enumerate(("12", "12", "12", "<i>13</i>"))],
+           "picks": picks,
            "disagreements": {"agree": False, "answers": {"12": ["majority"], "<i>13</i>": ["deepconf"]}},
            "expected": ["12"] if accuracy else []}
     if accuracy:
@@ -65,6 +66,7 @@ def test_the_rules_table_marks_picks_by_the_checkers_record_and_escapes_answers(
     assert "<code>12</code> ✓" in html and "<code>&lt;i&gt;13&lt;/i&gt;</code> ✗" in html
     assert "<i>" not in html and "The rules disagree" in html and "<code>12</code> × 3" in html
     assert "temperature = 0.5" in html
+    assert "<tr><td>seed 3</td><td><code>&lt;i&gt;13&lt;/i&gt;</code></td><td><code>so &lt;i&gt;13&lt;/i&gt;</code>" in html
     fig = answers_figure(answers(curve))
     assert [t.name for t in fig.data] == ["majority vote", "DeepConf"]
     majority = fig.data[0]

@@ -164,4 +164,19 @@ def answers_html(result: dict[str, Any], source: str = "") -> str:
             f"{' (' + escape(source) + ')' if source else ''}, answers by <code>{escape(result['extract'])}</code>: {spread}"
             f"{' · ' + str(len(result['branches'])) + ' CoT branches' if result['branches'] else ''}</p>"
             "<div class='pg-view'><table class='pg-table'><tr><th>rule</th><th>pick</th><th>votes</th>"
-            f"<th>what the votes are</th></tr>{''.join(rows)}</table></div>")
+            f"<th>what the votes are</th></tr>{''.join(rows)}</table></div>{samples_html(result)}")
+
+
+def samples_html(result: dict[str, Any], top: int = 60) -> str:
+    """The samples the rules read (and CoT-decoding's branches), each with its seed, its answer and its text,
+    folded under a summary line; the first ``top`` of each."""
+    def row(kind: str, s: dict[str, Any]) -> str:
+        answer = "none" if s["answer"] is None else f"<code>{escape(str(s['answer'])[:24])}</code>"
+        return f"<tr><td>{kind} {s['seed']}</td><td>{answer}</td><td><code>{escape(s['text'][:160])}</code></td></tr>"
+
+    shown = [row("seed", s) for s in result["samples"][:top]] + [row("branch", b) for b in result["branches"][:top]]
+    cut = len(result["samples"]) > top
+    return (f"<details class='pg-samples'><summary>the {result['n']} samples and their answers"
+            f"{' (the first ' + str(top) + ')' if cut else ''}{', and the CoT branches' if result['branches'] else ''}"
+            "</summary><div class='pg-view'><table class='pg-table'><tr><th>sample</th><th>answer</th><th>text</th>"
+            f"</tr>{''.join(shown)}</table></div></details>")

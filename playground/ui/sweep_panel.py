@@ -48,7 +48,8 @@ INTRO = ("Vary one of the strategy's parameters over a grid and draw N samples a
          "answer and, with a known answer, the accuracy. Stop (here or at the top) keeps the values done.")
 RULES_INTRO = ("Pick one answer out of N samples by each rule (majority vote, highest mean log-probability, "
                "DeepConf, CoT-decoding on its own branches, a verifier) and see where they part. The samples are "
-               "a sweep point's (the very ones it measured) or a fresh draw with the sidebar's settings.")
+               "a sweep point's (the very ones it measured) or a fresh draw with the sidebar's settings (N and the tokens "
+               "per sample: the sweep's); the extractor and the known answer are the sweep's too.")
 
 
 # --- handlers --------------------------------------------------------------------------------------
@@ -275,7 +276,8 @@ class SweepPanel:
             return keyed({self.start: start, self.end: stop, self.about: about})
 
         shared.strategy.change(on_strategy, [shared.strategy, self.param], [self.param], **QUIET)
-        self.param.input(on_param, [shared.strategy, self.param], [self.start, self.end, self.about], **QUIET)
+        # .change: a strategy that swaps the parameter (beam: num_beams) moves the grid to its range too
+        self.param.change(on_param, [shared.strategy, self.param], [self.start, self.end, self.about], **QUIET)
         self.stop.click(events.request_stop, None, None, queue=False, api_visibility="private")
 
     def _wire_sweep(self, shared: Shared, store: ModelStore) -> None:
