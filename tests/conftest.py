@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 
 from playground.models import OFFLINE, ModelStore  # noqa: E402
 
-TOY_MODELS = frozenset({"toy", "toy-small"})
+TOY_MODELS = frozenset({"toy", "toy-small", "toy-think"})
 
 
 def pytest_addoption(parser):

@@ -47,9 +47,10 @@ def test_list_shows_models_strategies_and_flags(capsys):
     (["--max-new-tokens", "100000"], "max_new_tokens must be an integer in [1, 512], got 100000"),
     (["--max-new-tokens", "63"], "max_new_tokens must be in [1, 62] for this prompt on toy"),
     (["--strategy", "nope"], "strategy must be one of"),
-    (["--model", "org/no-such-model"], "the offline models are: toy, toy-small, smollm2-135m, gemma3-270m"),
-    (["--model", "no-such-model"], "model must be one of toy, toy-small, smollm2-135m, gemma3-270m or a hub id "
-                                   "namespace/name"),
+    (["--model", "org/no-such-model"],
+     "the offline models are: toy, toy-small, toy-think, smollm2-135m, gemma3-270m"),
+    (["--model", "no-such-model"], "model must be one of toy, toy-small, toy-think, smollm2-135m, gemma3-270m "
+                                   "or a hub id namespace/name"),
     (["--model", "assets/toy"], "not the name of a file or directory on this server"),
     (["--time-budget", "-1"], "time budget must be a number of seconds > 0, got -1.0"),
 ])

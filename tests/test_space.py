@@ -147,7 +147,7 @@ def test_a_hub_model_is_refused_in_plain_text_naming_what_loads_here(space):
             generate(client, model=model)
         message = str(err.value)
         assert message == (f"model {model!r} could not be loaded from the Hugging Face hub (no network here?); "
-                           f"the offline models are: toy, toy-small")
+                           f"the offline models are: toy, toy-small, toy-think")
         assert "&#x27;" not in message and "&lt;" not in message
     generate(client)  # and the next request is served
     # the default model could not be had either: the start said so and served the others
@@ -178,7 +178,7 @@ def test_zero_gpu_declares_rows_x_tokens_x_cost_within_the_floor_and_the_budget(
 def test_zero_gpu_loads_the_kept_models_before_serving_and_replays_a_finished_run(zero_gpu_space):
     client, gpu_log, log = zero_gpu_space
     started = log.read_text()
-    assert "toy ready" in started and "toy-small ready" in started  # loaded at start-up, outside the GPU function
+    assert all(f"{toy} ready" in started for toy in ("toy", "toy-small", "toy-think"))  # at start-up, outside the GPU function
     first = generate(client, strategy="sampling", params={"temperature": 1.0}, max_new_tokens=10, seed=123)
     calls = len(gpu_log.read_text().splitlines())
     again = generate(client, strategy="sampling", params={"temperature": 1.0}, max_new_tokens=10, seed=123)

@@ -130,7 +130,7 @@ def test_cli_detect_json_matches_the_detector_on_a_watermarked_toy_run(capsys):
     (["--text", "x" * (MAX_TEXT_CHARS + 1)], f"text must be at most {MAX_TEXT_CHARS} characters, got "
                                              f"{MAX_TEXT_CHARS + 1}"),
     (["--text", "  "], "text must not be empty"),
-    (["--model", "no-such-model"], "model must be one of toy, toy-small, smollm2-135m, gemma3-270m"),
+    (["--model", "no-such-model"], "model must be one of toy, toy-small, toy-think, smollm2-135m, gemma3-270m"),
     (["--prompt", "", "--text", "3"], "text must hold at least two tokens when there is no prompt"),
 ])
 def test_cli_detect_bad_input_exits_2_with_one_line(capsys, args, message):

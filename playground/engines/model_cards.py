@@ -57,6 +57,11 @@ OFFLINE_CARDS = {
         "toy-small", {"temperature": 1.0},
         "the playground's own weaker toy has no published recommendation: temperature 1 samples what it learned",
         "playground/tools/toy.py (trains assets/toy-small)"),
+    "toy-think": ModelCard(
+        "toy-think", {"temperature": 1.0},
+        "the playground's own thinking toy has no published recommendation: temperature 1 samples what it learned, "
+        "and it is sure of every step (greedy and T=1 write the same counting)",
+        "playground/tools/toy.py (trains assets/toy-think)"),
 }
 
 

