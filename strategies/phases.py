@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -116,7 +116,7 @@ def answer_of(p: PhaseParams) -> PhaseParams:
     values = {**p.to_dict(), **answer_overrides(p), **{name: PhaseParams.__dataclass_fields__[name].default
                                                       for name in PHASE_FIELDS}}
     try:
-        return type(p).from_dict(values)
+        return cast(PhaseParams, type(p).from_dict(values))
     except InvalidRequest as err:
         raise InvalidRequest(f"answer_params: {err}") from None
 

@@ -127,7 +127,10 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
              f" · p {prob_brief(info['prob'])} · model p {prob_brief(info['raw_prob'])}"
              + (f" · {kept_total:,} kept" if kept_total is not None else ""))
     if forced:
-        title += f"<br><sup>a branch: the strategy would have taken {show_token(s.get('strategy_choice_text', '?'))}</sup>"
+        why = "the thinking budget" if s.get("forced") == "budget" else "a branch"
+        rank = f" (the model's rank {s['model_rank']})" if s.get("model_rank") else ""
+        title += (f"<br><sup>{why}{rank}: the strategy would have taken "
+                  f"{show_token(s.get('strategy_choice_text', '?'))}</sup>")
     elif grammar_decision(s):  # the grammar's record: what it allowed, and the model's mass on it
         g = grammar_decision(s) or {}
         z = prob_brief(float(g["z"])) if g.get("z") is not None else "?"
