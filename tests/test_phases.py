@@ -169,3 +169,103 @@ def test_speculative_switches_chains_losslessly_inside_a_round(store):
     sd = math.sqrt(answer * (1 - answer) / n)
     assert abs(hits / n - answer) < 4 * sd, (hits / n, answer)
     assert abs(hits / n - p_raw) > 4 * math.sqrt(p_raw * (1 - p_raw) / n), (hits / n, p_raw)
+
+
+def marker_at(ids, marker, budget, eos):
+    """The budget's rule on one text: the marker is its token ``budget`` and not before (a text that ends
+    sooner, at an end of text, is never cut)."""
+    if len(ids) <= budget:
+        return marker not in ids and ids[-1] in eos
+    return ids[budget] == marker and marker not in ids[:budget]
+
+
+def path_ids(nodes, node_id):
+    """The token ids from the first generated token down to a node of the beam tree (none for None)."""
+    ids = []
+    while node_id is not None:
+        ids.insert(0, nodes[node_id]["token_id"])
+        node_id = nodes[node_id]["parent"]
+    return ids
+
+
+@pytest.mark.parametrize("budget", [0, 1, 2, 3])
+@pytest.mark.parametrize("beams", [{"num_beams": 2}, {"num_beams": 3}, {"num_beams": 2, "finishing": "keep_slot"}])
+def test_beam_budgets_force_the_marker_on_every_hypothesis(store, toy, budget, beams):
+    """Each hypothesis has its own clock: the best path, every finished hypothesis and every node of the tree
+    that reaches N thinking tokens continue with the marker there and nothing else; the forced step records
+    the model's own log-probability and rank, read back with a fresh forward pass."""
+    trace = traced(store, "beam", {**beams, "phase_marker": "ever", "thinking_budget": budget})
+    steps, ids, eos = trace["steps"], [t["id"] for t in trace["tokens"]], toy.eos_ids
+    marker = trace["phases"]["marker_ids"][0]
+    assert marker_at(ids, marker, budget, eos) and ids[budget] == marker
+    assert [s.get("forced") for s in steps[:budget + 1]] == [None] * budget + ["budget"]
+    assert [s["phase"] for s in steps] == ["thinking"] * (budget + 1) + ["answer"] * (len(steps) - budget - 1)
+    assert trace["phases"]["cut"]["step"] == budget and trace["phases"]["answer_from"] == budget + 1
+    assert trace["beam"]["finished"] and all(marker_at(f["token_ids"], marker, budget, eos)
+                                             for f in trace["beam"]["finished"])
+    nodes = trace["beam"]["nodes"]
+    cut = [n for n in nodes if n["step"] == budget and marker not in path_ids(nodes, n["parent"])]
+    assert cut and all(n["token_id"] == marker and n["forced"] == "budget" for n in cut)
+    assert not any(n.get("forced") for n in nodes if n not in cut)
+    with torch.no_grad():
+        logits = toy.forward(torch.tensor([trace["prompt_ids"] + ids[:budget]])).logits[0, -1]
+    logp = logits.float().log_softmax(-1)
+    assert math.isclose(steps[budget]["model_logprob"], float(logp[marker]), abs_tol=1e-5)
+    assert steps[budget]["model_rank"] == 1 + int((logp > logp[marker]).sum())
+    assert math.isclose(trace["phases"]["cut"]["marker_p"], math.exp(float(logp[marker])), rel_tol=1e-4)
+    best = trace["beam"]["finished"][0]
+    assert math.isclose(best["score"], sum(t["raw_logprob"] for t in trace["tokens"]), abs_tol=1e-3)
+
+
+@pytest.mark.parametrize("beams", [2, 3])
+def test_beam_with_a_marker_and_no_budget_is_the_plain_beam(store, beams):
+    plain = traced(store, "beam", {"num_beams": beams})
+    marked = traced(store, "beam", {"num_beams": beams, **MARKER})
+    assert [t["id"] for t in marked["tokens"]] == [t["id"] for t in plain["tokens"]]
+    assert [(f["token_ids"], f["score"]) for f in marked["beam"]["finished"]] == \
+        [(f["token_ids"], f["score"]) for f in plain["beam"]["finished"]]
+    assert len(marked["beam"]["nodes"]) == len(plain["beam"]["nodes"])
+    assert [s["phase"] for s in marked["steps"]][:3] == ["thinking", "thinking", "answer"]
+    assert marked["phases"]["answer_from"] == 2 and marked["phases"]["cut"] is None and "phases" not in plain
+
+
+def test_beam_refuses_answer_params_and_sample_beam_a_budget_inside_its_prefix(store):
+    with pytest.raises(InvalidRequest, match="answer_params: this strategy has no sampler chain to change in the "
+                                             "answer, got 'temperature'"):
+        traced(store, "beam", {"phase_marker": "ever", "answer_params": '{"temperature": 0.5}'})
+    with pytest.raises(InvalidRequest, match="answer_params: sample_beam's chain samples only the prefix"):
+        traced(store, "sample_beam", {"phase_marker": "ever", "answer_params": '{"temperature": 0.5}'})
+    with pytest.raises(InvalidRequest, match="thinking_budget 1 would cut the sampled prefix"):
+        traced(store, "sample_beam", {"phase_marker": "ever", "thinking_budget": 1, "prefix_tokens": 2})
+
+
+@pytest.mark.parametrize("budget", [2, 3])
+def test_sample_beam_budgets_count_the_prefix(store, toy, budget):
+    """The beam after a sampled prefix starts its clocks from the prefix's text: the marker comes at token N."""
+    for seed in range(2):
+        trace = traced(store, "sample_beam", {"num_beams": 2, "prefix_tokens": 2, "phase_marker": "ever",
+                                              "thinking_budget": budget}, seed=seed)
+        ids, marker = [t["id"] for t in trace["tokens"]], trace["phases"]["marker_ids"][0]
+        assert ids[budget] == marker and trace["steps"][budget]["forced"] == "budget"
+        assert all(marker_at(f["token_ids"], marker, budget, toy.eos_ids) for f in trace["beam"]["finished"])
+
+
+def test_the_thinking_toys_accuracy_rises_with_its_budget(store):
+    """toy-think counts up from a, b steps between <think> and </think>, then answers the last number it counted:
+    cut short, it answers wrong. Sampling at T 1 over 30 pairs (a fixed draw), one seed each, under budgets of
+    2, 5 and 12 thinking tokens: about 0.2, 0.5 and 1.0 right (the share of pairs with b < budget)."""
+    import random
+    rng = random.Random(61)
+    pairs = [(rng.randrange(10), rng.randrange(10)) for _ in range(30)]
+    accuracy = {}
+    for budget in (2, 5, 12):
+        right = 0
+        for seed, (a, b) in enumerate(pairs):
+            trace = run(store, Request(model="toy-think", strategy="sampling", prompt=f"{a} + {b} =", seed=seed,
+                                       max_new_tokens=14, params={"thinking_budget": budget})).to_dict()
+            answer = trace["text"].split("</think>")[-1].split()
+            right += answer[:1] == [str(a + b)]
+            assert trace["phases"]["marker"] == "</think>"  # the tokenizer's own close, unnamed
+        accuracy[budget] = right / len(pairs)
+    assert accuracy[2] <= 0.4 and accuracy[12] >= 0.9, accuracy
+    assert accuracy[2] + 0.15 < accuracy[5] < accuracy[12] - 0.15, accuracy
