@@ -234,11 +234,17 @@ def model_view(raw_logits: torch.Tensor, token_id: int) -> dict[str, Any]:
 def note_step(trace_phases: dict[str, Any], step_extra: dict[str, Any], clock: Clock, phase: str, index: int,
               forced: bool, raw_logits: torch.Tensor, token_id: int) -> None:
     """Write one step's phase (and, for a budget's forced token, the model's view of it) into the records."""
+    note_view(trace_phases, step_extra, clock, phase, index, model_view(raw_logits, token_id) if forced else None)
+
+
+def note_view(trace_phases: dict[str, Any], step_extra: dict[str, Any], clock: Clock, phase: str, index: int,
+              view: dict[str, Any] | None) -> None:
+    """Write one step's phase into the records; ``view``: a forced token's ``model_view`` (None: not forced)."""
     step_extra["phase"] = phase
-    if forced:
-        step_extra.update({"forced": "budget", **model_view(raw_logits, token_id)})
+    if view is not None:
+        step_extra.update({"forced": "budget", **view})
         if index == clock.cut_at:
-            p = float(raw_logits.float().softmax(-1)[clock.plan.forced_ids[0]])
+            p = 0.0 if view["model_logprob"] is None else math.exp(view["model_logprob"])
             trace_phases["cut"] = {"step": index, "thinking_tokens": clock.thinking - 1, "first_forced_p": p,
                                    "marker_p": p if len(clock.plan.forced_ids) == len(clock.plan.marker_ids)
                                    else None}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,6 +30,15 @@ class FakeCache:
         self.rows = self.rows.index_select(0, beam_idx)
 
 
+class NoThinkTokenizer:
+    """Just enough of a tokenizer for the phases' lookup of a thinking close: it has none."""
+
+    unk_token_id = None
+
+    def convert_tokens_to_ids(self, text):
+        return None
+
+
 @dataclass
 class FakeLM:
     """A model seam with a fixed logit table: next-token logits depend on the last token only.
@@ -45,6 +54,7 @@ class FakeLM:
     table: torch.Tensor | None = None
     seed: int = 1
     eos_logit: float | None = -12.0  # the EOS column of a random table; None leaves it random
+    tokenizer: NoThinkTokenizer = field(default_factory=NoThinkTokenizer)
 
     def __post_init__(self):
         if self.table is None:

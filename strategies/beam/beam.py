@@ -30,6 +30,10 @@ Each step:
      and early_stopping do not apply. As hypotheses finish, fewer slots run,
      so the two rules can return different best hypotheses.
 
+   A hypothesis in its thinking phase (strategies/phases.py) carries its own clock: once its thinking
+   budget is spent, its row may continue only with the token the budget forces (every other token at
+   -inf, the forced one at the model's own log-probability, so a score stays the log-probability of
+   its text); the model's view of each forced token is kept by the node it became.
 3. The continuations that won a slot and do not end are the active list that
    the Freitag & Al-Onaizan (2017) rules prune (strategies/beam/prune.py).
    The survivors are fed to the model at the next step; the cache rows are
@@ -55,6 +59,7 @@ from strategies.beam.beam_trace import (
     best_path_steps,
     end_reason,
     finished_records,
+    note_phases,
     publish,
     record_step,
 )
@@ -62,6 +67,7 @@ from strategies.beam.prune import prune
 from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
 from strategies.loops import record_loops
+from strategies.phases import Clock, Plan, model_view, plan
 from strategies.recording import finish
 from strategies.registry import Draws, register
 from strategies.sampling.grammar import Grammar, constrain_rows, ends_whole
@@ -136,14 +142,16 @@ class BeamSearch:
     """Runs beam searches that share a model, parameters, a tree and counters."""
 
     def __init__(self, lm: LanguageModel, params: BeamParams, tree: BeamTree, max_total: int, top_n: int = 20,
-                 grammar: Any = None):
+                 grammar: Any = None, phases: Plan | None = None):
         self.lm, self.params, self.tree = lm, params, tree
         self.grammar = grammar  # a CompiledGrammar every hypothesis follows, or None
+        self.plan = phases  # the phases every hypothesis goes through (strategies/phases.py), or None
         self.max_total = max_total  # generated tokens allowed, prefix included
         self.top_n = top_n
         self.eos = frozenset(int(e) for e in lm.eos_ids)
         self.pool_size = max(2, 1 + len(self.eos)) * params.num_beams
         self.counters = Counters()
+        self.views: dict[int, dict[str, Any]] = {}  # node of a token the budget forced -> the model's view of it
 
     def run(self, start: BeamStart) -> "BeamRun":
         return BeamRun(self, start)
@@ -175,10 +183,14 @@ class BeamRun:
         self.records: list[StepRecord] = []
         self.stopped_by = ""
         self.grammar: Grammar | None = None
+        prefix = start.ids[len(start.ids) - start.offset:] if start.offset else []
         if search.grammar is not None:  # one matcher per running hypothesis, past the start's prefix
             self.grammar = Grammar(search.grammar, 1)
-            for token in start.ids[len(start.ids) - start.offset:] if start.offset else []:
+            for token in prefix:
                 self.grammar.advance([0], [token])
+        self.clocks: list[Clock] | None = None  # one per running hypothesis, under phases
+        if search.plan is not None:
+            self.clocks = [replayed(search.plan, prefix, search.lm.piece)]
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -196,7 +208,7 @@ class BeamRun:
         for t in range(s.max_total - start.offset):
             raw = logits.log_softmax(-1)  # [b, vocab]
             logprobs, decisions = (raw, None) if self.grammar is None else constrain_rows(self.grammar, raw, False)
-            kept, width = self._step(start.offset + t, logprobs, scores, parents, raw, decisions)
+            kept, width = self._step(start.offset + t, logprobs, scores, parents, raw, decisions, self._forced())
             yield self._leader(kept)
             if not kept:  # nothing runs on: the length limit, EOS everywhere, or every slot finished
                 self.stopped_by = "length" if start.offset + t + 1 >= s.max_total else "all_ended"
@@ -211,6 +223,8 @@ class BeamRun:
                 return
             if self.grammar is not None:
                 self.grammar.advance([row for _, row, _, _ in kept], [tok for _, _, tok, _ in kept])
+            if self.clocks is not None:
+                self.clocks = [advanced(self.clocks[row], tok, lm.piece) for _, row, tok, _ in kept]
             cache = self._reorder(cache, [row for _, row, _, _ in kept], len(parents))
             parents = [node for node, _, _, _ in kept]
             tokens = torch.tensor([[tok] for _, _, tok, _ in kept], device=lm.device)
@@ -238,9 +252,10 @@ class BeamRun:
 
     def _step(self, step: int, logprobs: torch.Tensor, scores: torch.Tensor, parents: list[int | None],
               raw: torch.Tensor | None = None, decisions: list[dict[str, Any]] | None = None,
-              ) -> tuple[list[tuple[int, int, int, torch.Tensor]], int]:
+              forced: dict[int, int] | None = None) -> tuple[list[tuple[int, int, int, torch.Tensor]], int]:
         """Rank the pool, fill the beam by the finishing rule, prune, record the nodes.
 
+        ``forced``: row -> the token the thinking budget forces there (the row's only continuation).
         Returns the new running beam as (node, parent row, token, score) in rank order, and how
         wide it would have been without pruning.
         """
@@ -249,13 +264,16 @@ class BeamRun:
                                         self.search.top_n))
         if decisions is not None:
             self.records[-1].own_stage, self.records[-1].decisions = "grammar", decisions
-        pool = self._pool(step, logprobs, scores)
+        forced = forced or {}
+        pool = self._pool(step, force_rows(logprobs, forced), scores)
+        model = logprobs if raw is None else raw
+        views = {row: model_view(model[row], tok) for row, tok in forced.items()}
         slots = self._keep_slot_fill(pool, step) if p.keep_slot else self._transformers_fill(pool)
         active = [j for j, slot in enumerate(slots) if slot == "active"]
         pruned = dict(zip(active, prune([pool.score_list[j] for j in active],
                                         [pool.logprobs[j] for j in active],
                                         [pool.rows[j] for j in active], p.rules)))
-        kept = self._add_nodes(step, pool, slots, pruned, parents)
+        kept = self._add_nodes(step, pool, slots, pruned, parents, views)
         return kept, len(active)
 
     def _transformers_fill(self, pool: Pool) -> list[str]:
@@ -287,8 +305,10 @@ class BeamRun:
                 ("invalid" if pool.invalid[j] else "below_beam") for j, stop in enumerate(pool.stops)]
 
     def _add_nodes(self, step: int, pool: Pool, slots: list[str], decisions: dict[int, Any],
-                   parents: list[int | None]) -> list[tuple[int, int, int, torch.Tensor]]:
-        """One tree node per pool candidate, with its fate; settles the finished hypotheses."""
+                   parents: list[int | None], views: dict[int, dict[str, Any]] | None = None,
+                   ) -> list[tuple[int, int, int, torch.Tensor]]:
+        """One tree node per pool candidate, with its fate; settles the finished hypotheses.
+        ``views``: row -> the model's view of the token the budget forced there."""
         p, tree, record = self.search.params, self.search.tree, self.records[-1]
         k, where = p.num_beams, self.start.tree
         penalised = None if p.keep_slot else (pool.scores / ((step + 1) ** p.length_penalty)).tolist()
@@ -315,13 +335,18 @@ class BeamRun:
                     offers.append((penalised[j], sc, node))
                     offered[node] = (row, tok, lp)
             elif slot == "invalid":
-                tree.add(*args, "fell_off", "not a whole text of the grammar at the length limit", None, j, where)
+                node = tree.add(*args, "fell_off", "not a whole text of the grammar at the length limit", None, j,
+                                where)
             elif slot == "below_pool":  # transformers only finishes endings among the pool's first k
-                tree.add(*args, "fell_off", f"{self._why(tok)}, ranked below the pool's first {k}", None, j, where)
+                node = tree.add(*args, "fell_off", f"{self._why(tok)}, ranked below the pool's first {k}", None, j,
+                                where)
             else:
                 reason = f"{self._why(tok)}, ranked below the {k} beams" if pool.stops[j] else \
                     f"ranked below the {k} beams"
-                tree.add(*args, "fell_off", reason, None, j, where)
+                node = tree.add(*args, "fell_off", reason, None, j, where)
+            if views and row in views:
+                self.search.views[node] = views[row]
+                tree.nodes[node]["forced"] = "budget"
         refused = self._settle(offers, step)
         for node, (row, tok, lp) in offered.items():
             if node not in refused:
@@ -329,6 +354,11 @@ class BeamRun:
         if p.keep_slot:
             self.in_beam.sort(key=lambda h: -h[0])
         return kept
+
+    def _forced(self) -> dict[int, int]:
+        """Row -> the token the thinking budget forces there at this step (each row's clock asked once)."""
+        cuts = {row: clock.next_forced() for row, clock in enumerate(self.clocks or [])}
+        return {row: tok for row, tok in cuts.items() if tok is not None}
 
     def _leader(self, kept: list[tuple[int, int, int, torch.Tensor]]) -> int | None:
         """The node to show as the current best: the best running hypothesis (keep_slot: the best
@@ -385,6 +415,35 @@ class BeamRun:
         return results[0][2] if results else None
 
 
+def force_rows(logprobs: torch.Tensor, forced: dict[int, int]) -> torch.Tensor:
+    """``logprobs`` [b, vocab] with each forced row at -inf but for its forced token, which keeps its
+    log-probability (not renormalised: a hypothesis's score stays the model's log-probability of its text)."""
+    if not forced:
+        return logprobs
+    out = logprobs.clone()
+    for row, tok in forced.items():
+        keep = out[row, tok].clone()
+        out[row] = float("-inf")
+        out[row, tok] = keep
+    return out
+
+
+def replayed(phases: Plan, tokens: list[int], piece: Any) -> Clock:
+    """A clock that has seen ``tokens`` from the start of the text (the budget's forced ones included)."""
+    clock = Clock(phases)
+    for token in tokens:
+        clock = advanced(clock, token, piece, copy=False)
+    return clock
+
+
+def advanced(clock: Clock, token: int, piece: Any, copy: bool = True) -> Clock:
+    """The clock of a hypothesis grown by ``token`` (a copy, unless ``copy`` is False)."""
+    out = clock.copy() if copy else clock
+    out.next_forced()
+    out.add(token, piece(token))
+    return out
+
+
 @register("beam", BeamParams,
           "Beam search: k hypotheses in one batch over a reordered KV cache, transformers' finishing rules "
           "or the textbook's, optional Freitag & Al-Onaizan pruning; the whole search tree is traced.",
@@ -395,9 +454,11 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     started = ctx.clock.now()
     trace = ctx.new_trace("beam", params.to_dict(), ["grammar", "beam"] if ctx.grammar is not None else ["beam"])
     tree = BeamTree(lm.piece, "beam")
-    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar)
+    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar, plan(lm, params))
     run = search.run(BeamStart(list(ctx.prompt_ids)))
     extra = beam_section_extra(params)
+    if search.plan is not None:
+        trace.extra["phases"] = search.plan.record()
     for current in run:
         publish(trace, lm, tree, current, [], search.counters.to_dict(tree), **extra)
         finish(trace, ctx, started, "running", search.counters.forward_passes)
@@ -406,6 +467,7 @@ def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     publish(trace, lm, tree, best, finished_records(lm, tree, run.results()),
             search.counters.to_dict(tree), stopped_by=run.stopped_by, **extra)
     trace.steps = best_path_steps(lm, tree, {0: (0, run.records)}, best, len(ctx.prompt_ids), "beam")
+    note_phases(trace, search.plan, search.views, lm.piece)
     reason = end_reason(trace, lm, best, ctx.grammar, reached_limit=len(run.records) >= ctx.max_new_tokens)
     record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, reason, search.counters.forward_passes)

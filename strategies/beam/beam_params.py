@@ -1,4 +1,5 @@
-"""Beam search's parameters (``BeamParams``): the width, the finishing rule, the pruning knobs. Their own file,
+"""Beam search's parameters (``BeamParams``): the width, the finishing rule, the pruning knobs, the phases
+(strategies/phases.py: a thinking budget per hypothesis; beam has no chain for answer_params). Their own file,
 below the search (beam.py) and its records (beam_trace.py), which both read them."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from strategies.beam.prune import PruneRules
 from strategies.loops import LoopParams
 from strategies.params import param
+from strategies.phases import PhaseParams
 
 EARLY_STOPPING: dict[str, bool | str] = {"false": False, "true": True, "never": "never"}
 FINISHING = ("transformers", "keep_slot")
@@ -14,8 +16,9 @@ MAX_BEAMS = 16
 
 
 @dataclass(frozen=True)
-class BeamParams(LoopParams):
-    """Beam width, the finishing rule, and the pruning knobs; loops are looked for on the best path."""
+class BeamParams(PhaseParams, LoopParams):
+    """Beam width, the finishing rule, and the pruning knobs; loops are looked for on the best path; every
+    hypothesis has its own phase and thinking budget."""
 
     num_beams: int = param(4, "Hypotheses kept per step (k). 1 = greedy.", low=1, high=MAX_BEAMS, noop=1, step=1)
     finishing: str = param(

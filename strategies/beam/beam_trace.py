@@ -4,8 +4,9 @@ A search keeps one ``StepRecord`` per step (``record_step``): each row's top can
 search's own and the model's log-probabilities, and the continuations that won a beam slot. When
 the search ends, ``best_path_steps`` turns the records along the best path into ``trace.steps``
 (the model's distribution, the search's own where it differs, and the selection), ``publish``
-points the trace at a hypothesis and the tree (its ``beam`` section), and ``finished_records`` and
-``end_reason`` write the results and why the run ended. Beam search, sample-then-beam and
+points the trace at a hypothesis and the tree (its ``beam`` section), ``note_phases`` writes each of the
+best path's steps' phase (strategies/phases.py), and ``finished_records`` and ``end_reason`` write the
+results and why the run ended. Beam search, sample-then-beam and
 stochastic beam search all assemble their traces here.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from playground.seam import LanguageModel
 from playground.trace import Candidate, Stage, Step, Trace
 from strategies.beam.beam_params import BeamParams
 from strategies.beam.tree import BeamTree, hypothesis_record
+from strategies.phases import Clock, Plan, note_view
 from strategies.recording import decision_record, entropy
 from strategies.sampling.grammar import DEAD_END_REASON, INCOMPLETE_REASON
 from strategies.stages import truncates
@@ -120,6 +122,20 @@ def best_path_steps(lm: LanguageModel, tree: BeamTree, records: dict[int, tuple[
         steps.append(Step(prompt_len + node["step"], node["token_id"], cands, stages, entropy=rec.entropy[row],
                           raw_entropy=rec.raw_entropy[row], extra={"beam_node": node_id}))
     return steps
+
+
+def note_phases(trace: Trace, phases: Plan | None, views: dict[int, dict[str, Any]], piece: Any) -> None:
+    """The best path's phases: each step's phase and, where the budget forced its token, the model's view
+    of it (``views``: node -> ``model_view``); the trace's ``phases`` record where the answer began and the
+    cut, as this path met them. Nothing without phases."""
+    if phases is None:
+        return
+    record = trace.extra["phases"] = phases.record()
+    clock = Clock(phases)
+    for i, step in enumerate(trace.steps):
+        clock.next_forced()
+        phase = clock.add(step.chosen, piece(step.chosen))
+        note_view(record, step.extra, clock, phase, i, views.get(step.extra.get("beam_node", -1)))
 
 
 def finished_records(lm: LanguageModel, tree: BeamTree, items: list[tuple[float | None, float, int]]) -> list[dict[str, Any]]:

@@ -17,6 +17,11 @@ Scores are the model's own log-probabilities of the whole continuation,
 prefix included, and lengths count the prefix's tokens, so hypotheses of
 different trees compare on one scale (calling transformers' beam search on
 prompt + prefix would count neither).
+
+Phases (strategies/phases.py) run in the beam part, each hypothesis with its own
+clock from the text of its prefix: a thinking budget must leave the prefix whole
+(thinking_budget >= prefix_tokens), and answer_params are refused (the chain
+samples the prefix only).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from typing import Any, Iterator
 
 import torch
 
+from playground.errors import InvalidRequest
 from playground.trace import Step, Trace, rnd
 from strategies.beam.beam import BeamParams, BeamSearch, BeamStart
 from strategies.beam.beam_trace import (
@@ -34,6 +40,7 @@ from strategies.beam.beam_trace import (
     best_path_steps,
     end_reason,
     finished_records,
+    note_phases,
     publish,
 )
 from strategies.beam.stochastic_beam import SELECTOR, cpu_generator, gumbel_top_k, largest_children, perturb_children
@@ -41,6 +48,7 @@ from strategies.beam.tree import BeamTree
 from strategies.context import DecodeContext
 from strategies.loops import record_loops
 from strategies.params import param
+from strategies.phases import plan
 from strategies.recording import finish, make_step
 from strategies.registry import register
 from strategies.sampling.chain import ChainParams, build_chain, record_chain
@@ -60,6 +68,13 @@ class SampleBeamParams(BeamParams, ChainParams):
     def validate(self) -> None:
         ChainParams.validate(self)
         BeamParams.validate(self)
+        if self.answer_params.strip():
+            raise InvalidRequest("answer_params: sample_beam's chain samples only the prefix, and the beam after "
+                                 "it has no chain to change in the answer")
+        if 0 <= self.thinking_budget < self.prefix_tokens:
+            raise InvalidRequest(f"thinking_budget {self.thinking_budget} would cut the sampled prefix "
+                                 f"(prefix_tokens {self.prefix_tokens}): sample_beam's budget acts in the beam "
+                                 f"part only; use a budget of at least prefix_tokens, or fewer prefix tokens")
 
     def chain_params(self) -> ChainParams:
         return ChainParams(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ChainParams)})
@@ -158,7 +173,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     chain = with_grammar(build_chain(params.chain_params()), grammar_stage(ctx), params.order)
     trace = ctx.new_trace("sample_beam", params.to_dict(), [t.name for t in chain] + [SELECTOR, "beam"])
     tree = BeamTree(lm.piece, "sample_beam")
-    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar)
+    search = BeamSearch(lm, params, tree, ctx.max_new_tokens, ctx.top_n, ctx.grammar, plan(lm, params))
     length = min(params.prefix_tokens, ctx.max_new_tokens)
     prefixes = sample_prefixes(ctx, chain, length, params.num_prefixes, search)
     place(tree, prefixes)
@@ -167,6 +182,8 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
                  prefixes_drawn=len(prefixes))
     finished: list[tuple[float | None, float, int]] = []
     records: dict[int, tuple[int, list[StepRecord]]] = {}
+    if search.plan is not None:
+        trace.extra["phases"] = search.plan.record()
     for i, pre in enumerate(prefixes):
         if pre.ended or length == ctx.max_new_tokens:
             if pre.ended or _whole_text(ctx, pre.ids):
@@ -188,6 +205,7 @@ def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]
     publish(trace, lm, tree, best, finished_records(lm, tree, finished), search.counters.to_dict(tree), **extra)
     winner = prefixes[tree.nodes[best]["tree"]] if best is not None else Prefix()
     trace.steps = winner.steps + best_path_steps(lm, tree, records, best, len(ctx.prompt_ids), "beam")
+    note_phases(trace, search.plan, search.views, lm.piece)
     reason = end_reason(trace, lm, best, ctx.grammar)
     record_loops(trace, params, lm.decode)
     finish(trace, ctx, started, reason, search.counters.forward_passes)
