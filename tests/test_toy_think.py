@@ -104,3 +104,10 @@ def test_a_cut_through_the_engine_answers_the_last_number_counted(store):
     trace = run(store, Request("toy-think", "greedy", "3 + 4 =", max_new_tokens=16, forced={3: "</think>"}))
     assert trace.text == "<think> 4 5 </think> 5"
     assert trace.steps[3].extra["strategy_choice_text"] == " 6"  # it would have counted on
+
+
+def test_the_page_offers_toy_think_a_prompt_of_its_form():
+    from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT, prompt_for_model
+    assert prompt_for_model("toy-think", DEFAULT_PROMPT) == "3 + 6 ="
+    assert prompt_for_model("toy-think", NUMERIC_PROMPT) == "3 + 6 ="
+    assert prompt_for_model("toy-think", " 2 + 5 = ") == " 2 + 5 = "  # a prompt it reads is kept

