@@ -1,5 +1,6 @@
 """playground/engines: value presets, exports to each engine and their importers, what each engine cannot
-express, and transformers' own logits processors against recorded toy runs.
+express (a run's thinking budget and answer chain included), and transformers' own logits processors against
+recorded toy runs.
 
 Fast by design: the property tests draw settings with a fixed seed and never load a model; the parity test
 records a handful of toy runs once (the session's store) and replays their raw logits through transformers.
@@ -16,6 +17,7 @@ from playground.cli import main
 from playground.cli.engine_flags import Start, params_for
 from playground.engine import Request, run
 from playground.engines import llamacpp, transformers_config
+from playground.engines import settings as engine_settings
 from playground.engines.facts import ENGINES, STAGE_WORDS
 from playground.engines.formats import FORMATS, export, export_trace
 from playground.engines.importing import import_file, import_text
@@ -239,6 +241,127 @@ def test_a_fixed_order_is_named_only_where_the_run_differs():
     line = next(line for line in export("vllm", flipped).cannot_express if "fixed order" in line)
     assert "temperature → min-p → top-k" in line and "top-k → min-p → temperature" in line
     assert any("in [0, 2]" in line for line in export("openai", settings_for("sampling", {"temperature": 3})).cannot_express)
+
+
+# --- a run in two phases: the thinking budget, its message, the marker, the answer's chain -------------------
+
+PHASED = {"temperature": 0.6, "thinking_budget": 64, "budget_message": "Time is up.",
+          "answer_params": '{"temperature": 0.7, "top_p": 0.8}'}
+BUDGET_CARRIED = {"llama-server": ("--reasoning-budget 64", "--reasoning-budget-message 'Time is up.'"),
+                  "llama-cli": ("--reasoning-budget 64", "--reasoning-budget-message 'Time is up.'"),
+                  "vllm": ("thinking_token_budget=64",), "vllm-json": ('"thinking_token_budget": 64',)}
+SECOND_CHAIN_REFS = {"llama.cpp": ("#27123", "#25709"), "ollama": ("#27123", "#25709"), "vllm": ("#52876",),
+                     "transformers": ("second generate()",), "openai": ("one set of sampling fields",)}
+
+
+def phased(**changes) -> RunSettings:
+    return settings_for("sampling", {**PHASED, **changes}, seed=None, max_new_tokens=256)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_each_export_carries_the_thinking_budget_or_says_it_cannot(name):
+    e = export(name, phased())
+    lines = "\n".join(e.cannot_express)
+    if name in BUDGET_CARRIED:
+        for flag in BUDGET_CARRIED[name]:
+            assert flag in e.text, e.text
+        assert "thinking_budget 64" not in lines
+        assert ("budget message 'Time is up.' is left out" in lines) == name.startswith("vllm")
+    else:
+        assert "has no thinking" in lines and "thinking_budget 64 and budget message 'Time is up.' are left out" in lines
+        assert "reasoning" not in e.text and "think" not in e.text
+    if name == "openai":
+        assert "reasoning_effort is a level, not a count of tokens" in lines
+    zero = export(name, phased(budget_message="", answer_params=""))
+    assert ("64" in zero.text) == (name in BUDGET_CARRIED)
+    none = export(name, settings_for("greedy", {"thinking_budget": 0}))
+    if name in BUDGET_CARRIED:  # 0 = no thinking: llama.cpp's "immediate end", vLLM's 0
+        assert BUDGET_CARRIED[name][0].replace("64", "0") in none.text and not none.cannot_express
+    else:
+        assert any("thinking_budget 0 is left out" in line for line in none.cannot_express)
+    assert ('"think": false' in "\n".join(none.cannot_express)) == (name == "ollama")
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_answers_own_chain_is_said_to_be_left_out_with_what_asks_for_it(name):
+    f = FORMATS[name]
+    line = next(line for line in export(name, phased()).cannot_express if "answer's own values" in line)
+    assert line.startswith(f"{ENGINES[f.engine].title} runs one sampler chain for the thinking and the answer")
+    assert "(temperature 0.7, top_p 0.8)" in line
+    for ref in SECOND_CHAIN_REFS[f.engine]:
+        assert ref in line
+    assert not any("answer's own" in line for line in export(name, phased(answer_params="")).cannot_express)
+
+
+def test_a_runs_own_marker_is_said_where_the_engine_finds_the_models():
+    marker = phased(phase_marker="ever")
+    llama = "\n".join(export("llama-server", marker).cannot_express)
+    assert "the run's marker 'ever' cannot be set" in llama
+    vllm = export("vllm", marker)
+    assert "--reasoning-config" in vllm.text and '"reasoning_end_str": "ever"' in vllm.text
+    assert any("reasoning_end_str" in line for line in vllm.cannot_express)
+    assert "--reasoning-parser" in export("vllm", phased()).text
+    for name in ("llama-server", "vllm"):  # the tokenizer's own </think> is what the engines find too
+        assert not any("marker" in line for line in export(name, phased(phase_marker="</think>")).cannot_express)
+        assert not any("marker" in line for line in export(name, phased(phase_marker="ever", thinking_budget=-1))
+                       .cannot_express)
+
+
+@pytest.mark.parametrize("name", [n for n in FORMATS if n in BUDGET_CARRIED])
+def test_the_budget_round_trips_through_llama_cpp_and_vllm(name):
+    f, rng = FORMATS[name], random.Random(61)
+    for _ in range(40):
+        s = random_settings(rng)
+        values = {**s.params.to_dict(), "thinking_budget": rng.choice([-1, 0, 1, 64, 4096]),
+                  "budget_message": rng.choice(["", "Time is up.", "--- stop -", "é \"quoted\" 'x'"])}
+        s = RunSettings(sampler_params(values), s.strategy, s.seed, s.max_new_tokens, s.stop, s.grammar)
+        back, _ = f.read(f.text(s))
+        assert f.fields(back) == f.fields(s), f.text(s)
+        assert back.params.thinking_budget == s.params.thinking_budget
+        if name.startswith("llama") and s.params.thinking_budget >= 0:
+            assert back.params.budget_message == s.params.budget_message
+
+
+def test_an_imported_reasoning_budget_sets_the_thinking_budget():
+    imported = import_text("llama-server -m m.gguf --temp 0.6 --reasoning-budget 64 "
+                           "--reasoning-budget-message 'Time is up.'")
+    p = imported.settings.params
+    assert (p.temperature, p.thinking_budget, p.budget_message) == (0.6, 64, "Time is up.")
+    assert imported.not_carried == []
+    assert import_text("llama-cli --reasoning-budget=0").settings.params.thinking_budget == 0
+    capped = import_text("llama-server --reasoning-budget 9000")
+    assert capped.settings.params.thinking_budget == 4096 and "goes up to 4096" in capped.not_carried[0]
+    body = import_text(json.dumps({"model": "m", "temperature": 0.6, "thinking_token_budget": 12}))
+    assert body.kind == "vLLM request body" and body.settings.params.thinking_budget == 12
+    assert import_text('{"temperature": 1, "top_k": 5, "thinking_token_budget": null}').settings.params.thinking_budget == -1
+    with pytest.raises(InvalidRequest, match="--reasoning-budget must be an integer in .-1, inf., got '-2'"):
+        import_text("llama-server --reasoning-budget -2")
+    s = import_text(export("llama-server", phased()).text).settings  # the export read back
+    assert engine_settings.phase_values(s.params) == {"thinking_budget": 64, "budget_message": "Time is up."}
+
+
+def test_the_phases_are_not_changed_chain_values_and_greedy_keeps_them():
+    s = phased(phase_marker="ever")
+    assert engine_settings.changed_values(s.params) == {"temperature": 0.6}
+    assert engine_settings.phase_values(s.params) == {"phase_marker": "ever", "thinking_budget": 64, "budget_message": "Time is up.",
+                                      "answer_params": '{"temperature": 0.7, "top_p": 0.8}'}
+    greedy = settings_for("greedy", {"thinking_budget": 5, "phase_marker": "ever", "top_k": 3})
+    assert greedy.params.temperature == 0 and greedy.params.top_k == 0
+    assert engine_settings.phase_values(greedy.params) == {"thinking_budget": 5, "phase_marker": "ever"}
+
+
+def test_export_config_carries_the_phases_of_the_runs_flags(capsys):
+    assert main(["export-config", "--engine", "all", "--strategy", "sampling", "--temperature", "0.6",
+                 "--thinking-budget", "64", "--budget-message", "Time is up.", "--answer-params",
+                 '{"temperature":0.7,"top_p":0.8}']) == 0
+    out, _ = capsys.readouterr()
+    assert out.count("--reasoning-budget 64") == 2 and out.count("thinking_token_budget") >= 2
+    assert out.count("thinking_budget 64 and budget message 'Time is up.' are left out") == 3
+    assert out.count("answer's own values (temperature 0.7, top_p 0.8)") == len(FORMATS)
+    assert main(["export-config", "--facts"]) == 0
+    facts = capsys.readouterr()[0]
+    assert facts.count("  thinking budget: ") == len(ENGINES) and facts.count("a second chain for the answer") == len(ENGINES)
+    assert "--reasoning-budget N" in facts and "thinking_token_budget" in facts
 
 
 # --- transformers parity on recorded toy runs ---------------------------------------------------------------

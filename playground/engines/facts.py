@@ -7,7 +7,9 @@ Each row holds, in the playground's own parameter and stage names:
 - ``stages``: the stages the engine has, each with its name there;
 - ``order``: the fixed order it applies them in (None: the user orders them, llama.cpp's ``--samplers``);
 - ``notes``: where a name means something else there, or the engine applies something the run did not,
-  each with its source.
+  each with its source;
+- ``phases``: what the engine does with a run in two phases (strategies/phases.py): a thinking budget, a
+  message before the forced close, how it finds the close, and where a second chain for the answer stands.
 """
 from __future__ import annotations
 
@@ -20,6 +22,18 @@ VLLM_SAMPLER = "https://github.com/vllm-project/vllm/blob/3e342658b2e9c85a30a54d
 VLLM_PARAMS = "https://github.com/vllm-project/vllm/blob/00388f6573ccfcffad607b8c9ecdf341a4669ceb"
 OLLAMA = "https://github.com/ollama/ollama/blob/fb30760996871fa9460115c753afd2c60d4ab0f7"
 TRANSFORMERS = "https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/generation"
+# the reasoning budget was read where the stored copies of llama.cpp had it (none at LLAMA_CPP_COMMIT); an older
+# copy (145b6280) still took only -1 or 0 for --reasoning-budget and had no --reasoning-budget-message
+LLAMA_CPP_ARGS = "https://github.com/ggml-org/llama.cpp/blob/0017d6fb63f9590e791a7562b276148f7bd5b7fc"
+LLAMA_CPP_SERVER_README = ("https://github.com/ggml-org/llama.cpp/blob/00dc8057ab28c9cb4c79a6dd6dfce07fe779f63b/"
+                           "tools/server/README.md")
+LLAMA_CPP_BUDGET = "https://github.com/ggml-org/llama.cpp/blob/007d71358afee62ef906904edc79fec9b2d728fa"
+VLLM_INPUT = "https://github.com/vllm-project/vllm/blob/009daaeebfb0ce2813f970f2173ea9c8eee09092"
+VLLM_REASONING = "https://github.com/vllm-project/vllm/blob/03e8268f9f9101b8d7eb707732e3fc61e0665249"
+VLLM_BUDGET_STATE = "https://github.com/vllm-project/vllm/blob/0278c178063606651c9d15a40630a4404e84a182"
+LLAMA_SECOND_CHAIN = ("llama.cpp issue #27123 and PR #25709, both open",
+                      "https://github.com/ggml-org/llama.cpp/issues/27123, "
+                      "https://github.com/ggml-org/llama.cpp/pull/25709")
 
 STAGE_WORDS = {
     "word_bias": "bias by word", "penalty": "repetition penalty", "presence_frequency": "presence and frequency "
@@ -40,6 +54,21 @@ class Note:
 
 
 @dataclass(frozen=True)
+class PhaseFacts:
+    """A run in two phases as the engine takes it: its thinking budget ('' where it has none), whether it
+    forces a message before the close, how it finds the close, and where a second chain for the answer
+    stands (it has none: ``second_chain`` says which issue or PR asks for it, or what to do by hand)."""
+
+    budget: str
+    budget_source: str
+    message: bool
+    marker: str
+    marker_source: str
+    second_chain: str
+    second_chain_source: str
+
+
+@dataclass(frozen=True)
 class EngineFacts:
     key: str
     title: str
@@ -54,6 +83,7 @@ class EngineFacts:
     limits: dict[str, tuple[float, float]] = field(default_factory=dict)  # parameter -> the range it takes
     # defaults in the engine's own names, where an importer needs them (same source as ``defaults``)
     own_defaults: dict[str, Any] = field(default_factory=dict)
+    phases: PhaseFacts | None = None
 
 
 LLAMA_ORDER_NOTE = Note("llama.cpp's penalties stage is one sampler: the repetition penalty, then the frequency and "
@@ -91,6 +121,18 @@ ENGINES: dict[str, EngineFacts] = {
                     "https://github.com/ggml-org/llama.cpp/pull/17120"),
                Note("llama-server takes stop strings, a grammar and every sampler value per request too; a "
                     "request's fields override the flags.", f"{LLAMA_CPP}/tools/server/README.md")),
+        phases=PhaseFacts(
+            budget="--reasoning-budget N (-1 unrestricted, 0 ends the thinking at once, N > 0 a token budget) and "
+                   "--reasoning-budget-message MESSAGE (forced before the end-of-thinking tag), on llama-server, "
+                   "llama-cli and llama-completion",
+            budget_source=f"{LLAMA_CPP_ARGS}/common/arg.cpp (--reasoning-budget, --reasoning-budget-message) and "
+                          f"{LLAMA_CPP_SERVER_README}",
+            message=True,
+            marker="the thinking tags of the model's chat template (a chat request; the start and end tags are "
+                   "the template format's own): the budget counts the tokens after the start tag, lets a token "
+                   "finish a UTF-8 character, then forces the message and the end tag one token a step",
+            marker_source=f"{LLAMA_CPP_BUDGET}/common/reasoning-budget.cpp (common_reasoning_budget_accept)",
+            second_chain=LLAMA_SECOND_CHAIN[0], second_chain_source=LLAMA_SECOND_CHAIN[1]),
     ),
     "vllm": EngineFacts(
         key="vllm", title="vLLM",
@@ -113,6 +155,20 @@ ENGINES: dict[str, EngineFacts] = {
                     "https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py (ModelConfig."
                     "generation_config, default \"auto\"; PR #11164 added it)"),
                Note("vLLM treats a temperature below 1e-5 as greedy.", f"{VLLM_SAMPLER}/vllm/v1/sample/sampler.py")),
+        phases=PhaseFacts(
+            budget="SamplingParams(thinking_token_budget=N), a request's \"thinking_token_budget\" (None or -1 "
+                   "unlimited, 0 ends the thinking at once); vLLM refuses it unless started with "
+                   "--reasoning-parser or --reasoning-config",
+            budget_source=f"{VLLM_PARAMS}/vllm/sampling_params.py (thinking_token_budget, "
+                          f"validate_thinking_token_budget) and {VLLM_INPUT}/vllm/v1/engine/input_processor.py "
+                          "(InputProcessor._validate_params)",
+            message=False,
+            marker="the reasoning parser's start and end strings, or --reasoning-config's reasoning_start_str and "
+                   "reasoning_end_str; at the budget it forces the end string's tokens alone",
+            marker_source=f"{VLLM_REASONING}/vllm/config/reasoning.py (ReasoningConfig) and "
+                          f"{VLLM_BUDGET_STATE}/vllm/v1/sample/thinking_budget_state.py",
+            second_chain="vLLM PR #52876 (post_thinking), open",
+            second_chain_source="https://github.com/vllm-project/vllm/pull/52876"),
     ),
     "transformers": EngineFacts(
         key="transformers", title="transformers",
@@ -139,6 +195,16 @@ ENGINES: dict[str, EngineFacts] = {
                     f"{TRANSFORMERS}/utils.py (GenerationMixin._get_logits_processor)"),
                Note("transformers' stop_strings need the tokenizer passed to generate().",
                     f"{TRANSFORMERS}/utils.py (GenerationMixin._get_stopping_criteria)")),
+        phases=PhaseFacts(
+            budget="", budget_source=f"{TRANSFORMERS}/configuration_utils.py (GenerationConfig has no thinking "
+                                     "budget; no module of transformers/generation in 5.23.0 mentions thinking)",
+            message=False,
+            marker="none: generate() does not know a thinking phase (a custom LogitsProcessor passed as "
+                   "logits_processor= can count and force one)",
+            marker_source=f"{TRANSFORMERS}/utils.py (GenerationMixin.generate, logits_processor)",
+            second_chain="generate() takes one GenerationConfig a call; a second generate() from the close, with "
+                         "the answer's GenerationConfig, does it by hand",
+            second_chain_source=f"{TRANSFORMERS}/utils.py (GenerationMixin.generate)"),
     ),
     "ollama": EngineFacts(
         key="ollama", title="Ollama",
@@ -161,6 +227,19 @@ ENGINES: dict[str, EngineFacts] = {
                     f"{OLLAMA}/docs/modelfile.mdx"),
                Note("Ollama takes a grammar only as a request's format (a JSON schema), not in a Modelfile.",
                     f"{OLLAMA}/llm/llama_server.go (format -> json_schema)")),
+        phases=PhaseFacts(
+            budget="", budget_source=f"{OLLAMA}/api/types.go (ChatRequest.Think: true, false or \"low\", "
+                                     "\"medium\", \"high\", \"max\"), llm/llama_server.go "
+                                     "(llamaServerChatTemplateKwargs: enable_thinking and reasoning_effort for the "
+                                     "template; no --reasoning-budget) and docs/api/anthropic-compatibility.mdx "
+                                     "(budget_tokens accepted but not enforced)",
+            message=False,
+            marker="the model's own template and parser; a request's \"think\": false asks the template for no "
+                   "thinking, and a Modelfile has no thinking PARAMETER",
+            marker_source=f"{OLLAMA}/docs/api.md (think) and docs/modelfile.mdx",
+            second_chain="Ollama passes one set of options to llama-server, which has no second chain: "
+                         + LLAMA_SECOND_CHAIN[0],
+            second_chain_source=LLAMA_SECOND_CHAIN[1]),
     ),
     "openai": EngineFacts(
         key="openai", title="the OpenAI API",
@@ -176,6 +255,15 @@ ENGINES: dict[str, EngineFacts] = {
         notes=(Note("The OpenAI API does not say in which order it applies temperature and top_p.",
                     "https://platform.openai.com/docs/api-reference/chat/create"),),
         limits={"temperature": (0.0, 2.0)},
+        phases=PhaseFacts(
+            budget="", budget_source="https://platform.openai.com/docs/api-reference/chat/create "
+                                     "(reasoning_effort is a level, not a token count; max_completion_tokens "
+                                     "caps the reasoning and the answer together)",
+            message=False,
+            marker="none: a reasoning model's thinking is the service's own",
+            marker_source="https://platform.openai.com/docs/api-reference/chat/create",
+            second_chain="the API takes one set of sampling fields a request",
+            second_chain_source="https://platform.openai.com/docs/api-reference/chat/create"),
     ),
 }
 
@@ -194,4 +282,10 @@ def facts_text() -> str:
                   f"  order: {order}", f"    source: {f.order_source}"]
         for note in f.notes:
             lines += [f"  - {note.text}", f"    source: {note.source}"]
+        if f.phases is not None:
+            ph = f.phases
+            lines += [f"  thinking budget: {ph.budget or 'none'}", f"    source: {ph.budget_source}",
+                      f"  end of the thinking: {ph.marker}", f"    source: {ph.marker_source}",
+                      f"  a second chain for the answer: none ({ph.second_chain})",
+                      f"    source: {ph.second_chain_source}"]
     return "\n".join(lines) + "\n"

@@ -1,12 +1,14 @@
 """What an engine cannot express of a run, in a person's words: a stage it lacks, an order it fixes that the
-run did not follow, a value outside what it takes, a seed that draws other numbers. The engine-specific
-lines (a window, a grammar, stop strings) come from each export module; ``formats.export`` joins them.
+run did not follow, a value outside what it takes, a seed that draws other numbers, the answer's own chain
+of a run in two phases. The engine-specific lines (a window, a grammar, stop strings, a thinking budget)
+come from each export module; ``formats.export`` joins them.
 """
 from __future__ import annotations
 
 from playground.engines.facts import STAGE_WORDS, EngineFacts
 from playground.engines.settings import RunSettings, stage_params
 from strategies.params import number_text
+from strategies.phases import THINK_CLOSE, answer_overrides
 
 
 def shown(value: object) -> str:
@@ -81,3 +83,32 @@ def grammar_gap(title: str, s: RunSettings, takes: tuple[str, ...], where: str) 
     if s.grammar is None or s.grammar["kind"] in takes:
         return []
     return [f"{title} takes no {s.grammar['kind']} grammar{where}: the run's grammar is left out"]
+
+
+def budget(s: RunSettings) -> int | None:
+    """The run's thinking budget, None when it has none (-1)."""
+    return s.params.thinking_budget if s.params.thinking_budget >= 0 else None
+
+
+def custom_marker(s: RunSettings) -> str | None:
+    """The run's phase marker where it is not the usual close (empty: the tokenizer's own </think>)."""
+    marker = s.params.phase_marker
+    return marker if marker and marker != THINK_CLOSE else None
+
+
+def budget_words(s: RunSettings) -> str:
+    """"thinking_budget 64 and budget message 'Time is up.' are" (the message only where the run has one)."""
+    if s.params.budget_message:
+        return f"thinking_budget {s.params.thinking_budget} and budget message {s.params.budget_message!r} are"
+    return f"thinking_budget {s.params.thinking_budget} is"
+
+
+def answer_gap(facts: EngineFacts, s: RunSettings) -> list[str]:
+    """A line when the run's answer has its own chain (answer_params): no engine runs a second chain."""
+    overrides = answer_overrides(s.params)
+    if not overrides or facts.phases is None:
+        return []
+    values = ", ".join(f"{name} {brief(value)}" for name, value in overrides.items())
+    return [f"{facts.title} runs one sampler chain for the thinking and the answer: the answer's own values "
+            f"({values}) are left out, the whole output is written with the thinking's chain (a second chain "
+            f"after the thinking: {facts.phases.second_chain})"]

@@ -18,7 +18,7 @@ MAX_IMPORT_CHARS = 200_000
 CONFIG_KEYS = {"do_sample", "bos_token_id", "eos_token_id", "transformers_version", "max_length", "typical_p",
                "no_repeat_ngram_size", "epsilon_cutoff", "eta_cutoff", "_from_model_config", "max_new_tokens"}
 VLLM_KEYS = {"top_k", "min_p", "repetition_penalty", "structured_outputs", "guided_json", "guided_regex",
-             "guided_choice", "guided_grammar"}
+             "guided_choice", "guided_grammar", "thinking_token_budget"}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Every flag a GGUF's ``general.sampling.*`` keys or llama.cpp's defaults would otherwise fill is written
 (temperature, top-k, top-p, min-p, XTC's probability, the penalties and their window, mirostat and
 ``--samplers``), so what runs is what the playground ran, not the model's or the engine's choice.
-``--samplers`` lists llama.cpp's stages in the run's order. facts.py holds the sources.
+``--samplers`` lists llama.cpp's stages in the run's order. A thinking budget goes out as
+``--reasoning-budget`` (and its message as ``--reasoning-budget-message``). facts.py holds the sources.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import shlex
 from typing import Any
 
 from playground.engines.facts import ENGINES, STAGE_WORDS
-from playground.engines.gaps import common_gaps, grammar_gap, shown
+from playground.engines.gaps import answer_gap, budget, common_gaps, custom_marker, grammar_gap, shown
 from playground.engines.settings import RunSettings
 from strategies.params import number_text
 from strategies.sampling.grammar import choices_of
@@ -86,6 +87,17 @@ def flags(s: RunSettings, cli: bool = False) -> list[tuple[str, Any]]:
     out += grammar_flags(s)
     if cli:
         out += [("--reverse-prompt", stop) for stop in s.stop]
+    return out + reasoning_flags(s)
+
+
+def reasoning_flags(s: RunSettings) -> list[tuple[str, Any]]:
+    """--reasoning-budget N (0: no thinking) and the message forced before the close, where the run has a budget."""
+    n = budget(s)
+    if n is None:
+        return []
+    out: list[tuple[str, Any]] = [("--reasoning-budget", n)]
+    if s.params.budget_message:
+        out.append(("--reasoning-budget-message", s.params.budget_message))
     return out
 
 
@@ -165,7 +177,17 @@ def gaps(s: RunSettings, cli: bool = False) -> list[str]:
     if s.stop and not cli:
         out.append(f"llama-server takes stop strings per request ('stop' in the JSON body), not as flags: "
                    f"{list(s.stop)!r} is left out of these flags")
-    return out
+    return out + phase_gaps(s)
+
+
+def phase_gaps(s: RunSettings) -> list[str]:
+    """The run's phases that the flags cannot carry: a marker of its own, the answer's chain."""
+    out, marker = [], custom_marker(s)
+    if marker is not None and budget(s) is not None:
+        out.append(f"llama.cpp ends the thinking at the end tag of the model's chat template, not at a marker "
+                   f"you name: the run's marker {marker!r} cannot be set, and --reasoning-budget forces the "
+                   "template's tag")
+    return out + answer_gap(FACTS, s)
 
 
 def server_gaps(s: RunSettings) -> list[str]:

@@ -1,6 +1,7 @@
 """A llama-server or llama-cli command line read back into a run: the flags over llama.cpp's defaults,
-``--samplers`` as the order (a stage it does not list is off, as llama.cpp skips it), and the list of what
-could not be carried."""
+``--samplers`` as the order (a stage it does not list is off, as llama.cpp skips it), ``--reasoning-budget``
+and ``--reasoning-budget-message`` as the thinking budget and its message, and the list of what could not be
+carried."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,7 @@ from typing import Any
 
 from playground.engines.gaps import shown
 from playground.engines.llamacpp import FACTS, gbnf_choices
-from playground.engines.settings import RunSettings, number, sampler_params, whole
+from playground.engines.settings import RunSettings, budget_of, message_of, number, sampler_params, whole
 from playground.errors import InvalidRequest
 from strategies.sampling.samplers import expand_order
 
@@ -29,6 +30,8 @@ NUMBER_FLAGS = {"--temp": "temperature", "--top-k": "top_k", "--top-p": "top_p",
                 "--adaptive-decay": "adaptive_p_decay"}
 SHORT = {"-s": "--seed", "-n": "--n-predict", "--predict": "--n-predict", "-r": "--reverse-prompt",
          "--temperature": "--temp", "--typical-p": "--typical", "-j": "--json-schema"}
+# flags whose value is text, taken as the next word even where it starts with "-" (as llama.cpp's parser does)
+TEXT_FLAGS = {"--reasoning-budget-message", "--reverse-prompt", "--dry-sequence-breaker", "--grammar", "--json-schema"}
 OTHER_VALUED = {"-m", "--model", "--port", "--host", "-c", "--ctx-size", "-ngl", "--n-gpu-layers", "-t", "--threads",
                 "-p", "--prompt", "-hf", "--hf-repo", "-a", "--alias", "-b", "--batch-size", "-np", "--parallel"}
 
@@ -52,7 +55,8 @@ def pairs_of(words: list[str]) -> tuple[list[tuple[str, str | None]], list[str]]
         if word.startswith("-") and not _is_number(word):
             flag, eq, value = word.partition("=")
             flag = SHORT.get(flag, flag)
-            if not eq and i + 1 < len(words) and (not words[i + 1].startswith("-") or _is_number(words[i + 1])):
+            if not eq and i + 1 < len(words) and (not words[i + 1].startswith("-") or _is_number(words[i + 1])
+                                                  or flag in TEXT_FLAGS):
                 value, i = words[i + 1], i + 1
             pairs.append((flag, value if (eq or value) else None))
         else:
@@ -119,6 +123,10 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
                 grammar = {"kind": "choices", "text": json.dumps(found, ensure_ascii=False)}
         elif flag == "--dry-sequence-breaker" and value is not None:
             breakers.append(value)
+        elif flag == "--reasoning-budget" and value is not None:
+            values["thinking_budget"] = budget_of(flag, value, left)
+        elif flag == "--reasoning-budget-message" and value is not None:
+            values["budget_message"] = message_of(flag, value, left)
         elif flag == "--mirostat" and value is not None:
             mirostat = whole("--mirostat", value, 0, 2)
         elif flag == "--dynatemp-range" and value is not None:

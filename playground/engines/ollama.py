@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from playground.engines.facts import ENGINES
-from playground.engines.gaps import common_gaps, grammar_gap
+from playground.engines.gaps import answer_gap, budget, budget_words, common_gaps, grammar_gap
 from playground.engines.llamacpp import window
 from playground.engines.settings import RunSettings, number, sampler_params, whole
 from playground.errors import InvalidRequest
@@ -57,7 +57,19 @@ def gaps(s: RunSettings) -> list[str]:
                    "frequency count only the run's own tokens")
     if s.grammar is not None:
         out += grammar_gap("an Ollama Modelfile", s, (), " (a request's format takes a JSON schema)")
-    return out
+    return out + phase_gaps(s)
+
+
+def phase_gaps(s: RunSettings) -> list[str]:
+    """Ollama has no thinking budget: a request's "think" turns the thinking on or off, or sets a level."""
+    out = []
+    if budget(s) == 0:
+        out.append(f"an Ollama Modelfile has no thinking setting: the run's {budget_words(s)} left out; no thinking "
+                   "is a request's \"think\": false there, which asks the model's template for none")
+    elif budget(s) is not None:
+        out.append(f"Ollama has no thinking token budget (a request's \"think\" takes true, false or a level: "
+                   f"\"low\", \"medium\", \"high\", \"max\"): the run's {budget_words(s)} left out")
+    return out + answer_gap(FACTS, s)
 
 
 def fields(s: RunSettings) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from playground.engines.facts import ENGINES
-from playground.engines.gaps import common_gaps, grammar_gap
+from playground.engines.gaps import answer_gap, budget, budget_words, common_gaps, grammar_gap
 from playground.engines.settings import RunSettings
 from playground.engines.vllm_params import from_kwargs
 
@@ -45,7 +45,12 @@ def gaps(s: RunSettings) -> list[str]:
                    f"{s.params.penalty_last_n} tokens only")
     if len(s.stop) > MAX_STOP:
         out.append(f"the OpenAI API takes at most {MAX_STOP} stop strings: {list(s.stop[MAX_STOP:])!r} left out")
-    return out + grammar_gap("the OpenAI API", s, ("json",), " (response_format takes a JSON schema)")
+    out += grammar_gap("the OpenAI API", s, ("json",), " (response_format takes a JSON schema)")
+    if budget(s) is not None:
+        out.append(f"the OpenAI API has no thinking token budget: reasoning_effort is a level, not a count of "
+                   f"tokens, and max_completion_tokens caps the thinking and the answer together; the run's "
+                   f"{budget_words(s)} left out")
+    return out + answer_gap(FACTS, s)
 
 
 def fields(s: RunSettings) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from playground.errors import InvalidRequest
+from strategies.phases import MAX_BUDGET, MAX_MESSAGE_CHARS, PHASE_FIELDS
 from strategies.sampling.grammar import GRAMMAR_KINDS
 from strategies.sampling.samplers import WATCHING_FIELDS, SamplerParams
 from strategies.stages import STAGES, stages_on
@@ -94,13 +95,14 @@ def sampler_params(values: Mapping[str, Any]) -> SamplerParams:
 def settings_for(strategy: str, params: Mapping[str, Any], seed: int | None = 0, max_new_tokens: int | None = 32,
                  stop: tuple[str, ...] = (), grammar: Mapping[str, str] | None = None) -> RunSettings:
     """The settings of a run of ``strategy`` with ``params`` (its Params' fields, as a request gives them);
-    the knobs that watch a run (loops, watch-list) are not the sampler's and are left out."""
+    the knobs that watch a run (loops, watch-list) are not the sampler's and are left out. A greedy run keeps
+    its phases (a marker, a budget) beside temperature 0."""
     if strategy not in STRATEGIES:
         raise InvalidRequest(f"an engine config is made from a greedy, sampling or gumbel run, got strategy "
                              f"{strategy!r}")
     values = {k: v for k, v in params.items() if k not in WATCHING_FIELDS}
     if strategy == "greedy":
-        values = {"temperature": 0.0}
+        values = {"temperature": 0.0, **{k: v for k, v in values.items() if k in PHASE_FIELDS}}
     chosen = dict(grammar) if grammar else None
     if chosen is not None:
         chosen = {"kind": str(chosen.get("kind")), "text": str(chosen.get("text", ""))}
@@ -120,10 +122,36 @@ def settings_of_trace(trace: Mapping[str, Any]) -> RunSettings:
 
 
 def changed_values(params: SamplerParams) -> dict[str, Any]:
-    """The chain's values that differ from SamplerParams' defaults (order included), for a sentence."""
+    """The chain's values that differ from SamplerParams' defaults (order included), for a sentence; the
+    phases (a marker, the answer's values, a budget) are not the chain's: ``phase_values`` has them."""
     default = SamplerParams()
     return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
-            if f.name not in WATCHING_FIELDS and getattr(params, f.name) != getattr(default, f.name)}
+            if f.name not in WATCHING_FIELDS and f.name not in PHASE_FIELDS
+            and getattr(params, f.name) != getattr(default, f.name)}
+
+
+def phase_values(params: SamplerParams) -> dict[str, Any]:
+    """The phase settings that differ from their defaults (strategies/phases.py)."""
+    default = SamplerParams()
+    return {name: getattr(params, name) for name in PHASE_FIELDS if getattr(params, name) != getattr(default, name)}
+
+
+def budget_of(name: str, value: Any, left: list[str]) -> int:
+    """An engine's thinking budget (-1 unlimited) as the playground's, capped at its MAX_BUDGET (said in
+    ``left``); InvalidRequest naming ``name`` for anything but an integer from -1."""
+    budget = whole(name, value, -1)
+    if budget > MAX_BUDGET:
+        left.append(f"{name} {budget}: the playground's thinking budget goes up to {MAX_BUDGET}; set to {MAX_BUDGET}")
+        return MAX_BUDGET
+    return budget
+
+
+def message_of(name: str, value: Any, left: list[str]) -> str:
+    """An engine's budget message, cut to the playground's MAX_MESSAGE_CHARS (said in ``left``)."""
+    text = str(value)
+    if len(text) > MAX_MESSAGE_CHARS:
+        left.append(f"{name}: {len(text)} characters; the playground keeps the first {MAX_MESSAGE_CHARS}")
+    return text[:MAX_MESSAGE_CHARS]
 
 
 def stage_params(name: str) -> list[str]:

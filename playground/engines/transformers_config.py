@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from playground.engines.facts import ENGINES, STAGE_WORDS
-from playground.engines.gaps import common_gaps, grammar_gap, shown
+from playground.engines.gaps import answer_gap, budget, budget_words, common_gaps, grammar_gap, shown
 from playground.engines.pycall import call_kwargs, first_int_arg, python_call
 from playground.engines.settings import RunSettings, sampler_params
 from playground.errors import InvalidRequest
@@ -65,7 +65,18 @@ def gaps(s: RunSettings) -> list[str]:
         if cut:
             out.append(f"at temperature 0 transformers decodes greedily and skips {', '.join(cut)}, which acted "
                        "before the argmax here")
-    return out + grammar_gap("transformers", s, (), " (generate() has no grammar constraint)")
+    return out + grammar_gap("transformers", s, (), " (generate() has no grammar constraint)") + phase_gaps(s)
+
+
+def phase_gaps(s: RunSettings) -> list[str]:
+    """generate() has no thinking budget and one GenerationConfig a call."""
+    out = []
+    if budget(s) is not None:
+        close = s.params.phase_marker or "</think>"
+        out.append(f"transformers' generate() has no thinking budget: the run's {budget_words(s)} left out (a "
+                   f"custom LogitsProcessor passed as logits_processor= that forces {close!r} after "
+                   f"{budget(s)} thinking tokens would do it)")
+    return out + answer_gap(FACTS, s)
 
 
 def fields(s: RunSettings) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """vLLM: ``SamplingParams`` (Python) and the OpenAI-compatible JSON body with vLLM's extra fields, from a run,
-and either read back. The fixed order, the missing stages and the window are facts.py's "vllm" row.
+and either read back. The fixed order, the missing stages and the window are facts.py's "vllm" row; a
+thinking budget is ``thinking_token_budget``, which vLLM takes only when started with a reasoning parser.
 """
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 from typing import Any
 
 from playground.engines.facts import ENGINES
-from playground.engines.gaps import common_gaps, grammar_gap
+from playground.engines.gaps import answer_gap, budget, common_gaps, custom_marker, grammar_gap
 from playground.engines.pycall import Raw, call_kwargs, python_call
-from playground.engines.settings import RunSettings, number, sampler_params
+from playground.engines.settings import RunSettings, budget_of, number, sampler_params
 from playground.errors import InvalidRequest
 from strategies.sampling.grammar import choices_of
 
@@ -32,7 +33,20 @@ def kwargs(s: RunSettings) -> dict[str, Any]:
     if s.grammar is not None:
         kind, text = s.grammar["kind"], s.grammar["text"]
         out["structured_outputs"] = {STRUCTURED[kind]: choices_of(text) if kind == "choices" else text}
+    if budget(s) is not None:
+        out["thinking_token_budget"] = budget(s)
     return out
+
+
+def server_note(s: RunSettings) -> str:
+    """What a budget needs of the vLLM server (a comment; vLLM refuses thinking_token_budget without it)."""
+    if budget(s) is None:
+        return ""
+    marker = custom_marker(s)
+    config = ("--reasoning-config '{\"reasoning_start_str\": \"<the model's opening tag>\", \"reasoning_end_str\": "
+              f"{json.dumps(marker, ensure_ascii=False)}}}'" if marker is not None else
+              "--reasoning-parser <the model's parser, e.g. qwen3>")
+    return f"# thinking_token_budget needs vLLM started with {config}\n"
 
 
 def python_text(s: RunSettings) -> str:
@@ -43,7 +57,7 @@ def python_text(s: RunSettings) -> str:
         inner = args["structured_outputs"]
         args["structured_outputs"] = Raw("StructuredOutputsParams(" + ", ".join(f"{k}={v!r}" for k, v in inner.items())
                                          + ")")
-    return head + "\nsampling_params = " + python_call("SamplingParams", args) + "\n"
+    return head + "\n" + server_note(s) + "sampling_params = " + python_call("SamplingParams", args) + "\n"
 
 
 def body(s: RunSettings) -> dict[str, Any]:
@@ -66,7 +80,20 @@ def gaps(s: RunSettings) -> list[str]:
                    f"{s.params.penalty_last_n} only")
     if s.max_new_tokens is None:
         out.append("without max_tokens vLLM's SamplingParams stops at 16 tokens")
-    return out + grammar_gap("vLLM", s, tuple(STRUCTURED), "")
+    return out + grammar_gap("vLLM", s, tuple(STRUCTURED), "") + phase_gaps(s)
+
+
+def phase_gaps(s: RunSettings) -> list[str]:
+    """A budget's message (vLLM forces the close alone), a marker of the run's own, the answer's chain."""
+    out, marker = [], custom_marker(s)
+    if budget(s) is not None and s.params.budget_message:
+        out.append(f"vLLM's thinking_token_budget forces the end of the thinking alone: the run's budget message "
+                   f"{s.params.budget_message!r} is left out")
+    if budget(s) is not None and marker is not None:
+        out.append(f"vLLM finds the thinking by its reasoning parser's tags, not by a marker in the request: the "
+                   f"run's marker {marker!r} goes to the server as --reasoning-config's reasoning_end_str, with the "
+                   "model's opening tag as reasoning_start_str (the playground has none to give)")
+    return out + answer_gap(FACTS, s)
 
 
 def fields(s: RunSettings) -> dict[str, Any]:
@@ -86,6 +113,9 @@ def from_kwargs(args: dict[str, Any], left: list[str]) -> RunSettings:
             seed = value
         elif key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
             limit = value
+        elif key == "thinking_token_budget":
+            if value is not None:
+                values["thinking_budget"] = budget_of(key, value, left)
         elif key == "stop":
             stop = (value,) if isinstance(value, str) else tuple(value or ())
         elif key in ("structured_outputs", "response_format") or key.startswith("guided_"):
