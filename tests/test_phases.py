@@ -217,6 +217,15 @@ def test_beam_budgets_force_the_marker_on_every_hypothesis(store, toy, budget, b
     assert math.isclose(best["score"], sum(t["raw_logprob"] for t in trace["tokens"]), abs_tol=1e-3)
 
 
+def test_beam_forces_a_budget_message_before_the_marker_on_every_hypothesis(store):
+    trace = traced(store, "beam", {"num_beams": 3, "phase_marker": "ever", "thinking_budget": 2,
+                                   "budget_message": "the hill"})
+    assert [t["text"].strip() for t in trace["tokens"]][:5] == ["a", "time", "the", "hill", "ever"]
+    assert [s.get("forced") for s in trace["steps"][:6]] == [None, None, "budget", "budget", "budget", None]
+    assert trace["phases"]["cut"]["marker_p"] is None and trace["phases"]["answer_from"] == 5
+    assert all(f["text"].split()[2:5] == ["the", "hill", "ever"] for f in trace["beam"]["finished"])
+
+
 @pytest.mark.parametrize("beams", [2, 3])
 def test_beam_with_a_marker_and_no_budget_is_the_plain_beam(store, beams):
     plain = traced(store, "beam", {"num_beams": beams})
