@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from playground.engines.importing import import_file
 from playground.engines.presets import PRESETS, preset
-from playground.engines.settings import changed_values
+from playground.engines.settings import changed_values, phase_values
 from strategies.registry import get_strategy
 
 
@@ -60,7 +60,7 @@ def start_of(args: argparse.Namespace) -> Start:
     if args.import_file:
         imported = import_file(args.import_file)
         s = imported.settings
-        out.strategy, out.values = "sampling", changed_values(s.params)
+        out.strategy, out.values = "sampling", changed_values(s.params) | phase_values(s.params)
         out.seed, out.max_new_tokens, out.grammar, out.imported = s.seed, s.max_new_tokens, s.grammar, True
         out.notes.append(f"[import] read {args.import_file} as a {imported.kind}")
         left = list(imported.not_carried)

@@ -13,7 +13,7 @@ from playground.engines import FORMATS, PRESETS, export, import_text, preset, se
 from playground.engines.gaps import shown
 from playground.engines.importing import Imported
 from playground.engines.presets import order_words
-from playground.engines.settings import changed_values
+from playground.engines.settings import changed_values, phase_values
 from playground.errors import InvalidRequest
 from playground.ui.controls import CHAIN_FIELDS, strategy_summary
 from playground.ui.events import QUIET, Updates, keyed
@@ -36,11 +36,14 @@ def reads_chain(shared: Shared, strategy: str) -> bool:
     return any(p.name == "order" and p.of(strategy) is not None for p in shared.panel.params_)
 
 
-def panel_values(shared: Shared, strategy: str, current: Mapping[Any, Any], chain: Mapping[str, Any]) -> Updates:
+def panel_values(shared: Shared, strategy: str, current: Mapping[Any, Any], chain: Mapping[str, Any],
+                 phases: Mapping[str, Any] | None = None) -> Updates:
     """{component: update} setting ``strategy``'s panel to ``chain`` (the sampler's values; the rest of the
-    chain at its defaults) and keeping its other values (a draft, a watch-list) as they are."""
+    chain at its defaults) and keeping its other values (a draft, a watch-list, the phases) as they are;
+    ``phases``: phase settings to set too (an import's thinking budget)."""
     kept = {k: v for k, v in shared.panel.params(strategy, current).items() if k not in SAMPLER_CHAIN}
-    return shared.panel.select(strategy, {**kept, **{k: v for k, v in chain.items() if k in SAMPLER_CHAIN}})
+    return shared.panel.select(strategy, {**kept, **{k: v for k, v in chain.items() if k in SAMPLER_CHAIN},
+                                          **(phases or {})})
 
 
 def preset_updates(shared: Shared, note: gr.Markdown, name: str, values: Mapping[Any, Any]) -> Updates:
@@ -69,7 +72,7 @@ def import_updates(shared: Shared, note: gr.Markdown, text: str, values: Mapping
     s, strategy = imported.settings, values[shared.strategy]
     if not reads_chain(shared, strategy):
         strategy = s.strategy if s.strategy != "greedy" else "sampling"
-    out = {**panel_values(shared, strategy, values, s.params.to_dict()), shared.strategy: strategy,
+    out = {**panel_values(shared, strategy, values, s.params.to_dict(), phase_values(s.params)), shared.strategy: strategy,
            shared.summary: strategy_summary(strategy)}
     if s.seed is not None:
         out[shared.seed] = s.seed
@@ -84,7 +87,7 @@ def import_updates(shared: Shared, note: gr.Markdown, text: str, values: Mapping
 def import_note(imported: Imported, strategy: str) -> str:
     """What an import set (the values that differ from everything off) and, listed, what it could not carry."""
     s = imported.settings
-    changed = {k: v for k, v in changed_values(s.params).items() if k != "order"}
+    changed = {k: v for k, v in {**changed_values(s.params), **phase_values(s.params)}.items() if k != "order"}
     set_ = ", ".join(f"{k} {shown(v)}" for k, v in {"temperature": s.params.temperature, **changed}.items())
     set_ += f", order {order_words(s.params)}"
     left = list(imported.not_carried) + ([f"stop {list(s.stop)!r}: the page has no stop strings"] if s.stop else [])
