@@ -40,3 +40,26 @@ def test_a_tiny_sweep_draws_its_chart_and_a_bad_grid_is_refused(page, url):
     drawn = dict(page.evaluate(CHART_JS))
     assert drawn["loop rate"] == 3 and drawn["mean surprisal"] == 3 and drawn["mean length"] == 3
     assert "temperature sweep: sampling on toy" in page.locator("#pg-sweep-plot .gtitle").text_content()
+
+
+def test_the_panels_stop_ends_a_sweep_after_the_run_in_flight_and_keeps_what_is_done(page, url):
+    """Beam's width sweeps one run per seed, so Stop lands between two runs of a value: the value's samples so
+    far stand as its point and the sweep ends there."""
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "beam", "1 2", "", False, 0, 6, {}, "greedy", {}))
+    page.wait_for_function("() => document.querySelector('#pg-prompt textarea')?.value === '1 2'")
+    page.get_by_role("tab", name="What if").click()
+    page.get_by_text("Sweep: one knob over its whole range").click()
+    page.wait_for_function("() => document.querySelector('#pg-sweep-param input')?.value === 'num_beams'")
+    _fill(page, "pg-sweep-count", "4")
+    _fill(page, "pg-sweep-n", "200")
+    page.locator("#pg-sweep-run").click()
+    page.wait_for_function("() => /run \\d+ of 200/.test(document.getElementById('pg-sweep-status')?.innerText || '')",
+                           timeout=60_000)
+    page.locator("#pg-sweep-stop").click()
+    page.wait_for_function(STATUS_JS, arg="stopped", timeout=60_000)
+    status = page.locator("#pg-sweep-status").inner_text()
+    done = int(status.split(" of 4 values")[0].split()[-1])
+    assert 1 <= done < 4 and "one run per seed" in status, status
+    drawn = dict(page.evaluate(CHART_JS))
+    title = page.locator("#pg-sweep-plot .gtitle").text_content()
+    assert drawn["loop rate"] == done and f"stopped after {done} of 4 values" in title

@@ -12,7 +12,7 @@ from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.page import build_demo
-from playground.ui.sweep_panel import grid_values, suggested_grid
+from playground.ui.sweep_panel import first_param, grid_values, suggested_grid, sweep_status, throttled
 from playground.whatif.sweep import sweep
 
 SETTINGS = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0,
@@ -124,3 +124,16 @@ def test_the_grid_and_the_parameters_range():
     assert 0 < start < stop == 1.0 and "top_p" in about
     with pytest.raises(InvalidRequest, match=r"a log grid's stop must be > 0, got -1"):
         grid_values(1, -1, 3, "log")
+    assert first_param(["loop_repeats", "num_beams"]) == "num_beams" and first_param(["top_k", "temperature"], "top_k") == "top_k"
+
+
+def test_a_point_cut_by_stop_says_so_and_progress_is_throttled():
+    record = {"points": [{"n": 200}, {"n": 70}], "values": [1, 2, 3], "stopped": True, "batched": False, "n": 200,
+              "timing": {"seconds": 3.0}}
+    assert "2 of 3 values · 200 samples each (the last 70, cut by Stop) (one run per seed)" in sweep_status(record)
+    heard = []
+    report = throttled(lambda f, m: heard.append(m), seconds=60)
+    for i in range(50):
+        report(i / 100, f"run {i + 1} of 50")
+    report(0.5, "num_beams = 2: 50 samples (2 of 2)")
+    assert heard == ["run 1 of 50", "num_beams = 2: 50 samples (2 of 2)"]  # a value's start always goes through

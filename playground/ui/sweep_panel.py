@@ -9,6 +9,7 @@ reads the page's Stop (and its own): it ends after the value in flight and keeps
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 import gradio as gr
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 SCALES = ("linear", "log")
 NO_EXTRACTOR = "none"
 ARGUMENT_KINDS = ("regex", "json", "choices")  # the extractors written KIND:ARGUMENT
-FRESH = "fresh"  # the rules' samples: a fresh draw with the sidebar's settings (else a sweep point's index)
+PREFERRED = ("temperature", "num_beams", "gamma", "alpha")  # what a sweep most often varies, in order
+FRESH = "fresh"
+PROGRESS_SECONDS = 0.5  # the least time between two progress reports to the page  # the rules' samples: a fresh draw with the sidebar's settings (else a sweep point's index)
 ACCURACY_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # N on the accuracy curve (and the pool's own size)
 INTRO = ("Vary one of the strategy's parameters over a grid and draw N samples at every value (the same seeds "
          "s, s+1, ... each time, with the sidebar's model, weights, prompt and other settings): the loop rate, "
@@ -113,6 +116,29 @@ def suggested_grid(strategy: str, name: str) -> tuple[float, float, str]:
     return float(low), float(high), f"**{name}** {range_text(meta)}: {meta['help']}"
 
 
+def throttled(progress: Progress | None, seconds: float = PROGRESS_SECONDS) -> Progress | None:
+    """``progress`` passed on at most every ``seconds`` (and at a value's start, the message that names it): a
+    one-by-one draw reports every run, and each report makes the browser rewrite its loading states."""
+    if progress is None:
+        return None
+    last = [-math.inf]
+
+    def report(fraction: float, message: str) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= seconds or " = " in message:
+            last[0] = now
+            progress(fraction, message)
+    return report
+
+
+def first_param(names: list[str], current: Any = None) -> str | None:
+    """The parameter a strategy's sweep starts on: the one shown where the strategy has it, else the first of
+    ``PREFERRED`` it has (beam: num_beams), else its first numeric one."""
+    if current in names:
+        return current
+    return next((n for n in PREFERRED if n in names), names[0] if names else None)
+
+
 def sweep_request(cfg: dict[str, Any], tokens: Any, grammar: Any = None) -> Request:
     """The sidebar's run as the sweep's request (its model, weights, strategy, parameters, prompt, seed)."""
     return Request(model=cfg["model"], strategy=cfg["strategy"], prompt=cfg["prompt"], params=dict(cfg["params"]),
@@ -147,8 +173,9 @@ def sweep_status(record: dict[str, Any]) -> str:
     done, total = len(record["points"]), len(record["values"])
     state = ("stopped: the values done are kept" if record["stopped"] else "done" if record.get("done") else "running")
     how = "batched rows" if record["batched"] else "one run per seed"
+    cut = record["points"][-1]["n"] if record["points"] and record["points"][-1]["n"] < record["n"] else None
     return (f"<div class='pg-status'><b>{state}</b> · {done} of {total} values · {record['n']} samples each "
-            f"({how}) · {record['timing']['seconds']:.1f} s</div>")
+            f"{'' if cut is None else f'(the last {cut}, cut by Stop) '}({how}) · {record['timing']['seconds']:.1f} s</div>")
 
 
 def point_choices(record: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -266,8 +293,7 @@ class SweepPanel:
 
         def on_strategy(strategy: str, current: Any) -> Any:
             names = sweepable(strategy)
-            pick = current if current in names else "temperature" if "temperature" in names else (names or [None])[0]
-            return keyed({self.param: gr.update(choices=names, value=pick)})
+            return keyed({self.param: gr.update(choices=names, value=first_param(names, current))})
 
         def on_param(strategy: str, name: Any) -> Any:
             if not name or name not in sweepable(strategy):
@@ -292,7 +318,7 @@ class SweepPanel:
             record = None
             for fig, status, record in sweep_view(store, req, values[self.param], grid_of, values[self.n],
                                                   extractor_spec(values[self.extract], values[self.argument]),
-                                                  known_answers(values[self.known]), log_x, events.progress(progress),
+                                                  known_answers(values[self.known]), log_x, throttled(events.progress(progress)),
                                                   events.stop_requested):
                 yield keyed({self.plot: plot_value(fig, theme), self.status: status})
             assert record is not None
@@ -314,7 +340,7 @@ class SweepPanel:
             html, fig, _ = rules_view(store, req, values[self.source], values[self.record], values[self.n],
                                       extractor_spec(values[self.extract], values[self.argument]),
                                       values[self.verify], known_answers(values[self.known]), values[self.branches],
-                                      values[self.window], values[self.eta], events.progress(progress))
+                                      values[self.window], values[self.eta], throttled(events.progress(progress)))
             yield keyed({self.rules_html: html,
                          self.rules_plot: gr.update(value=plot_value(fig, values[shared.theme]), visible=fig is not None)})
 
