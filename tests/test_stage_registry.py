@@ -10,10 +10,10 @@ import torch
 from playground.charts.marks import STAGE_MARKS, STAGE_SUMMARIES
 from playground.engine import Request, run
 from playground.errors import InvalidRequest
+from strategies.phases import PHASE_FIELDS
 from strategies.sampling.adaptive import AdaptiveP, Mirostat
 from strategies.sampling.chain import STAGE_NAMES, ChainParams, accept_chosen, build_chain, record_chain
 from strategies.sampling.repeats import PresenceFrequency
-from strategies.phases import PHASE_FIELDS
 from strategies.sampling.samplers import PRESETS, SAMPLER_STAGES, WATCHING_FIELDS, SamplerParams, build_sampler_chain
 from strategies.sampling.transforms import MinP, Temperature, TopK, TopP
 from strategies.sampling.truncations import XTC, Epsilon

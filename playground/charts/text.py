@@ -12,8 +12,8 @@ from typing import Any
 
 from playground.charts.common import as_prob, escape, prob_brief, token_text
 from playground.charts.marks import disallowed_ids, grammar_forced
-from playground.charts.phases import THINKING, forced_tip
 from playground.charts.palette import CONFIDENT, GRAMMAR_FORCED, PENALISED, SURPRISING, UNSURE, rgb, rgba
+from playground.charts.phases import THINKING, forced_tip
 
 
 def prob_color(p: float | None, alpha: float = 0.42) -> str:

@@ -18,8 +18,8 @@ from playground.trace import Trace
 from strategies.context import DecodeContext
 from strategies.forcing import annotate, choose
 from strategies.lens import lens_record
-from strategies.phases import ANSWER, Clock, PhaseParams, Plan, note_step, plan
 from strategies.loops import LOOP_REASON, LoopDetector, LoopStopParams, loop_detector
+from strategies.phases import ANSWER, Clock, PhaseParams, Plan, note_step, plan
 from strategies.recording import finish, make_step
 from strategies.registry import Draws, register
 from strategies.sampling.chain import Greedy, GumbelMax, Multinomial, accept_chosen, record_chain
@@ -106,7 +106,8 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     watch = watch or Watchers()
     clock = phases.start(trace) if phases is not None else None
     for i in range(ctx.max_new_tokens):
-        active = phases.answer if clock is not None and clock.phase == ANSWER and phases.answer else chain
+        active = phases.answer if phases is not None and clock is not None and clock.phase == ANSWER \
+            and phases.answer else chain
         record = record_chain(active, out.logits[:, -1], context)
         if grammar is not None and grammar.dead(record.decisions[active.index(grammar)]):
             reason = DEAD_END_REASON

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 
@@ -42,9 +42,9 @@ from playground.seam import LanguageModel
 from playground.trace import Trace, rnd
 from strategies.context import DecodeContext, OutOfTime
 from strategies.loops import record_loops
+from strategies.phases import ANSWER
 from strategies.recording import finish
 from strategies.registry import Draws, register
-from strategies.phases import ANSWER
 from strategies.sampling.chain import ChainRecord, build_chain, record_chain
 from strategies.sampling.grammar import (
     DEAD_END_REASON,
@@ -276,7 +276,7 @@ def speculative(ctx: DecodeContext, params: SpeculativeParams) -> Iterator[Trace
     trace = ctx.new_trace("speculative", params.to_dict(), [t.name for t in chain] + [f"verify:{params.verify}"])
     trace.rounds = []
     trace.timing.extra["rounds"] = []
-    phases = phased(ctx, params, lambda p: build_chain(p))
+    phases = phased(ctx, params, lambda p: build_chain(cast(SpeculativeParams, p)))
     clock = phases.start(trace) if phases is not None else None
     decoder = SpeculativeDecoder(lm, draft, chain, verifier(params), ctx.generator(1), ctx.generator(0),
                                  list(ctx.prompt_ids), ctx.clock.now, grammar=grammar_of(chain),
