@@ -249,10 +249,11 @@ class SweepPanel:
             self.scale = gr.Radio(list(SCALES), value="linear", label="Grid", elem_id="pg-sweep-scale", min_width=160)
         self.about = gr.Markdown(about, elem_classes=["pg-summary"], elem_id="pg-sweep-about")
         with gr.Row():
-            self.start = gr.Number(start, label="Start", elem_id="pg-sweep-start", min_width=100)
-            self.end = gr.Number(stop, label="Stop at", elem_id="pg-sweep-end", min_width=100)
-            self.count = gr.Number(6, precision=0, label=f"Values (1 to {MAX_POINTS})", elem_id="pg-sweep-count",
-                                   min_width=100)
+            # the three labels and infos are short, so the boxes stay in line on a phone (three to a row)
+            self.start = gr.Number(start, label="Start", info="first value", elem_id="pg-sweep-start", min_width=80)
+            self.end = gr.Number(stop, label="Stop at", info="last value", elem_id="pg-sweep-end", min_width=80)
+            self.count = gr.Number(6, precision=0, label="Values", info=f"1 to {MAX_POINTS}", elem_id="pg-sweep-count",
+                                   min_width=80)
         with gr.Row():
             self.n = gr.Slider(1, 200, value=20, step=1, label="Samples per value (N)", elem_id="pg-sweep-n",
                                info=f"N × values at most {MAX_SWEEP_SAMPLES}.")
