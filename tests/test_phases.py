@@ -278,3 +278,14 @@ def test_the_thinking_toys_accuracy_rises_with_its_budget(store):
         accuracy[budget] = right / len(pairs)
     assert accuracy[2] <= 0.4 and accuracy[12] >= 0.9, accuracy
     assert accuracy[2] + 0.15 < accuracy[5] < accuracy[12] - 0.15, accuracy
+
+
+def test_the_beam_tree_rings_the_nodes_the_budget_forced(store):
+    from playground.charts.beam import hover, tree_figure
+    trace = run(store, Request(model="toy-think", strategy="beam", prompt="3 + 6 =", max_new_tokens=10,
+                               params={"num_beams": 2, "thinking_budget": 3})).to_dict()
+    forced = [n for n in trace["beam"]["nodes"] if n.get("forced") == "budget"]
+    assert forced and all(n["step"] == 3 and n["text"] == "</think>" for n in forced)
+    ring = [t for t in tree_figure(trace).data if (t.meta or {}).get("role") == "forced"]
+    assert len(ring) == 1 and list(ring[0].customdata) == [n["id"] for n in forced]
+    assert "forced by the thinking budget" in hover(forced[0], "score")

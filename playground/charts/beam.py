@@ -18,6 +18,7 @@ from playground.charts.palette import (
     BEAM_KEPT,
     BEST,
     BEST_ROW,
+    BUDGET_CUT,
     CLEAR,
     FELL_OFF,
     FELL_OFF_EDGE,
@@ -93,6 +94,8 @@ def hover(node: dict[str, Any], score_label: str, logprob_label: str = "log-prob
         lines.append(f"length-penalised {_num(node['penalised'])}")
     if node.get("perturbed") is not None:
         lines.append(f"perturbed score G {_num(node['perturbed'])}")
+    if node.get("forced") == "budget":
+        lines.append("<b>forced by the thinking budget</b> (its log-prob is the model's own)")
     status = node["status"]
     if status == "pruned":
         rule = node["reason"]
@@ -134,6 +137,13 @@ def tree_figure(trace: dict[str, Any], step: int | None = None) -> go.Figure:
             customdata=[n["id"] for n in group], hovertext=[hover(n, label, lp_label) for n in group],
             hoverinfo="text", meta={"role": "nodes", "status": status}))
     _add_best(fig, beam, by_id, y, root_y)
+    forced = [n for n in nodes if n.get("forced") == "budget"]
+    if forced:  # the thinking budget's forced tokens (strategies/phases.py), ringed on top of their status
+        fig.add_trace(go.Scatter(x=[n["step"] for n in forced], y=[y[n["id"]] for n in forced], mode="markers",
+                                 marker=dict(color=BUDGET_CUT, size=17, symbol="diamond-open", line=dict(width=2)),
+                                 name="forced by the thinking budget", customdata=[n["id"] for n in forced],
+                                 hovertext=[hover(n, label, lp_label) for n in forced], hoverinfo="text",
+                                 meta={"role": "forced"}))
     fig.add_trace(go.Scatter(x=[-1] * len(roots), y=[root_y[t] for t in roots], mode="markers",
                              marker=dict(color=PROMPT, size=10, symbol="square"), name="prompt",
                              hovertext=["prompt"] * len(roots), hoverinfo="text", meta={"role": "prompt"}))
