@@ -19,6 +19,15 @@ class Example:
     label: str
     config: share.Config
     note: str
+    # what the page does once the run is done: "lens" reads every layer of the step shown (the run's most
+    # uncertain one) with the logit lens, drawn under its button
+    then: tuple[str, ...] = ()
+
+    @property
+    def run_flag(self) -> str:
+        """What the page runs after restoring the example (RUN_JS's modes, comma-separated)."""
+        return ",".join(filter(None, [self.config.run, *(["lockstep"] if self.config.pair_a else []),
+                                      *self.then]))
 
 
 def examples() -> list[Example]:
@@ -71,13 +80,49 @@ def examples() -> list[Example]:
         Example("Mirostat · μ settles", cfg(strategy="sampling", params={"mirostat_tau": 3.0, "mirostat_eta": 0.1},
                                             run="generate", **{**hot, "max_new_tokens": 120}),
                 "μ starts at 2τ and moves each step until the chosen tokens' surprise averages τ (its own chart)."),
+        *_family_examples(toy, gemma, smol),
         *_smollm2_examples(smol),
         *_grammar_examples(toy, smol),
     ]
 
 
+def _family_examples(toy: dict[str, Any], gemma: dict[str, Any], smol: dict[str, Any]) -> list[Example]:
+    """Beam search and contrastive decoding (the registry's other families), the logit lens and the lockstep
+    (What if), each where its phenomenon is plain."""
+    cfg = share.Config
+    return [
+        Example("Toy · beam vs greedy", cfg(strategy="beam", compare_strategy="greedy", run="compare",
+                                           **{**toy, "prompt": "5 1"}),
+                "after the unseen start 'time once', greedy takes ' upon' (p 0.49) and ends on a text of total "
+                "log-probability −2.59; beam search keeps ' a' (p 0.37) alive in its tree and finds 'a time there "
+                "lived happily ever' at −0.99, five times as probable as greedy's."),
+        Example("Gemma · contrastive vs greedy", cfg(strategy="contrastive", params={"strength": 0.5},
+                                                     compare_strategy="greedy", run="compare", **gemma),
+                "greedy (B) writes its sentence again; contrastive decoding (A) subtracts half the log-probability "
+                "of the model's own layer 15 (the amateur) from the last layer's: what the early layers already "
+                "predict, the repeat among it, loses, and the text moves on (the words differ between int4 and "
+                "float32 weights; the loop breaks on both)."),
+        Example("Gemma · logit lens", cfg(strategy="greedy", run="generate",
+                                          **{**gemma, "prompt": "The Eiffel Tower is in the city of",
+                                             "max_new_tokens": 3}),
+                "the lens reads the step shown (the run's most uncertain: ' Paris') at every layer, drawn under "
+                "its button: ' Paris' ranks past 20,000th up to layer 11, about 60th at 12, 2nd at 13 and first from "
+                "layer 14 of 18.", then=("lens",)),
+        Example("SmolLM2 · weights in lockstep", cfg(
+                    strategy="greedy", prompt="Explain in one sentence why the sky is blue.", pair_a="float32",
+                    pair_b="auto", pair_text=LOCKSTEP_TEXT, **smol),
+                "float32 (A) and the page's default weights (B, auto: int4 on most CPUs) read the same answer "
+                "token by token (What if): with int4 the distributions part by 0.002 nats on average (KL), yet "
+                "the top token differs at 2 of 18 steps, near ties."),
+    ]
+
+
+LOCKSTEP_TEXT = "The sky is blue because air molecules scatter short blue wavelengths of sunlight more than red ones."
+EAGLE_TREE = (3, 2)  # depth, branching: 1 + 2 + 4 + 8 = 15 tree tokens
+
+
 def _smollm2_examples(smol: dict[str, Any]) -> list[Example]:
-    """A watermark piling up green tokens, and an EAGLE tree sized by this machine's costs."""
+    """A watermark piling up green tokens, and an EAGLE draft tree (a pinned one: auto picks a chain on a CPU)."""
     cfg = share.Config
     return [
         Example("SmolLM2 · watermark", cfg(strategy="sampling", prompt="Write a short story about a lighthouse keeper.",
@@ -86,11 +131,16 @@ def _smollm2_examples(smol: dict[str, Any]) -> list[Example]:
                 "each step adds 2 to the logits of a quarter of the vocabulary, drawn from the token before: green "
                 "tokens pile up and the detector's z climbs past 4 (its own chart); where one token holds the "
                 "mass the bias moves nothing (green mass against entropy)."),
-        Example("SmolLM2 · EAGLE auto tree", cfg(strategy="speculative", prompt="Explain how a compass works.",
-                                                 params={"draft": "eagle", "eagle_tree": "auto", "temperature": 0.0},
-                                                 run="generate", **{**smol, "max_new_tokens": 48}),
-                "the head drafts a tree whose size comes from this machine's measured pass costs; the text is "
-                "greedy's, token for token, and the break-even lanes say whether drafting paid here and why."),
+        Example("SmolLM2 · EAGLE draft tree", cfg(strategy="speculative", prompt="Explain how a compass works.",
+                                                  params={"draft": "eagle", "eagle_tree": "static",
+                                                          "eagle_depth": EAGLE_TREE[0],
+                                                          "eagle_branching": EAGLE_TREE[1], "temperature": 0.0},
+                                                  run="generate", **{**smol, "max_new_tokens": 48}),
+                "the head drafts a tree 3 deep, 2 children a node (15 tokens), the target checks it in one pass "
+                "and keeps the longest path it agrees with (about 2.4 tokens a round); the text is greedy's, token "
+                "for token. The tree is pinned: 'auto' sizes it from this machine's pass costs, and on a CPU, where "
+                "a pass over 15 tokens costs several plain steps, it picks one level (1x1 to 1x3 here), no tree to "
+                "see; the break-even lanes say what a round cost and why this tree did not pay."),
     ]
 
 
@@ -126,10 +176,11 @@ def _grammar_examples(toy: dict[str, Any], smol: dict[str, Any]) -> list[Example
 def run_key(cfg: share.Config, mode: str) -> str:
     """What makes a run of ``cfg`` in ``mode`` ("generate" or "compare") the run it is, as a share
     query: the settings that run reads (a Generate run reads no Compare strategy), less the weights,
-    which an example leaves as a person picked them. Two runs with one key are the same run."""
+    which an example leaves as a person picked them. Two runs with one key are the same run. Mode ""
+    (an example that starts no Explore or Compare run: a lockstep) gives a key no such run has."""
     compare = mode == "compare"
     return share.encode(dataclasses.replace(
-        cfg, run="compare" if compare else "generate", dtype=DEFAULT_DTYPE, branch="",
+        cfg, run=mode if mode in ("generate", "compare") else "", dtype=DEFAULT_DTYPE, branch="",
         compare_strategy=cfg.compare_strategy if compare else share.DEFAULT_COMPARE,
         compare_params=cfg.compare_params if compare else {}))
 

@@ -35,6 +35,12 @@ if TYPE_CHECKING:
     from playground.ui.handlers import Decoder, Frame
 
 
+LENS_AFTER_JS = """(run) => {
+  if (String(run || '').split(',').includes('lens')) setTimeout(() => document.getElementById('pg-lens')?.click(), 50);
+  return '';
+}"""
+
+
 class Explore:
     """The tab's components (``layout``, inside its gr.Tab) and its events (``wire``)."""
 
@@ -82,6 +88,9 @@ class Explore:
                       show_progress_on=[self.main.text], **MODEL_EVENT)
         gr.on([shared.generate.click, shared.prompt.submit], None, None, None, js=SHOW_OUTPUT_JS % "pg-status",
               api_visibility="private")
+        # an example that reads its run with the lens (run flag "lens") asks for it once the run is done; the
+        # flag is spent, so the next Generate is a plain run
+        event.success(None, shared.run_flag, shared.run_flag, js=LENS_AFTER_JS, **QUIET)
         panel = self.branches
         # a restored link's branch runs once its parent has joined the tree
         event.success(panel.on_run, [shared.trace, panel.state],

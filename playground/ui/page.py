@@ -424,7 +424,7 @@ def _wire_examples(page: Shared) -> None:
     def on_example(evt: gr.EventData) -> Any:
         ex = shown[[id(b) for b in page.example_buttons].index(id(evt.target))]
         return {**page.apply_config(ex.config, weights=False), page.example_note: f"**{ex.label}**: {ex.note}",
-                page.example_key: example_run_key(ex)}
+                page.example_key: example_run_key(ex), page.run_flag: ex.run_flag}
     gr.on([b.click for b in page.example_buttons], on_example, None,
           [*page.restore_outputs, page.example_note, page.example_key], **QUIET).then(
         None, page.run_flag, None, js=RUN_JS, api_visibility="private")

@@ -1,0 +1,128 @@
+"""The examples row (playground/ui/examples.py): one chip for each family of the registry, the logit lens
+and the lockstep, and each of those examples shows what its note says on the real run, through the
+page's own request (components.run_request), on int4 and float32 weights where the model has both (an
+example leaves the Weights a person picked, so its note must hold on either)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from playground.charts.views import strategy_views
+from playground.models.fast import int4 as gguf_int4
+from playground.ui import share
+from playground.ui.components import run_request
+from playground.ui.examples import EAGLE_TREE, LOCKSTEP_TEXT, Example, example_run_key, examples, note_after
+from playground.ui.handlers import generate
+from playground.whatif.lens import lens
+from playground.whatif.lockstep import lockstep
+from strategies.registry import REGISTRY, all_strategies
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+
+WEIGHTS = ["int4", "float32"] if gguf_int4.kernel_available() else ["float32"]
+
+
+def example(predicate) -> Example:
+    found = [ex for ex in examples() if predicate(ex)]
+    assert len(found) == 1, [ex.label for ex in found]
+    return found[0]
+
+
+def side(store, ex: Example, key: str = "a", dtype: str = "auto", **params):
+    """The final frame of the example's run on side ``key`` (a: its strategy, b: Compare's), as the page asks."""
+    cfg = ex.config
+    strategy, values = (cfg.strategy, cfg.params) if key == "a" else (cfg.compare_strategy, cfg.compare_params)
+    values = {**dataclasses.asdict(cfg), "strategy": strategy, "params": {**values, **params}, "dtype": dtype,
+              "grammar_kind": cfg.grammar_kind or None}
+    return list(generate(store, run_request(values), final_step="uncertain"))[-1]
+
+
+def test_every_family_the_lens_and_the_lockstep_have_a_chip():
+    shown = examples()
+    families = {REGISTRY[s].family for ex in shown for s in (ex.config.strategy, ex.config.compare_strategy)
+                if ex.config.run == "compare" or s == ex.config.strategy}
+    assert families == {s.family for s in all_strategies()}
+    assert any("lens" in ex.then for ex in shown) and any(ex.config.pair_a for ex in shown)
+    assert len({ex.label for ex in shown}) == len(shown)
+    lockstep_ex = example(lambda ex: ex.config.pair_a)
+    assert lockstep_ex.run_flag == "lockstep"  # no Explore run: the lockstep reads its own text
+    assert not note_after(example_run_key(lockstep_ex), lockstep_ex.config, "generate")
+    assert example(lambda ex: "lens" in ex.then).run_flag == "generate,lens"
+    for ex in shown:  # a link of each restores it (the lockstep's and the lens's fields included)
+        back, warnings = share.decode(share.encode(ex.config), share.defaults())
+        assert warnings == [] and (back.pair_a, back.pair_b, back.pair_text) == (
+            ex.config.pair_a, ex.config.pair_b, ex.config.pair_text), ex.label
+
+
+def total(trace) -> float:
+    return sum(t["logprob"] for t in trace["tokens"])
+
+
+def test_the_beam_example_finds_a_text_five_times_likelier_than_greedys(store):
+    ex = example(lambda ex: ex.config.strategy == "beam")
+    beam, greedy = side(store, ex, "a").trace, side(store, ex, "b").trace
+    assert ex.config.compare_strategy == "greedy" and ex.config.run == "compare"
+    assert beam["text"] != greedy["text"]
+    assert greedy["text"].startswith("upon") and beam["text"] == "a time there lived happily ever"
+    assert round(total(greedy), 2) == -2.59 and round(total(beam), 2) == -0.99  # the note's figures
+    assert math.exp(total(beam) - total(greedy)) > 4.5
+    first = {c["text"].strip(): c["raw_prob"] for c in greedy["steps"][0]["candidates"]}
+    assert round(first["upon"], 2) == 0.49 and round(first["a"], 2) == 0.37
+    assert any(v.title.lower().startswith("beam") for v in strategy_views(beam, 0))
+
+
+def loops(trace) -> list:
+    return trace.get("loops") or []
+
+
+@pytest.mark.slow  # two Gemma runs of 40 tokens on each weights: about a minute
+@pytest.mark.parametrize("dtype", WEIGHTS)
+def test_the_contrastive_example_breaks_the_loop_greedy_falls_into(store, dtype):
+    ex = example(lambda ex: ex.config.strategy == "contrastive")
+    assert ex.config.compare_strategy == "greedy" and ex.config.run == "compare"
+    greedy = side(store, ex, "b", dtype, loop_repeats=2).trace  # detection only: it records, never changes a token
+    contrastive = side(store, ex, "a", dtype, loop_repeats=2).trace
+    assert loops(greedy) and loops(greedy)[0]["repeats"] >= 2
+    assert not loops(contrastive), contrastive["text"]
+    assert contrastive["text"] != greedy["text"]
+    assert contrastive["contrastive"] and "alpha_threshold" in contrastive["steps"][0]  # its own chart's record
+
+
+@pytest.mark.parametrize("dtype", WEIGHTS)
+def test_the_lens_example_reads_paris_rising_to_the_top_at_layer_14(store, dtype):
+    ex = example(lambda ex: "lens" in ex.then)
+    frame = side(store, ex, "a", dtype)
+    assert frame.step == 0 and frame.trace["tokens"][0]["text"] == " Paris"  # the step the lens reads
+    record = lens(store, frame.trace, frame.step)
+    ranks = [r["chosen_rank"] for r in record["rows"]]
+    assert len(ranks) == 19 and record["first_top_layer"] == 14  # 18 layers and the embeddings
+    assert min(ranks[:12]) > 2_000 and ranks[11] > 20_000 and 50 <= ranks[12] <= 70 and ranks[13] == 2
+    assert set(ranks[14:]) == {1}
+
+
+@pytest.mark.skipif(not gguf_int4.kernel_available(), reason="this torch has no CPU int4 kernel")
+def test_the_lockstep_example_parts_a_little_and_flips_near_ties_on_int4(store):
+    ex = example(lambda ex: ex.config.pair_a)
+    cfg = ex.config
+    assert (cfg.pair_a, cfg.pair_b, cfg.pair_model, cfg.pair_text) == ("float32", "auto", "", LOCKSTEP_TEXT)
+    record = lockstep(store, cfg.pair_text, cfg.model, cfg.model, cfg.pair_a, "int4", prompt=cfg.prompt,
+                      chat=cfg.chat)
+    summary = record["summary"]
+    assert summary["tokens"] == 18 and round(summary["agreement"] * 18) == 16  # "2 of 18 steps"
+    assert 0.001 < summary["mean_kl_ab"] < 0.003  # "0.002 nats on average"
+
+
+def test_the_eagle_example_draws_a_tree_and_writes_greedys_text(store):
+    ex = example(lambda ex: ex.config.params.get("draft") == "eagle")
+    assert ex.config.params["eagle_tree"] == "static"  # pinned: auto picks one level on a CPU
+    assert (ex.config.params["eagle_depth"], ex.config.params["eagle_branching"]) == EAGLE_TREE
+    trace = side(store, ex, "a", measure_baseline=False).trace
+    greedy = side(store, dataclasses.replace(ex, config=dataclasses.replace(ex.config, strategy="greedy", params={}))).trace
+    assert trace["text"] == greedy["text"]
+    rounds = trace["rounds"]
+    assert rounds and all(len(r["tree"]) == 15 for r in rounds)  # the root and 2 + 4 + 8 drafts
+    kept = len(trace["tokens"]) / len(rounds)
+    assert 2 <= kept <= 3  # "about 2.4 tokens a round"
