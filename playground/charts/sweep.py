@@ -23,11 +23,13 @@ NATS = (("surprisal", "mean surprisal", WATCHED[5]), ("entropy", "mean entropy",
 LEGEND_Y = -0.16  # under the plot and its x axis's title (place_caption gives it its rows)
 RULE_NAMES = {"majority": "majority vote", "mean_logprob": "highest mean logprob", "deepconf": "DeepConf",
               "cot_decoding": "CoT-decoding", "verifier": "verifier"}
-RULE_HOW = {"majority": "votes: samples per answer (self-consistency)",
-            "mean_logprob": "votes: each answer's best mean log-probability",
-            "deepconf": "votes: the kept samples' summed lowest group confidence",
-            "cot_decoding": "votes: each answer's summed top-1 minus top-2 margin over its own branches",
-            "verifier": "votes: samples that pass the check, per answer"}
+RULE_HOW = {"majority": "the most frequent answer; votes: samples per answer (self-consistency)",
+            "mean_logprob": "the sample of highest mean log-probability; votes: each answer's best mean",
+            "deepconf": "the largest vote of the top η% samples by lowest group confidence, each weighted by it; "
+                        "votes: those sums",
+            "cot_decoding": "the branch whose answer tokens have the largest top-1 minus top-2 margin; votes: each "
+                            "answer's summed margin over its own branches",
+            "verifier": "the first sample that passes the check; votes: passing samples per answer"}
 
 
 def sweep_title(record: dict[str, Any]) -> str:
@@ -164,7 +166,7 @@ def answers_html(result: dict[str, Any], source: str = "") -> str:
             f"{' (' + escape(source) + ')' if source else ''}, answers by <code>{escape(result['extract'])}</code>: {spread}"
             f"{' · ' + str(len(result['branches'])) + ' CoT branches' if result['branches'] else ''}</p>"
             "<div class='pg-view'><table class='pg-table'><tr><th>rule</th><th>pick</th><th>votes</th>"
-            f"<th>what the votes are</th></tr>{''.join(rows)}</table></div>{samples_html(result)}")
+            f"<th>how it picks</th></tr>{''.join(rows)}</table></div>{samples_html(result)}")
 
 
 def samples_html(result: dict[str, Any], top: int = 60) -> str:
