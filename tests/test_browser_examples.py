@@ -1,0 +1,59 @@
+"""The examples row in a real browser: a chip per family of the registry, and the chips of beam search and
+the logit lens run to their phenomenon (beam's text beside greedy's, another text; the lens read after
+the run and drawn under its button). Playwright drives Debian's Chromium; where there is none these skip
+(and fail under CI=true)."""
+from __future__ import annotations
+
+import pytest
+
+from playground.ui.examples import examples
+from strategies.registry import REGISTRY
+from tests.browser import tokens, wait_done
+
+pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
+
+LENS_PLOT_JS = """() => {
+  const gd = document.querySelector('#pg-lens-plot .js-plotly-plot');
+  if (!gd || gd.getBoundingClientRect().width === 0) return null;
+  const button = document.getElementById('pg-lens').getBoundingClientRect();
+  return {title: gd.layout?.title?.text || '', gap: gd.getBoundingClientRect().top - button.bottom};
+}"""
+
+
+def click_example(page, label: str) -> None:
+    page.get_by_role("button", name=label, exact=True).click()
+    page.wait_for_function("(label) => (document.getElementById('pg-example-note')?.innerText || '').includes(label)",
+                           arg=label, timeout=30_000)
+
+
+def test_each_family_has_a_chip_and_the_beam_chip_writes_another_text_than_greedy(page, url):
+    page.goto(url)
+    page.locator("#pg-examples button").first.wait_for()
+    shown = page.locator("#pg-examples button").all_inner_texts()
+    for family in ("beam", "contrastive", "speculative"):
+        assert any(REGISTRY[ex.config.strategy].family == family and ex.label in shown for ex in examples()), family
+    beam = next(ex for ex in examples() if ex.config.strategy == "beam")
+    click_example(page, beam.label)
+    page.wait_for_timeout(500)
+    wait_done(page, "pg-status-a")
+    wait_done(page, "pg-status-b")
+    a, b = "".join(tokens(page, "pg-text-a")), "".join(tokens(page, "pg-text-b"))
+    assert a != b and "lived" in a, (a, b)  # beam's 'a time there lived happily ever', greedy's 'upon ...'
+
+
+@pytest.mark.slow  # Gemma 3's first use in the server's process: a load, a run and the lens, about a minute
+def test_the_lens_chip_reads_its_run_and_draws_the_lens_under_its_button(page, url):
+    page.goto(url)
+    lens = next(ex for ex in examples() if "lens" in ex.then)
+    click_example(page, lens.label)
+    page.wait_for_function(f"() => ({LENS_PLOT_JS})() !== null", timeout=240_000)
+    drawn = page.evaluate(LENS_PLOT_JS)
+    assert drawn["title"].startswith("Logit lens at step 0") and "Paris" in drawn["title"], drawn
+    assert 0 <= drawn["gap"] <= 60, drawn
+    # the flag is spent: the next Generate is a plain run, its lens not read
+    page.locator("#pg-generate").click()
+    page.wait_for_function(f"() => ({LENS_PLOT_JS})() === null", timeout=60_000)
+    wait_done(page)
+    page.wait_for_timeout(1500)
+    assert page.evaluate(LENS_PLOT_JS) is None
