@@ -74,9 +74,8 @@ PRIMARY_CHAIN = ("temperature", "top_k", "top_p", "min_p")
 CHAIN_FIELDS = frozenset(f.name for cls in (ChainParams, SamplerParams) for f in dataclasses.fields(cls))
 ADVANCED_TITLE = "Advanced settings"
 PHASES_TITLE = "Thinking and answer"
-PHASES_NOTE = ("A model that reasons writes its thinking, a marker (`</think>`), then its answer. The settings above "
-               "run the thinking; *answer_params* changes them for the answer (e.g. `{\"temperature\": 0.7}`), and "
-               "*thinking_budget* forces the marker after that many thinking tokens.")
+PHASES_NOTE = ("The settings above run the thinking, up to its close (`</think>`); here the answer gets its own "
+               "and the thinking a budget.")
 
 # Parameters naming a second model that must share the first one's tokenizer, and the kinds that need
 # no other model: the menu offers these plus the models of the same tokenizer family.
