@@ -126,3 +126,17 @@ def test_the_eagle_example_draws_a_tree_and_writes_greedys_text(store):
     assert rounds and all(len(r["tree"]) == 15 for r in rounds)  # the root and 2 + 4 + 8 drafts
     kept = len(trace["tokens"]) / len(rounds)
     assert 2 <= kept <= 3  # "about 2.4 tokens a round"
+
+
+def test_the_thinking_examples_cut_the_count_and_cool_the_answer(store):
+    budget = example(lambda ex: ex.label == "Toy-think · thinking budget")
+    cut, whole = side(store, budget, "a").trace, side(store, budget, "b").trace
+    assert cut["text"] == "<think> 4 5 6 </think> 6" and whole["text"] == "<think> 4 5 6 7 8 9 </think> 9"
+    assert cut["phases"]["cut"]["step"] == 4 and round(cut["phases"]["cut"]["marker_p"], 5) == 3e-05
+    assert whole["phases"]["cut"] is None
+    chains = example(lambda ex: ex.label == "Toy-think · two chains")
+    cool, hot = side(store, chains, "a").trace, side(store, chains, "b").trace
+    assert cool["text"].split("</think>")[0] == hot["text"].split("</think>")[0] == "<think> 4 5 6 7 8 9 "
+    assert cool["text"].split("</think>")[1].split()[0] == "9" and hot["text"].split("</think>")[1].split()[0] == "18"
+    start = cool["phases"]["answer_from"]
+    assert [s["name"] for s in cool["steps"][start]["stages"]][1:] == ["temperature"]

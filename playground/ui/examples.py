@@ -170,6 +170,25 @@ def _grammar_examples(toy: dict[str, Any], smol: dict[str, Any]) -> list[Example
                 "two valid texts: ' the hill rose high' has over 99.9% of the model's probability of the two, but the "
                 "mask lets the first step take ' a' (p 0.7) and then forces ' hill' (Z 6e-05, red): masked "
                 "sampling ends on the text the model almost never writes 7 times in 10."),
+        *_thinking_examples(),
+    ]
+
+
+def _thinking_examples() -> list[Example]:
+    """A run in two phases (strategies/phases.py) on toy-think, which counts up from a, b steps between
+    <think> and </think>, then answers the last number it counted."""
+    cfg = share.Config
+    think: dict[str, Any] = dict(model="toy-think", prompt="3 + 6 =", max_new_tokens=14, strategy="sampling",
+                                 compare_strategy="sampling", run="compare")
+    return [
+        Example("Toy-think · thinking budget", cfg(params={"thinking_budget": 4}, **think, seed=0),
+                "A's budget forces </think> after 4 thinking tokens, mid-count (the model gave it p 3e-05): it "
+                "answers 6, the last number it counted; B counts on to 9 and answers 9. What if → Sweep over "
+                "thinking_budget draws the accuracy against the budget."),
+        Example("Toy-think · two chains", cfg(params={"temperature": 2.0, "answer_params": '{"temperature": 0.2}'},
+                                              compare_params={"temperature": 2.0}, **think, seed=48),
+                "both think at T 2 and count 4 … 9 alike (the same seed); A answers with its own chain at T 0.2 and "
+                "writes 9; B's answer, still at T 2, is 18."),
     ]
 
 
