@@ -34,6 +34,10 @@ forwardClicks('#pg-dist', 'pgBranchHooked', () => 'pg-branch', (pt) => {
 // A click on a step of the lockstep chart opens both models' distributions at that step: the point's x is
 // the step (see ui.whatif.PAIR_JS).
 forwardClicks('#pg-pair-plot', 'pgPairHooked', () => 'pg-pair-select', stepOf);
+
+// A click on a point of the sweep chart opens that value's samples: every trace has one point per value done,
+// in order, so the point's number is the value's index (see ui.sweep_panel.POINT_JS).
+forwardClicks('#pg-sweep-plot', 'pgSweepHooked', () => 'pg-sweep-select', (pt) => pt.pointNumber);
 })();
 
 // A number typed beyond a slider's range is set to the nearest end by the slider: say so beside it,

@@ -40,6 +40,17 @@ def test_a_tiny_sweep_draws_its_chart_and_a_bad_grid_is_refused(page, url):
     drawn = dict(page.evaluate(CHART_JS))
     assert drawn["loop rate"] == 3 and drawn["mean surprisal"] == 3 and drawn["mean length"] == 3
     assert "temperature sweep: sampling on toy" in page.locator("#pg-sweep-plot .gtitle").text_content()
+    # a click on the second value's point opens its samples under the answer rules
+    page.wait_for_function("() => document.querySelector('#pg-sweep-plot .js-plotly-plot')?.dataset.pgSweepHooked",
+                           timeout=10_000)
+    point = page.locator("#pg-sweep-plot .scatterlayer .trace").first.locator(".points path").nth(1)
+    point.scroll_into_view_if_needed()
+    box = point.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    value = page.evaluate("() => document.querySelector('#pg-sweep-plot .js-plotly-plot').data[0].x[1]")
+    page.wait_for_function("(v) => (document.getElementById('pg-rules-table')?.innerText || '').startsWith("
+                           "'temperature = ' + v + ':')", arg=f"{value:.4g}", timeout=20_000)
+    assert page.locator("#pg-rules-table tr").count() == 9  # a header and its 8 samples
 
 
 def test_the_panels_stop_ends_a_sweep_after_the_run_in_flight_and_keeps_what_is_done(page, url):

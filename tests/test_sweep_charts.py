@@ -3,7 +3,7 @@ drawn is the record's, the axis spans every value while a sweep runs, accuracy a
 and model text is escaped."""
 import pytest
 
-from playground.charts.sweep import answers_figure, answers_html, sweep_figure
+from playground.charts.sweep import answers_figure, answers_html, point_html, sweep_figure
 
 
 def point(value, **measures):
@@ -88,3 +88,13 @@ def test_agreeing_rules_say_so():
     rec = answers(picks=[{"rule": "majority", "answer": "12", "votes": {"12": 3}}])
     rec["disagreements"] = {"agree": True, "answers": {"12": ["majority"]}}
     assert "The rules agree." in answers_html(rec)
+
+
+def test_a_point_opened_lists_its_samples_with_the_answers_the_sweep_read():
+    p = point(0.5, samples=[{"seed": 0, "text": "<b>a</b> time"}, {"seed": 1, "text": "the hill"}],
+              answers=["<b>a</b>", None])
+    html = point_html(record([p], [0.5]), 0)
+    assert "<b>temperature = 0.5</b>: 4 samples, modal answer <code>&lt;b&gt;a&lt;/b&gt;</code>" in html
+    assert "loop rate 0.25" in html and "mean entropy 1.5" in html
+    assert "<tr><td>seed 0</td><td><code>&lt;b&gt;a&lt;/b&gt;</code></td><td><code>&lt;b&gt;a&lt;/b&gt; time</code>" in html
+    assert "<tr><td>seed 1</td><td><code>None</code></td>" in html

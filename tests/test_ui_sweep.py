@@ -137,3 +137,13 @@ def test_a_point_cut_by_stop_says_so_and_progress_is_throttled():
         report(i / 100, f"run {i + 1} of 50")
     report(0.5, "num_beams = 2: 50 samples (2 of 2)")
     assert heard == ["run 1 of 50", "num_beams = 2: 50 samples (2 of 2)"]  # a value's start always goes through
+
+
+def test_a_click_on_a_point_of_the_chart_opens_its_samples_for_the_rules(page, swept):
+    record = next(v for c, v in swept[-1].items() if isinstance(c, gr.State))
+    fn = event(page, "pg-rules-source")
+    out = by_id(fn.fn(record, gr.EventData(None, {"step": 1})))
+    assert out["pg-rules-source"]["value"] == "1" and out["pg-rules-plot"]["visible"] is False
+    opened = out["pg-rules-table"]
+    assert "<b>temperature = 1.25</b>: 24 samples" in opened and opened.count("<tr><td>seed ") == 24
+    assert isinstance(fn.fn(record, gr.EventData(None, {"step": 7})), type(gr.skip()))  # no such point: nothing changes

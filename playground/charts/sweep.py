@@ -182,3 +182,20 @@ def samples_html(result: dict[str, Any], top: int = 60) -> str:
             f"{' (the first ' + str(top) + ')' if cut else ''}{', and the CoT branches' if result['branches'] else ''}"
             "</summary><div class='pg-view'><table class='pg-table'><tr><th>sample</th><th>answer</th><th>text</th>"
             f"</tr>{''.join(shown)}</table></div></details>")
+
+
+def point_html(record: dict[str, Any], index: int, top: int = 60) -> str:
+    """One sweep point opened: its value, its measures in a line, and its kept samples with the answer
+    the sweep read from each (the first ``top``)."""
+    p = record["points"][index]
+    answers = p.get("answers") or [None] * len(p.get("samples", []))
+    rows = "".join(f"<tr><td>seed {s['seed']}</td><td><code>{escape(str(a)[:24])}</code></td>"
+                   f"<td><code>{escape(s['text'][:160])}</code></td></tr>"
+                   for s, a in list(zip(p.get("samples", []), answers))[:top])
+    measures = " · ".join(f"{name} {p[key]:.3g}" for key, name, _ in (*SHARES, *NATS)
+                          if isinstance(p.get(key), (int, float)))
+    more = f" (the first {top})" if len(p.get("samples", [])) > top else ""
+    return (f"<p><b>{escape(record['param'])} = {p['value']:.4g}</b>: {p['n']} samples, modal answer "
+            f"<code>{escape(str(p['modal_answer'])[:40])}</code> · {measures}. Pick the answers to run the rules on "
+            f"these samples{more}.</p><div class='pg-view'><table class='pg-table'><tr><th>sample</th><th>answer</th>"
+            f"<th>text</th></tr>{rows}</table></div>")

@@ -16,12 +16,21 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.charts.steps import empty_figure
-from playground.charts.sweep import answers_figure, answers_html, sweep_figure
+from playground.charts.sweep import answers_figure, answers_html, point_html, sweep_figure
 from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE
 from playground.ui import events
-from playground.ui.events import MODEL_EVENT, QUIET, chat_flag, handler, keyed, plot_component, plot_value
+from playground.ui.events import (
+    MODEL_EVENT,
+    QUIET,
+    chat_flag,
+    event_data,
+    handler,
+    keyed,
+    plot_component,
+    plot_value,
+)
 from playground.ui.export import write_sweep_json
 from playground.whatif.answers import DEFAULT_BRANCHES, RuleSettings, answers_of
 from playground.whatif.extractors import EXTRACTOR_KINDS
@@ -39,6 +48,8 @@ if TYPE_CHECKING:
     from playground.ui.components import Shared
 
 SCALES = ("linear", "log")
+# a click on a point of the sweep chart, forwarded by assets/playground.js (the point's index), opens its samples
+POINT_JS = "window.addEventListener('pg-sweep-select', (e) => trigger('click', {step: e.detail}));"
 NO_EXTRACTOR = "none"
 ARGUMENT_KINDS = ("regex", "json", "choices")  # the extractors written KIND:ARGUMENT
 PREFERRED = ("temperature", "num_beams", "gamma", "alpha")  # what a sweep most often varies, in order
@@ -238,6 +249,7 @@ class SweepPanel:
                                        show_label=False, elem_id="pg-sweep-plot")
             self.file = gr.File(label="Sweep JSON (every point's measures and samples)", elem_id="pg-sweep-file")
             self.record = gr.State(None)
+            self.hook = gr.HTML("", js_on_load=POINT_JS, elem_id="pg-sweep-hook")
             self._rules_layout()
 
     def _grid_layout(self) -> None:
@@ -302,6 +314,15 @@ class SweepPanel:
             start, stop, about = suggested_grid(strategy, name)
             return keyed({self.start: start, self.end: stop, self.about: about})
 
+        def on_point(record: dict[str, Any] | None, evt: gr.EventData) -> Any:
+            """A click on a point of the chart: the rules' samples become that point's, shown at once."""
+            index = event_data(evt).get("step")
+            if not record or not isinstance(index, int) or not 0 <= index < len(record.get("points", [])):
+                return keyed({})
+            return keyed({self.source: gr.update(value=str(index)), self.rules_html: point_html(record, index),
+                          self.rules_plot: gr.update(visible=False)})
+
+        self.hook.click(on_point, [self.record], [self.source, self.rules_html, self.rules_plot], **QUIET)
         shared.strategy.change(on_strategy, [shared.strategy, self.param], [self.param], **QUIET)
         # .change: a strategy that swaps the parameter (beam: num_beams) moves the grid to its range too
         self.param.change(on_param, [shared.strategy, self.param], [self.start, self.end, self.about], **QUIET)
