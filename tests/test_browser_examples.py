@@ -57,3 +57,17 @@ def test_the_lens_chip_reads_its_run_and_draws_the_lens_under_its_button(page, u
     wait_done(page)
     page.wait_for_timeout(1500)
     assert page.evaluate(LENS_PLOT_JS) is None
+
+
+def test_the_lockstep_chip_reads_its_text_and_brings_the_chart_into_view(page, url):
+    """The lockstep sits at the What-if tab's foot: the chip opens it, reads its text and scrolls there."""
+    page.goto(url)
+    pair = next(ex for ex in examples() if ex.config.pair_a)
+    click_example(page, pair.label)
+    page.wait_for_function("() => ((document.querySelector('#pg-pair-plot .js-plotly-plot')?.layout?.title?.text)"
+                           " || '').startsWith('A smollm2')", timeout=180_000)
+    page.wait_for_timeout(500)
+    box = page.locator("#pg-pair-run").bounding_box()
+    assert box is not None and 0 <= box["y"] <= 1000 - box["height"], box  # the button on screen
+    plot = page.locator("#pg-pair-plot").bounding_box()
+    assert plot is not None and plot["y"] < 1000, plot  # its chart starts on screen under it

@@ -71,7 +71,11 @@ RUN_JS = """(run) => {
   const modes = String(run || '').split(',');
   if (modes.includes('generate')) setTimeout(() => click('pg-generate'), 50);
   if (modes.includes('compare')) setTimeout(() => click('pg-compare-run'), 250);
-  if (modes.includes('lockstep')) setTimeout(() => click('pg-pair-run'), 400);
+  // the lockstep's output is at the What-if tab's foot, some 3,000 px down: its button comes into view
+  if (modes.includes('lockstep')) setTimeout(() => {
+    click('pg-pair-run');
+    document.getElementById('pg-pair-run')?.scrollIntoView({block: 'start'});
+  }, 400);
   return [];
 }"""
 
