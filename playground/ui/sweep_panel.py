@@ -53,13 +53,14 @@ POINT_JS = "window.addEventListener('pg-sweep-select', (e) => trigger('click', {
 NO_EXTRACTOR = "none"
 ARGUMENT_KINDS = ("regex", "json", "choices")  # the extractors written KIND:ARGUMENT
 PREFERRED = ("temperature", "num_beams", "gamma", "alpha")  # what a sweep most often varies, in order
-FRESH = "fresh"
-PROGRESS_SECONDS = 0.5  # the least time between two progress reports to the page  # the rules' samples: a fresh draw with the sidebar's settings (else a sweep point's index)
+FRESH = "fresh"  # the rules' samples: a fresh draw with the sidebar's settings (else a sweep point's index)
+PROGRESS_SECONDS = 0.5  # the least time between two progress reports to the page
 ACCURACY_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # N on the accuracy curve (and the pool's own size)
 INTRO = ("Vary one of the strategy's parameters over a grid and draw N samples at every value (the same seeds "
          "s, s+1, ... each time, with the sidebar's model, weights, prompt and other settings): the loop rate, "
          "distinct-n, the chosen tokens' surprisal and entropy, the length, the share agreeing with the modal "
-         "answer and, with a known answer, the accuracy. Stop (here or at the top) keeps the values done.")
+         "answer and, with a known answer, the accuracy. Stop (here or at the top) keeps the values done; a click "
+         "on a point opens its samples.")
 RULES_INTRO = ("Pick one answer out of N samples by each rule (majority vote, highest mean log-probability, "
                "DeepConf, CoT-decoding on its own branches, a verifier) and see where they part. The samples are "
                "a sweep point's (the very ones it measured) or a fresh draw with the sidebar's settings (N and the tokens "
@@ -215,7 +216,8 @@ def rules_view(store: ModelStore, req: Request, source: Any, record: dict[str, A
     (``source``: its index in ``record``) or a fresh draw of ``req``."""
     if extract is None:
         raise InvalidRequest("the answer rules need an answer extractor: pick one (last_number for a number)")
-    settings = RuleSettings(integer("DeepConf's window", window, 1, 4096), float(eta))
+    share = float(eta) if isinstance(eta, (int, float)) else math.nan  # RuleSettings names the range
+    settings = RuleSettings(integer("DeepConf's window", window, 1, 4096), share)
     k = integer("CoT-decoding's branches", branches, 0, 50)
     if source not in (None, "", FRESH) and record and record.get("points"):
         index = integer("the sweep point", source, 0, len(record["points"]) - 1)
