@@ -31,7 +31,7 @@ from playground.models.cpu import torch_capability as cpu_capability  # the kern
 DTYPES = ("auto", "float32", "bfloat16", "int4")
 DEFAULT_DTYPE = "auto"  # what the page, the CLI, the API and a share link run when nothing is picked
 _BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# torch CPU capabilities whose int4 kernel is vectorised and faster than float32 (README: the table);
+# torch CPU capabilities whose int4 kernel is vectorised and faster than float32 (docs/performance.md: the table);
 # the DEFAULT kernel is scalar, 20x slower than float32 per matrix product.
 INT4_FAST_CAPABILITIES = frozenset({"AVX2", "AVX512"})
 
