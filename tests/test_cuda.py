@@ -26,6 +26,7 @@ import torch
 from playground.engine import Request, run
 from playground.models import ModelStore
 from playground.models.dtypes import DEFAULT_DTYPE, dtype_name
+from strategies.registry import all_strategies
 
 DEVICE = os.environ.get("PLAYGROUND_CUDA_TEST_DEVICE", "cuda")
 pytestmark = [pytest.mark.cuda,
@@ -43,7 +44,7 @@ TOY = {  # strategy -> params, on toy with toy-small as draft and amateur
     "speculative": {"draft": "toy-small", "temperature": 0.0, "gamma": 3},
 }
 DETERMINISTIC = {"greedy", "beam", "contrastive", "speculative"}
-FORCEABLE = {"greedy", "sampling", "gumbel", "contrastive"}
+FORCEABLE = {s.name for s in all_strategies() if s.forceable}  # the registry's word, not a list kept here
 
 
 @pytest.fixture(scope="module")
