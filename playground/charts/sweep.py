@@ -132,7 +132,8 @@ def spread(point: dict[str, Any], half: float) -> float:
 
 def _votes(votes: dict[str, float], top: int = 4) -> str:
     ranked = sorted(votes.items(), key=lambda kv: -kv[1])
-    shown = ", ".join(f"<code>{escape(a[:24])}</code> {v:.3g}" for a, v in ranked[:top])
+    shown = " · ".join(f"<span style='white-space:nowrap'><code>{escape(a[:24])}</code>: {v:.3g}</span>"
+                       for a, v in ranked[:top])
     return shown + (f", {len(ranked) - top} more" if len(ranked) > top else "") if ranked else "no answer"
 
 
@@ -151,7 +152,7 @@ def answers_html(result: dict[str, Any], source: str = "") -> str:
         pick = "none" if p["answer"] is None else f"<code>{escape(p['answer'][:40])}</code>"
         ok = right(result, p["rule"])
         mark = "" if ok is None else (" ✓" if ok else " ✗")
-        rows.append(f"<tr><td><b>{RULE_NAMES.get(p['rule'], escape(p['rule']))}</b></td><td>{pick}{mark}</td>"
+        rows.append(f"<tr><td><b>{RULE_NAMES.get(p['rule'], escape(p['rule']))}</b></td><td style='white-space:nowrap'>{pick}{mark}</td>"
                     f"<td>{_votes(p['votes'])}</td><td class='pg-note'>{RULE_HOW.get(p['rule'], '')}</td></tr>")
     d = result["disagreements"]
     verdict = ("<b>The rules agree.</b>" if d["agree"] else "<b>The rules disagree:</b> " + "; ".join(
@@ -165,7 +166,7 @@ def answers_html(result: dict[str, Any], source: str = "") -> str:
     return (f"<p>{verdict}</p><p>{result['n']} samples of {escape(result['strategy'])} on {escape(result['model'])}"
             f"{' (' + escape(source) + ')' if source else ''}, answers by <code>{escape(result['extract'])}</code>: {spread}"
             f"{' · ' + str(len(result['branches'])) + ' CoT branches' if result['branches'] else ''}</p>"
-            "<div class='pg-view'><table class='pg-table'><tr><th>rule</th><th>pick</th><th>votes</th>"
+            "<div class='pg-view'><table class='pg-table' style='min-width:600px'><tr><th>rule</th><th>pick</th><th>votes</th>"
             f"<th>how it picks</th></tr>{''.join(rows)}</table></div>{samples_html(result)}")
 
 
