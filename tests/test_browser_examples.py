@@ -71,3 +71,32 @@ def test_the_lockstep_chip_reads_its_text_and_brings_the_chart_into_view(page, u
     assert box is not None and 0 <= box["y"] <= 1000 - box["height"], box  # the button on screen
     plot = page.locator("#pg-pair-plot").bounding_box()
     assert plot is not None and plot["y"] < 1000, plot  # its chart starts on screen under it
+
+
+TOOLBAR_JS = """(id) => {
+  const gd = document.querySelector(`#${id} .js-plotly-plot`);
+  const bar = gd.querySelector('.modebar-container .modebar').getBoundingClientRect();
+  const title = gd.querySelector('.gtitle').getBoundingClientRect();
+  return {bar: {left: bar.left, right: bar.right, top: bar.top, bottom: bar.bottom, width: bar.width},
+          title: {left: title.left, right: title.right, top: title.top, bottom: title.bottom}};
+}"""
+
+
+def test_the_toolbar_shown_on_hover_leaves_a_compare_sides_chart_title_clear(page, url):
+    """On a Compare side (half the page) the beam chip's charts keep their titles readable under the
+    pointer: plotly's toolbar keeps two buttons (camera, reset), not nine over the title's end."""
+    page.goto(url)
+    beam = next(ex for ex in examples() if ex.config.strategy == "beam")
+    click_example(page, beam.label)
+    page.wait_for_timeout(500)
+    wait_done(page, "pg-status-a")
+    wait_done(page, "pg-status-b")
+    for chart in ("pg-overview-a", "pg-dist-a", "pg-overview-b"):
+        page.locator(f"#{chart}").scroll_into_view_if_needed()
+        page.locator(f"#{chart}").hover()
+        page.wait_for_timeout(300)
+        box = page.evaluate(TOOLBAR_JS, chart)
+        bar, title = box["bar"], box["title"]
+        assert bar["width"] > 0  # shown: the camera is still there
+        apart = bar["left"] >= title["right"] or bar["bottom"] <= title["top"] or bar["top"] >= title["bottom"]
+        assert apart, (chart, box)

@@ -31,7 +31,12 @@ MODEL_CONCURRENCY = "model"  # every event that runs a model shares this group (
 QUIET: dict[str, Any] = dict(api_visibility="private", show_progress="hidden")  # UI plumbing: no API, no spinner
 MODEL_EVENT: dict[str, Any] = dict(concurrency_id=MODEL_CONCURRENCY, concurrency_limit=1)  # one model run at a time
 
+# plotly's toolbar shows on hover over the chart's top right, where a title runs: of its nine buttons (some
+# 230 px, over the title of a Compare side's chart) it keeps the camera and reset; a drag still zooms, a
+# double click resets
 PLOT_CONFIG = {"displaylogo": False, "responsive": True,
+               "modeBarButtonsToRemove": ["zoom2d", "pan2d", "select2d", "lasso2d", "zoomIn2d", "zoomOut2d",
+                                          "autoScale2d"],
                "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "decoding-playground"}}
 
 
