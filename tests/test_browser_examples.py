@@ -100,3 +100,27 @@ def test_the_toolbar_shown_on_hover_leaves_a_compare_sides_chart_title_clear(pag
         assert bar["width"] > 0  # shown: the camera is still there
         apart = bar["left"] >= title["right"] or bar["bottom"] <= title["top"] or bar["top"] >= title["bottom"]
         assert apart, (chart, box)
+
+
+CLEAR_JS = """() => [...document.querySelectorAll('[id^=pg-view-a-] .js-plotly-plot, [id^=pg-view-b-] .js-plotly-plot')]
+  .filter((gd) => gd.getBoundingClientRect().width > 0).map((gd) => {
+    const svg = gd.querySelector('.main-svg').getBoundingClientRect();
+    const texts = [...gd.querySelectorAll('.annotation, .gtitle')].map((el) => el.getBoundingClientRect());
+    return {title: gd.layout?.title?.text || '', right: svg.right, widest: Math.max(...texts.map((r) => r.right))};
+  })"""
+
+
+def test_a_compare_sides_views_keep_their_titles_and_captions_inside_the_column(page, url):
+    """The beam chip's Compare sides: the beam tree, its fates and the entropy map are drawn for the half
+    column they sit in (their captions and titles wrap there, not cut at its right edge)."""
+    page.goto(url)
+    beam = next(ex for ex in examples() if ex.config.strategy == "beam")
+    click_example(page, beam.label)
+    page.wait_for_timeout(500)
+    wait_done(page, "pg-status-a")
+    wait_done(page, "pg-status-b")
+    page.wait_for_timeout(1000)
+    views = page.evaluate(CLEAR_JS)
+    assert len(views) >= 3, views  # the tree and its fates on A, the entropy map on B at least
+    for view in views:
+        assert view["widest"] <= view["right"] + 1, view

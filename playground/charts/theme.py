@@ -93,6 +93,8 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     if narrow and width is not None:
         _fit_narrow(out, width)
     elif width is not None:
+        if _compact(out):  # a Compare side: about 30% of a desktop page
+            _wrap_title(out, int(width * 0.3))
         # the main column: about 70% of a desktop page; a Compare side's plot: under a quarter of it
         lines = _wrap_panel_titles(out, int(width * (0.22 if _compact(out) else 0.7)), 14)
         if lines > 1:  # room above the panels for their extra lines
@@ -194,6 +196,20 @@ def _panel_share(fig: go.Figure, x: float | None) -> float:
             if left - 1e-6 <= x <= right + 1e-6:
                 return right - left
     return 1 / _columns(fig)
+
+
+def _wrap_title(fig: go.Figure, width: int, size: int = 17) -> None:
+    """A plain title longer than ``width`` px (at about 0.6 of its type size a character) wrapped, the top
+    margin and the figure growing by its extra lines (plotly runs a long title off the figure's right)."""
+    title = str(fig.layout.title.text or "")
+    if not title or "<" in title:  # already broken, or marked up: left as it is
+        return
+    lines = wrap(title, max(16, int(width / (0.6 * size))))
+    if len(lines) > 1:
+        top = fig.layout.margin.t if fig.layout.margin.t is not None else 86
+        extra = 18 * (len(lines) - 1)
+        fig.update_layout(title_text="<br>".join(lines), margin_t=top + extra,
+                          height=(fig.layout.height or 450) + extra)
 
 
 def _fit_narrow(fig: go.Figure, page_width: int) -> None:

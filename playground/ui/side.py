@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from playground.charts.common import escape
 from playground.charts.steps import clamp_step, empty_figure
@@ -46,14 +47,15 @@ class ViewSlots:
 
     plots: list[gr.Plot]
     html: gr.HTML
+    compact: bool = False  # a Compare side's: its figures are drawn for a half-width column
 
     @classmethod
-    def make(cls, count: int, prefix: str, suffix: str = "") -> ViewSlots:
+    def make(cls, count: int, prefix: str, suffix: str = "", compact: bool = False) -> ViewSlots:
         """``count`` hidden figure slots and the HTML slot, with ``slot_ids``' element ids; each view's
         figure carries its own title: no Gradio label on top of it."""
         plot_ids, html_id = slot_ids(count, prefix, suffix)
         return cls([plot_component(visible=False, show_label=False, elem_id=i) for i in plot_ids],
-                   gr.HTML(visible=False, elem_id=html_id))
+                   gr.HTML(visible=False, elem_id=html_id), compact)
 
     @property
     def components(self) -> list[gr.Component]:
@@ -71,9 +73,18 @@ class ViewSlots:
             html_parts.append(f'<p>{len(left_out)} more view{"s" if len(left_out) > 1 else ""} of this '
                               f'run than this panel shows: {escape("; ".join(v.title for v in left_out))}</p>')
         out: Updates = {slot: gr.update(visible=False) for slot in self.plots}
-        out.update((slot, gr.update(value=plot_value(v.figure, theme), label=v.title, visible=True))
+        out.update((slot, gr.update(value=plot_value(self._fit(v.figure), theme), label=v.title, visible=True))
                    for slot, v in zip(self.plots, figs))
         out[self.html] = gr.update(value="".join(html_parts), visible=bool(html_parts))
+        return out
+
+    def _fit(self, fig: Any) -> Any:
+        """``fig`` marked for a half-width column where the slots are a Compare side's (its caption, title
+        and legend then wrap to that column rather than run off its right)."""
+        if not self.compact:
+            return fig
+        out = go.Figure(fig)
+        out.update_layout(meta={**(out.layout.meta if isinstance(out.layout.meta, dict) else {}), "compact": True})
         return out
 
     def step_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> Updates:
@@ -109,7 +120,7 @@ class Side:
         self.water = plot_component(empty_figure(), show_label=False, elem_id=f"pg-waterfall{suffix}")
         # a compare side shows its own strategy's views (a beam tree, speculative rounds...) under its charts;
         # the Explore side's are the page's (its tab places them)
-        self.view_slots = ViewSlots.make(COMPARE_VIEW_PLOTS, VIEW_PREFIX, suffix) if key != "main" else None
+        self.view_slots = ViewSlots.make(COMPARE_VIEW_PLOTS, VIEW_PREFIX, suffix, compact=True) if key != "main" else None
 
     def view_updates(self, trace: dict[str, Any] | None, step: Any, theme: str) -> Updates:
         """The side's view slots for ``step`` (nothing for the Explore side: its slots are the page's)."""
