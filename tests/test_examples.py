@@ -65,6 +65,8 @@ def test_the_beam_example_finds_a_text_five_times_likelier_than_greedys(store):
     ex = example(lambda ex: ex.config.strategy == "beam")
     beam, greedy = side(store, ex, "a").trace, side(store, ex, "b").trace
     assert ex.config.compare_strategy == "greedy" and ex.config.run == "compare"
+    start = "".join(store.get("toy").piece(int(i)) for i in ex.config.prompt.split())
+    assert f"'{start.strip()}'" in ex.note  # the note names the prompt's words: 'there once'
     assert beam["text"] != greedy["text"]
     assert greedy["text"].startswith("upon") and beam["text"] == "a time there lived happily ever"
     assert round(total(greedy), 2) == -2.59 and round(total(beam), 2) == -0.99  # the note's figures

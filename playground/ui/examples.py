@@ -93,7 +93,7 @@ def _family_examples(toy: dict[str, Any], gemma: dict[str, Any], smol: dict[str,
     return [
         Example("Toy · beam vs greedy", cfg(strategy="beam", compare_strategy="greedy", run="compare",
                                            **{**toy, "prompt": "5 1"}),
-                "after the unseen start 'time once', greedy takes ' upon' (p 0.49) and ends on a text of total "
+                "after the unseen start 'there once', greedy takes ' upon' (p 0.49) and ends on a text of total "
                 "log-probability −2.59; beam search keeps ' a' (p 0.37) alive in its tree and finds 'a time there "
                 "lived happily ever' at −0.99, five times as probable as greedy's."),
         Example("Gemma · contrastive vs greedy", cfg(strategy="contrastive", params={"strength": 0.5},
