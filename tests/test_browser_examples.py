@@ -124,3 +124,24 @@ def test_a_compare_sides_views_keep_their_titles_and_captions_inside_the_column(
     assert len(views) >= 3, views  # the tree and its fates on A, the entropy map on B at least
     for view in views:
         assert view["widest"] <= view["right"] + 1, view
+
+
+CHOSEN_JS = """(id) => {
+  const gd = document.querySelector(`#${id} .js-plotly-plot`);
+  const word = [...gd.querySelectorAll('.annotation')].find((a) => a.textContent.trim() === 'chosen');
+  const plot = gd.querySelector('.bglayer rect, .cartesianlayer .plot').getBoundingClientRect();
+  return word && {left: word.getBoundingClientRect().left, plot: plot.left};
+}"""
+
+
+def test_the_chosen_word_over_the_first_bar_stays_right_of_the_y_axis(page, url):
+    """Greedy's side of the beam chip chose its first bar: 'chosen' starts at its arrow, clear of the y axis's
+    labels (centred, half of it ran over them)."""
+    page.goto(url)
+    beam = next(ex for ex in examples() if ex.config.strategy == "beam")
+    click_example(page, beam.label)
+    page.wait_for_timeout(500)
+    wait_done(page, "pg-status-b")
+    page.wait_for_timeout(1000)
+    word = page.evaluate(CHOSEN_JS, "pg-dist-b")
+    assert word is not None and word["left"] >= word["plot"], word

@@ -115,8 +115,9 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     by_grammar = grammar_forced(s)
     if chosen_i is not None:
         j = shown.index(chosen_i)
+        # over the first bar the word starts at its arrow: centred, its left half ran over the y axis's labels
         fig.add_annotation(x=j, y=bar_probs[chosen_i], text="forced" if forced or by_grammar else "chosen",
-                           showarrow=True,
+                           showarrow=True, xanchor="left" if j == 0 else "center",
                            arrowhead=2, arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
     if forced:
         _add_strategy_choice(fig, s, shown, bar_probs)
