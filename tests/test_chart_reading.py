@@ -294,3 +294,13 @@ def test_the_basis_buttons_keep_the_caption_in_its_row(toy_traces):
     for button in out.layout.updatemenus[-1].buttons:
         [swapped] = [a for a in button.args[1]["annotations"] if a.get("name") == "caption"]
         assert swapped["yshift"] == placed.yshift and swapped["text"].startswith("bars: ")
+
+
+def test_the_winning_paths_labels_sit_on_the_side_its_edges_leave_free():
+    """Ranks drawn top down: a peak's label above, a valley's below (the edges leave that side free), a
+    slope or a flat run alternating with the label before (two labels a step apart never meet)."""
+    top, bottom = "top center", "bottom center"
+    # root 0, then 0 (flat), 1, 2, 2 (a flat pair on a slope), 1 (a peak), 10 (a valley), 0 (a peak), 3
+    ys = [0, 0, 1, 2, 2, 1, 10, 0, 3]
+    assert beam_charts.label_sides(ys) == [top, bottom, top, bottom, top, top, bottom, top, bottom]
+    assert beam_charts.label_sides([0]) == [top]

@@ -198,6 +198,22 @@ def _edges(group: list[dict[str, Any]], by_id: dict[int, dict[str, Any]], y: dic
     return xs, ys
 
 
+def label_sides(ys: list[float]) -> list[str]:
+    """Where each point's label of a path through ``ys`` (ranks, drawn top down) goes: above a node whose
+    two edges both leave downwards, below one whose edges both leave upwards (the side they leave free);
+    elsewhere alternating with the label before, so two labels a step apart never meet."""
+    out: list[str] = []
+    for i, y in enumerate(ys):
+        near = [ys[j] for j in (i - 1, i + 1) if 0 <= j < len(ys)]
+        if len(near) == 2 and all(v > y for v in near):
+            out.append("top center")
+        elif len(near) == 2 and all(v < y for v in near):
+            out.append("bottom center")
+        else:
+            out.append("bottom center" if out and out[-1] == "top center" else "top center")
+    return out
+
+
 def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, Any]], y: dict[int, float],
               root_y: dict[int, float]) -> None:
     best = beam.get("best") or []
@@ -211,8 +227,7 @@ def _add_best(fig: go.Figure, beam: dict[str, Any], by_id: dict[int, dict[str, A
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=BEST, width=3), hoverinfo="skip",
                              showlegend=False, meta={"role": "best_edges"}))
     labels = [show_token(n["text"]) for n in path] if len(path) <= MAX_LABELS else None
-    # neighbouring labels alternate above and below the path, so two short steps apart never collide
-    positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(len(path))]
+    positions = label_sides(ys)[1:]
     fig.add_trace(go.Scatter(
         x=[n["step"] for n in path], y=[y[n["id"]] for n in path], mode="markers+text" if labels else "markers",
         text=labels, textposition=positions, textfont=dict(color=BEST, size=11), name="winning path",
