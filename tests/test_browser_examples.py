@@ -145,3 +145,17 @@ def test_the_chosen_word_over_the_first_bar_stays_right_of_the_y_axis(page, url)
     page.wait_for_timeout(1000)
     word = page.evaluate(CHOSEN_JS, "pg-dist-b")
     assert word is not None and word["left"] >= word["plot"], word
+
+
+def test_no_blank_band_between_the_distribution_and_the_chain(page, url):
+    """A sampling chip's run: the note under the distribution says nothing (a bar click branches) and takes
+    no room, so the chain follows the distribution at the column's gap (the empty note was a 20 px band)."""
+    page.goto(url)
+    sampling = next(ex for ex in examples() if ex.config.strategy == "sampling" and ex.config.model == "toy"
+                    and ex.config.run == "generate" and not ex.config.grammar_kind)
+    click_example(page, sampling.label)
+    page.wait_for_timeout(500)
+    wait_done(page)
+    gap = page.evaluate("() => document.getElementById('pg-waterfall').getBoundingClientRect().top"
+                        " - document.getElementById('pg-dist').getBoundingClientRect().bottom")
+    assert 0 <= gap <= 20, gap
