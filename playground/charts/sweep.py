@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.charts.common import add_caption, escape
-from playground.charts.palette import ENTROPY, GUIDE, LOOP, TEMPLATE, WATCHED, rgba
+from playground.charts.palette import ENTROPY, GUIDE, LOOP, TEMPLATE, WATCHED
 
 # (key in a point, legend name, colour): the shares in [0, 1] of the top panel
 SHARES = (("loop_rate", "loop rate", LOOP), ("distinct_1", "distinct-1", WATCHED[0]),
