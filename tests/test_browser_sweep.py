@@ -1,6 +1,7 @@
 """The Sweep panel in a real browser: a tiny temperature sweep on the toy draws its chart, a grid of 13 values
 is refused on the panel's status line with the allowed range, and the next sweep runs. Playwright drives
-Debian's Chromium; where there is none these skip (and fail under CI=true)."""
+Debian's Chromium; where there is none these skip (and fail under CI=true). A link naming a sweep opens
+with the panel set and runs it."""
 from __future__ import annotations
 
 import pytest
@@ -74,3 +75,18 @@ def test_the_panels_stop_ends_a_sweep_after_the_run_in_flight_and_keeps_what_is_
     drawn = dict(page.evaluate(CHART_JS))
     title = page.locator("#pg-sweep-plot .gtitle").text_content()
     assert drawn["loop rate"] == done and f"stopped after {done} of 4 values" in title
+
+
+def test_a_link_with_a_sweep_opens_on_what_if_with_the_panel_set_and_runs_it(page, url):
+    sweep = {"sweep": "top_k", "sweep_grid": "lin:1:3:2", "sweep_n": 3, "sweep_tokens": 2,
+             "sweep_extract": "choices:a|the", "sweep_known": "a"}
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 0, 2, {}, "greedy", {},
+                                                  run="", sweep=sweep))
+    page.wait_for_function(STATUS_JS, arg="done", timeout=120_000)
+    assert "2 of 2 values · 3 samples each" in page.locator("#pg-sweep-status").inner_text()
+    assert page.locator("#pg-sweep-param input").input_value() == "top_k"
+    assert page.locator("#pg-sweep-known textarea, #pg-sweep-known input").first.input_value() == "a"
+    drawn = dict(page.evaluate(CHART_JS))
+    assert drawn["loop rate"] == 2 and "top_k sweep: sampling on toy" in page.locator("#pg-sweep-plot .gtitle").text_content()
+    assert page.get_by_role("tab", name="What if").get_attribute("aria-selected") == "true"
+    assert page.locator("#pg-sweep-run").is_visible()

@@ -11,13 +11,16 @@ import pytest
 
 from playground.charts.views import strategy_views
 from playground.charts.watermark import records
+from playground.engine import Request
 from playground.models.fast import int4 as gguf_int4
 from playground.ui import share
 from playground.ui.components import run_request
 from playground.ui.examples import EAGLE_TREE, LOCKSTEP_TEXT, Example, example_run_key, examples, note_after
 from playground.ui.handlers import generate
+from playground.whatif.grid import parse_values
 from playground.whatif.lens import lens
 from playground.whatif.lockstep import lockstep
+from playground.whatif.sweep import sweep
 from strategies.registry import REGISTRY, all_strategies
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -52,10 +55,11 @@ def test_every_family_the_lens_and_the_lockstep_have_a_chip():
     assert lockstep_ex.run_flag == "lockstep"  # no Explore run: the lockstep reads its own text
     assert not note_after(example_run_key(lockstep_ex), lockstep_ex.config, "generate")
     assert example(lambda ex: "lens" in ex.then).run_flag == "generate,lens"
+    assert example(lambda ex: ex.config.sweep).run_flag == "sweep"  # What if's sweep runs alone
     for ex in shown:  # a link of each restores it (the lockstep's and the lens's fields included)
         back, warnings = share.decode(share.encode(ex.config), share.defaults())
-        assert warnings == [] and (back.pair_a, back.pair_b, back.pair_text) == (
-            ex.config.pair_a, ex.config.pair_b, ex.config.pair_text), ex.label
+        assert warnings == [] and back == dataclasses.replace(ex.config, params=back.params,
+                                                              compare_params=back.compare_params), ex.label
 
 
 def total(trace) -> float:
@@ -145,6 +149,12 @@ def test_the_thinking_examples_cut_the_count_and_cool_the_answer(store):
     assert cool["text"].split("</think>")[1].split()[0] == "9" and hot["text"].split("</think>")[1].split()[0] == "18"
     start = cool["phases"]["answer_from"]
     assert [s["name"] for s in cool["steps"][start]["stages"]][1:] == ["temperature"]
+    swept = example(lambda ex: ex.config.sweep).config  # its note: wrong up to budget 6, right from 8
+    record = sweep(store, Request(swept.model, swept.strategy, swept.prompt, swept.params, seed=swept.seed,
+                                  max_new_tokens=swept.sweep_tokens), swept.sweep, parse_values(swept.sweep_grid),
+                   swept.sweep_n, swept.sweep_extract, [swept.sweep_known], keep_samples=False)
+    assert [(p["value"], p["modal_answer"], p["accuracy"]) for p in record["points"]] == [
+        (0, "4", 0.0), (2, "4", 0.0), (4, "6", 0.0), (6, "8", 0.0), (8, "9", 1.0), (10, "9", 1.0)]
 
 
 @pytest.mark.parametrize("dtype", WEIGHTS)

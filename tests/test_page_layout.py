@@ -257,9 +257,10 @@ def test_events_that_show_no_progress_have_no_progress_targets_and_the_others_ke
 
 
 def test_the_run_buttons_start_disabled_and_the_load_chain_enables_them_before_a_link_runs(demo):
-    """Generate, Compare's run and lockstep's run: each is what a link's run= clicks (RUN_JS)."""
+    """Generate, Compare's run, lockstep's and the sweep's: each is what a link's run= clicks (RUN_JS)."""
     by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
-    runs = [by_id[i] for i in ("pg-generate", "pg-compare-run", "pg-pair-run")]
+    ids = ("pg-generate", "pg-compare-run", "pg-pair-run", "pg-sweep-run")
+    runs = [by_id[i] for i in ids]
     assert all(b.interactive is False for b in runs)
     config = demo.get_config_file()
     loads = [d for d in config["dependencies"] if any(t[1] == "load" for t in d["targets"])]
@@ -268,7 +269,7 @@ def test_the_run_buttons_start_disabled_and_the_load_chain_enables_them_before_a
     while nxt := next((d for d in config["dependencies"] if d.get("trigger_after") == chain[-1]["id"]), None):
         chain.append(nxt)
     assert [d["outputs"] for d in chain[1:]] == [[b._id for b in runs], []]  # enabled, then run= clicks
-    assert chain[2]["js"] and all(i in chain[2]["js"] for i in ("pg-generate", "pg-compare-run", "pg-pair-run"))
+    assert chain[2]["js"] and all(i in chain[2]["js"] for i in ids)
 
 
 def test_the_glossary_gives_both_meanings_of_tau():

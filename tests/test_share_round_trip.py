@@ -305,3 +305,21 @@ def test_a_lockstep_in_a_link_with_other_weights_or_too_long_a_text_is_left_out_
     with pytest.raises(InvalidRequest, match=f"lockstep's text must be at most {MAX_TEXT_CHARS}"):
         share.encode(dataclasses.replace(share.defaults(), pair_a="float32", pair_b="int4",
                                          pair_text="x" * (MAX_TEXT_CHARS + 1)))
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"sweep": "temperature", "strategy": "greedy"}, "greedy's numeric parameters"),
+    ({"sweep_grid": "0.2,0.5"}, "sweep_grid must be lin:LOW:HIGH:COUNT"),
+    ({"sweep_grid": "lin:0.2:2:13"}, "count must be an integer in [1, 12], got 13"),
+    ({"sweep_n": "201"}, "sweep_n must be an integer in [1, 200], got '201'"),
+    ({"sweep_tokens": "0"}, "sweep_tokens must be an integer in [1, "),
+    ({"sweep_extract": "nearest"}, "an extractor must be one of"),
+])
+def test_a_sweep_in_a_link_that_its_panel_would_refuse_is_left_out_with_a_warning_naming_it(change, said):
+    good = {"strategy": "sampling", "sweep": "temperature", "sweep_grid": "lin:0.2:2:6", "sweep_n": "20",
+            "sweep_tokens": "8", "sweep_extract": "last_number", "sweep_known": "9"}
+    cfg, warnings = share.decode(good)
+    assert warnings == [] and (cfg.sweep, cfg.sweep_n, cfg.sweep_known) == ("temperature", 20, "9")
+    assert share.decode(share.encode(cfg))[0] == cfg  # the link of a sweep restores it
+    cfg, warnings = share.decode({**good, **change})
+    assert cfg.sweep == "" and cfg.sweep_n == 0 and len(warnings) == 1 and said in warnings[0], warnings

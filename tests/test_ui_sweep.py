@@ -3,6 +3,8 @@ draws its chart value by value, keeps its record and JSON, hands its points to t
 with the value and the range (and serves the next run), and Stop keeps the values done."""
 import html
 import json
+from types import SimpleNamespace
+from urllib.parse import parse_qsl
 
 import gradio as gr
 import pytest
@@ -147,3 +149,30 @@ def test_a_click_on_a_point_of_the_chart_opens_its_samples_for_the_rules(page, s
     opened = out["pg-rules-table"]
     assert "<b>temperature = 1.25</b>: 24 samples" in opened and opened.count("<tr><td>seed ") == 24
     assert isinstance(fn.fn(record, gr.EventData(None, {"step": 7})), type(gr.skip()))  # no such point: nothing changes
+
+
+def test_a_sweep_goes_into_the_share_link_and_the_opened_page_sets_it_back_and_runs_it(page, swept):
+    """Copy share link after a sweep: the link names its parameter, grid, N, tokens, extractor and known answer;
+    the page opened at it fills the panel in, opens it on What if, and runs it (RUN_JS's "sweep")."""
+    record_state = event(page, "pg-sweep-plot").outputs[2]
+    record = swept[-1][record_state]
+    link = next(f for f in page.fns.values() if f.outputs and getattr(f.outputs[0], "elem_id", None) == "pg-link"
+                and len(f.inputs) > 5)
+    query = call(link, lambda c: record if c is record_state else value_of(SETTINGS)(c))["value"]
+    pairs = dict(parse_qsl(query.lstrip("?")))
+    assert {k: v for k, v in pairs.items() if k.startswith("sweep")} == {
+        "sweep": "temperature", "sweep_grid": "lin:0.5:2:3", "sweep_n": "24", "sweep_tokens": "4",
+        "sweep_extract": "choices:a|the", "sweep_known": "a"}
+    assert "sweep" not in call(link, lambda c: None if c is record_state else value_of(SETTINGS)(c))["value"]
+    load = next(f for f in page.fns.values() if not f.inputs and f.outputs
+                and "pg-sweep-param" in [getattr(c, "elem_id", None) for c in f.outputs]
+                and "pg-example-note" not in [getattr(c, "elem_id", None) for c in f.outputs])
+    opened = load.fn(SimpleNamespace(query_params=pairs))
+    got = by_id(opened)
+    assert (got["pg-sweep-param"]["value"], got["pg-sweep-scale"], got["pg-sweep-start"], got["pg-sweep-end"],
+            got["pg-sweep-count"], got["pg-sweep-n"], got["pg-sweep-tokens"], got["pg-sweep-extract"],
+            got["pg-sweep-argument"], got["pg-sweep-known"]) == \
+        ("temperature", "linear", 0.5, 2.0, 3, 24, 4, "choices", "a|the", "a")
+    assert got["pg-sweep"]["open"] is True
+    flag = next(v for c, v in opened.items() if isinstance(c, gr.Textbox) and not c.visible and "sweep" in str(v))
+    assert flag == "generate,sweep"  # the opened page runs, then runs the sweep (page.RUN_JS)

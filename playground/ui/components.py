@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import gradio as gr
 
@@ -20,11 +20,24 @@ if TYPE_CHECKING:
     from playground.ui.controls import Panel
 
 
+class SweepLink(Protocol):
+    """What a link needs of What if's Sweep panel (playground.ui.sweep_panel.SweepPanel): its controls, set
+    back from a link's configuration, and the sweep last run."""
+
+    record: gr.State
+    run: gr.Button
+
+    @property
+    def outputs(self) -> list[Any]: ...
+
+    def restore(self, cfg: share.Config) -> dict[Any, Any]: ...
+
+
 @dataclass
 class Carried:
     """The controls outside the top row and the sidebar that a share link carries and restores: Compare's
     strategy B (its panel and summary), the branches' forced path and a link's pending branch, What if's
-    lockstep (its model B, both sides' weights, its text, its group and the record last read)."""
+    lockstep (its model B, both sides' weights, its text, its group and the record last read) and its sweep."""
 
     compare_strategy: gr.Dropdown
     compare_panel: Panel
@@ -37,6 +50,7 @@ class Carried:
     pair_text: gr.Textbox
     pair_box: gr.Accordion
     pair_record: gr.State
+    sweep: SweepLink
 
 
 class Shared:
@@ -116,7 +130,7 @@ class Shared:
                 self.carried.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.carried.forced, self.grammar_box, self.grammar_kind,
                 self.grammar_text, self.carried.pending, self.dtype, self.carried.pair_model, *self.carried.pair_dtypes,
-                self.carried.pair_text, self.carried.pair_box]
+                self.carried.pair_text, self.carried.pair_box, *self.carried.sweep.outputs]
 
     def apply_config(self, cfg: share.Config, weights: bool = True) -> Updates:
         """{component: update} setting every control to ``cfg`` (a share link or an example), within
@@ -148,6 +162,11 @@ class Shared:
                         w.pair_box: gr.update(open=True), self.run_flag: ",".join(filter(None, [cfg.run, "lockstep"]))})
             if cfg.run != "compare":
                 out[self.tabs] = gr.Tabs(selected="whatif")
+        if cfg.sweep:  # a sweep: its panel filled in and open, run once restored (RUN_JS)
+            out.update(self.carried.sweep.restore(cfg))
+            out[self.run_flag] = ",".join(filter(None, [str(out[self.run_flag]), "sweep"]))
+            if cfg.run != "compare":
+                out[self.tabs] = gr.Tabs(selected="whatif")
         if weights:
             out[self.dtype] = cfg.dtype
         return out
@@ -156,14 +175,16 @@ class Shared:
 def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool, seed: Any, max_new_tokens: Any,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
-                branch: str = "", dtype: str = DEFAULT_DTYPE, pair: dict[str, str] | None = None) -> str:
+                branch: str = "", dtype: str = DEFAULT_DTYPE, pair: dict[str, str] | None = None,
+                sweep: dict[str, Any] | None = None) -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
     ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run);
-    ``pair``: the lockstep read on the What-if tab (share.Config's ``pair_*`` fields), if any.
+    ``pair``: the lockstep read on the What-if tab (share.Config's ``pair_*`` fields), if any; ``sweep``: the
+    sweep last run there (its ``sweep*`` fields).
     Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
     cfg = page_config(model, strategy, prompt, system, chat, seed, max_new_tokens, params, compare_strategy,
                       compare_params, run, forced, grammar_kind, grammar_text, branch, dtype)
-    for key, value in (pair or {}).items():  # pair_model, pair_a, pair_b, pair_text
+    for key, value in {**(pair or {}), **(sweep or {})}.items():  # pair_model, ..., sweep, sweep_grid, ...
         setattr(cfg, key, value)
     return share.encode(cfg)
 

@@ -27,7 +27,7 @@ class Example:
     def run_flag(self) -> str:
         """What the page runs after restoring the example (RUN_JS's modes, comma-separated)."""
         return ",".join(filter(None, [self.config.run, *(["lockstep"] if self.config.pair_a else []),
-                                      *self.then]))
+                                      *(["sweep"] if self.config.sweep else []), *self.then]))
 
 
 def examples() -> list[Example]:
@@ -189,6 +189,12 @@ def _thinking_examples() -> list[Example]:
                                               compare_params={"temperature": 2.0}, **think, seed=48),
                 "both think at T 2 and count 4 … 9 alike (the same seed); A answers with its own chain at T 0.2 and "
                 "writes 9; B's answer, still at T 2, is 18."),
+        Example("Toy-think · budget sweep", cfg(model="toy-think", prompt="3 + 6 =", strategy="sampling", seed=0,
+                                                sweep="thinking_budget", sweep_grid="lin:0:10:6", sweep_n=4,
+                                                sweep_tokens=16, sweep_extract="last_number", sweep_known="9"),
+                "What if → Sweep: 4 samples at each thinking budget from 0 to 10; cut mid-count, the model answers "
+                "the last number it counted (6 at budget 4, 8 at 6), so the accuracy against 9 is 0 up to budget 6 "
+                "and 1 from 8, where the count ends by itself."),
     ]
 
 

@@ -48,6 +48,7 @@ from playground.ui.events import QUIET, chat_flag, is_chat_model, keyed, no_prog
 from playground.ui.examples import example_run_key, examples, note_after, prompt_offer, prompt_on_model, toy_note
 from playground.ui.explore import Explore
 from playground.ui.side import VIEW_PLOTS, VIEW_PREFIX, slot_ids
+from playground.ui.sweep_panel import sweep_link
 from playground.whatif import branches
 
 if TYPE_CHECKING:
@@ -76,6 +77,11 @@ RUN_JS = """(run) => {
     click('pg-pair-run');
     document.getElementById('pg-pair-run')?.scrollIntoView({block: 'start'});
   }, 400);
+  // a sweep's chart is under its button in the What-if tab: the button comes into view
+  if (modes.includes('sweep')) setTimeout(() => {
+    click('pg-sweep-run');
+    document.getElementById('pg-sweep-run')?.scrollIntoView({block: 'start'});
+  }, 450);
   return [];
 }"""
 
@@ -257,7 +263,7 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf, EnginesPanel]:
         page.theme = gr.Textbox("light", visible=False)  # "dark:390": the page's theme and width, read on load
     b = explore.branches
     page.carried = Carried(compare.strategy, compare.panel, compare.summary, b.forced, b.pending, b.state,
-                           w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record)
+                           w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record, w.sweep)
     return page, explore, compare, w, engines
 
 
@@ -360,8 +366,10 @@ def _wire_share(page: Shared, demo: gr.Blocks, explore: Explore, compare: Compar
         # a branch shown: its parent comes with it
         branch = branches.share_steps(values[carried.tree], settings["forced"])
         pair = lockstep_link(values[carried.pair_record], settings["model"])
+        sweep = sweep_link(values[carried.sweep.record], settings["strategy"])
         try:
-            return gr.update(value=share_query(**settings, run=values[page.mode], branch=branch, pair=pair),
+            return gr.update(value=share_query(**settings, run=values[page.mode], branch=branch, pair=pair,
+                                               sweep=sweep),
                              visible=True)
         except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
             raise refusal(err) from None
@@ -370,7 +378,7 @@ def _wire_share(page: Shared, demo: gr.Blocks, explore: Explore, compare: Compar
     def on_tab(evt: gr.EventData) -> str:
         return "compare" if evt.target is compare.tab else "generate"
     gr.on([explore.tab.select, compare.tab.select], on_tab, None, page.mode, **QUIET)
-    page.link.click(on_share, page.config_inputs | {carried.tree, page.mode, carried.pair_record},
+    page.link.click(on_share, page.config_inputs | {carried.tree, page.mode, carried.pair_record, carried.sweep.record},
                     page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
     starts = {"generate": [page.generate.click, page.prompt.submit], "compare": [compare.run.click],
@@ -442,7 +450,7 @@ def build_demo(store: ModelStore, decoder: Decoder | None = None) -> gr.Blocks:
         _wire_controls(page, store, explore.trace_file)
         compare.wire(page, store, decode)
         explore.wire(page, store, decode, compare)
-        _wire_share(page, demo, explore, compare, [page.generate, compare.run, w.pair_run])
+        _wire_share(page, demo, explore, compare, [page.generate, compare.run, w.pair_run, w.sweep.run])
         api.wire(page, decode, store)
         whatif.wire(page, w, store)
         engines.wire(page, explore.trace_file)

@@ -12,7 +12,9 @@ the steps where that branch parts from its parent (``branch=3``): the parent is 
 other forced steps, so the restore runs the parent, then the branch under it. It also names the
 grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compare tab's second
 strategy, and the What-if tab's lockstep (``pair_model``, ``pair_a``, ``pair_b``, ``pair_text``: the opened
-page reads it once restored). Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
+page reads it once restored), and the What-if tab's sweep last run (``sweep`` the parameter, ``sweep_grid``
+``lin:LOW:HIGH:COUNT`` or ``log:...``, ``sweep_n``, ``sweep_tokens``, ``sweep_extract``, ``sweep_known``: the
+opened page runs it once restored). Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
 is dropped with a warning, so an old link still opens. No gradio.
@@ -27,6 +29,10 @@ from urllib.parse import parse_qsl, urlencode
 from playground.engine import MAX_TEXT_CHARS
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
+from playground.whatif.extractors import make_extractor
+from playground.whatif.grid import check_param, parse_values
+from playground.whatif.sample_many import MAX_TOKENS
+from playground.whatif.sweep import MAX_PAGE_N, MAX_SWEEP_SAMPLES
 from strategies.forcing import parse_path
 from strategies.params import check_value, field_kind
 from strategies.registry import get_strategy
@@ -66,6 +72,20 @@ class Config:
     pair_a: str = ""
     pair_b: str = ""
     pair_text: str = ""
+    # the What-if tab's sweep (playground.whatif.sweep): the parameter ("" = none), its grid as
+    # ``lin:LOW:HIGH:COUNT`` or ``log:LOW:HIGH:COUNT``, N samples per value, tokens per sample, the answer
+    # extractor's spec ("" = none) and the known answers ("12|twelve"); with ``sweep`` set the opened page
+    # runs the sweep once restored
+    sweep: str = ""
+    sweep_grid: str = ""
+    sweep_n: int = 0
+    sweep_tokens: int = 0
+    sweep_extract: str = ""
+    sweep_known: str = ""
+
+
+SWEEP_KEYS = ("sweep", "sweep_grid", "sweep_n", "sweep_tokens", "sweep_extract", "sweep_known")
+MAX_KNOWN_CHARS = 1000  # the sweep's known answers
 
 
 def defaults() -> Config:
@@ -107,6 +127,8 @@ def encode(config: Config, base: Config | None = None) -> str:
     if config.pair_a:
         items += [(key, getattr(config, key)) for key in ("pair_model", "pair_a", "pair_b", "pair_text")
                   if getattr(config, key)]
+    if config.sweep:
+        items += [(key, str(getattr(config, key))) for key in SWEEP_KEYS if getattr(config, key)]
     if config.run:
         items.append(("run", config.run))
     query = "?" + urlencode(items)
@@ -127,6 +149,9 @@ def check_limits(config: Config) -> None:
     if len(config.pair_text) > MAX_TEXT_CHARS:
         raise InvalidRequest(f"the lockstep's text must be at most {MAX_TEXT_CHARS} characters, got "
                              f"{len(config.pair_text)}: a share link never cuts it")
+    if len(config.sweep_known) > MAX_KNOWN_CHARS:
+        raise InvalidRequest(f"the sweep's known answer must be at most {MAX_KNOWN_CHARS} characters, got "
+                             f"{len(config.sweep_known)}: a share link never cuts it")
     if config.grammar_kind and len(config.grammar_text) > MAX_GRAMMAR_CHARS:
         raise InvalidRequest(f"the {config.grammar_kind} grammar must be at most {MAX_GRAMMAR_CHARS} characters, "
                              f"got {len(config.grammar_text)}: a share link never cuts it")
@@ -193,7 +218,8 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.strategy, cfg.params = _strategy_part(pairs, "strategy", "p.", cfg.strategy, cfg.params, warnings)
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
-    known = {"model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
+    _sweep_part(pairs, cfg, warnings)
+    known = {*SWEEP_KEYS, "model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
              "branch", "grammar", "grammar_text", "pair_model", "pair_a", "pair_b", "pair_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
@@ -216,6 +242,44 @@ def _pair_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> No
                         f"got {len(text)}")
     else:
         cfg.pair_model, cfg.pair_a, cfg.pair_b, cfg.pair_text = pairs.get("pair_model", ""), a, b, text
+
+
+def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> None:
+    """The link's sweep into ``cfg`` (read after its strategy): the parameter one of the strategy's numeric
+    ones, the grid a lin/log grid, N and the tokens integers in their ranges, the extractor one the answer
+    rules take; otherwise the sweep is left out with a warning naming the value (the rest still opens)."""
+    if not any(key in pairs for key in SWEEP_KEYS):
+        return
+    name, grid_text = pairs.get("sweep", ""), pairs.get("sweep_grid", "").strip()
+    extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
+    try:
+        n = _whole("sweep_n", pairs.get("sweep_n", ""), 1, MAX_PAGE_N)
+        tokens = _whole("sweep_tokens", pairs.get("sweep_tokens", ""), 1, MAX_TOKENS)
+        check_param(cfg.strategy, name)
+        if grid_text.partition(":")[0] not in ("lin", "log"):
+            raise InvalidRequest(f"sweep_grid must be lin:LOW:HIGH:COUNT or log:LOW:HIGH:COUNT, got {grid_text!r:.100}")
+        count = len(parse_values(grid_text))
+        if n * count > MAX_SWEEP_SAMPLES:
+            raise InvalidRequest(f"N x values must be at most {MAX_SWEEP_SAMPLES}, got {n} x {count}")
+        if extract:
+            make_extractor(extract)
+        if len(known) > MAX_KNOWN_CHARS:
+            raise InvalidRequest(f"the known answer must be at most {MAX_KNOWN_CHARS} characters, got {len(known)}")
+    except InvalidRequest as err:
+        warnings.append(f"ignored the sweep: {err}")
+        return
+    cfg.sweep, cfg.sweep_grid, cfg.sweep_n, cfg.sweep_tokens = name, grid_text, n, tokens
+    cfg.sweep_extract, cfg.sweep_known = extract, known
+
+
+def _whole(key: str, text: str, low: int, high: int) -> int:
+    try:
+        ok = float(text).is_integer() and low <= int(float(text)) <= high
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidRequest(f"{key} must be an integer in [{low}, {high}], got {text!r:.100}")
+    return int(float(text))
 
 
 def _branch_part(text: str, forced: str, warnings: list[str]) -> str:

@@ -39,13 +39,14 @@ from playground.whatif.rules import DEFAULT_ETA, DEFAULT_WINDOW
 from playground.whatif.sample_many import MAX_TOKENS
 from playground.whatif.sample_records import Draw, Stop, draw_records
 from playground.whatif.step_record import drawn_from_dict
-from playground.whatif.sweep import MAX_SWEEP_SAMPLES, sweep_points
+from playground.whatif.sweep import MAX_PAGE_N, MAX_SWEEP_SAMPLES, sweep_points
 from strategies.params import describe, range_text
 from strategies.registry import get_strategy
 
 if TYPE_CHECKING:
     from playground.models import ModelStore, Progress
     from playground.ui.components import Shared
+    from playground.ui.share import Config
 
 SCALES = ("linear", "log")
 # a click on a point of the sweep chart, forwarded by assets/playground.js (the point's index), opens its samples
@@ -95,6 +96,21 @@ def grid_values(start: Any, stop: Any, count: Any, scale: Any) -> list[float]:
         bad = ("start", low) if low <= 0 else ("stop", high)
         raise InvalidRequest(f"a log grid's {bad[0]} must be > 0, got {bad[1]:g} (use linear for a grid through 0)")
     return grid("log" if scale == "log" else "lin", low, high, int(count))
+
+
+def grid_spec(start: Any, stop: Any, count: Any, scale: Any) -> str:
+    """The grid boxes as a link writes them: ``lin:LOW:HIGH:COUNT`` or ``log:LOW:HIGH:COUNT``."""
+    return f"{'log' if scale == 'log' else 'lin'}:{number('start', start):g}:{number('stop', stop):g}:{int(count)}"
+
+
+def sweep_link(record: dict[str, Any] | None, strategy: str) -> dict[str, Any] | None:
+    """The sweep last run as a link's ``sweep*`` fields (share.Config), None when none ran or it swept another
+    strategy than the one the link names (its parameter may not be that strategy's)."""
+    if not record or not record.get("grid") or record.get("strategy") != strategy:
+        return None
+    return {"sweep": record["param"], "sweep_grid": record["grid"], "sweep_n": record["n"],
+            "sweep_tokens": record["tokens"], "sweep_extract": record.get("extract") or "",
+            "sweep_known": "|".join(record.get("expected") or [])}
 
 
 def extractor_spec(kind: Any, argument: Any) -> str | None:
@@ -235,7 +251,24 @@ def rules_view(store: ModelStore, req: Request, source: Any, record: dict[str, A
 
 
 class SweepPanel:
-    """The sweep and the answer rules; ``layout`` inside the What-if tab, then ``wire``."""
+    """The sweep and the answer rules; ``layout`` inside the What-if tab, then ``wire``. A share link carries
+    the sweep last run (``sweep_link``) and sets its controls back (``restore``)."""
+
+    @property
+    def outputs(self) -> list[Any]:
+        """Every component ``restore`` may set."""
+        return [self.box, self.param, self.scale, self.start, self.end, self.count, self.n, self.tokens, self.extract,
+                self.argument, self.known, self.about]
+
+    def restore(self, cfg: Config) -> dict[Any, Any]:
+        """The controls set to ``cfg``'s sweep (share.decode checked it), the panel open."""
+        kind, low, high, count = cfg.sweep_grid.split(":")
+        extract, _, argument = cfg.sweep_extract.partition(":")
+        return {self.box: gr.update(open=True), self.param: gr.update(choices=sweepable(cfg.strategy), value=cfg.sweep),
+                self.scale: "log" if kind == "log" else "linear", self.start: float(low), self.end: float(high),
+                self.count: int(float(count)), self.n: cfg.sweep_n, self.tokens: cfg.sweep_tokens,
+                self.extract: extract or NO_EXTRACTOR, self.argument: argument, self.known: cfg.sweep_known,
+                self.about: suggested_grid(cfg.strategy, cfg.sweep)[2]}
 
     def layout(self) -> None:
         with gr.Accordion("Sweep: one knob over its whole range, and which answer N samples give", open=False,
@@ -244,7 +277,9 @@ class SweepPanel:
             self._grid_layout()
             self._answer_layout()
             with gr.Row():
-                self.run = gr.Button("Run the sweep", variant="primary", elem_id="pg-sweep-run", scale=3)
+                # enabled once the page's load event has restored a link (a link's sweep runs then)
+                self.run = gr.Button("Run the sweep", variant="primary", elem_id="pg-sweep-run", scale=3,
+                                     interactive=False)
                 self.stop = gr.Button("Stop", variant="stop", elem_id="pg-sweep-stop", scale=1)
             self.status = gr.HTML("", elem_id="pg-sweep-status")
             self.plot = plot_component(empty_figure("Run a sweep to see the measures against the parameter"),
@@ -269,7 +304,7 @@ class SweepPanel:
             self.count = gr.Number(6, precision=0, label="Values", info=f"1 to {MAX_POINTS}", elem_id="pg-sweep-count",
                                    min_width=80)
         with gr.Row():
-            self.n = gr.Slider(1, 200, value=20, step=1, label="Samples per value (N)", elem_id="pg-sweep-n",
+            self.n = gr.Slider(1, MAX_PAGE_N, value=20, step=1, label="Samples per value (N)", elem_id="pg-sweep-n",
                                info=f"N × values at most {MAX_SWEEP_SAMPLES}.")
             self.tokens = gr.Slider(1, MAX_TOKENS, value=16, step=1, label="Tokens per sample", elem_id="pg-sweep-tokens")
 
@@ -306,15 +341,22 @@ class SweepPanel:
         self._wire_sweep(shared, store)
         self._wire_rules(shared, store)
 
+        def grid_of(strategy: str, name: Any) -> dict[Any, Any]:
+            if not name or name not in sweepable(strategy):
+                return {}
+            start, stop, about = suggested_grid(strategy, name)
+            return {self.start: start, self.end: stop, self.about: about}
+
         def on_strategy(strategy: str, current: Any) -> Any:
+            """Another strategy: its parameters; where the one shown is not among them, the grid moves to the
+            new one's range (a link's restore names a parameter of its strategy, so its grid stays)."""
             names = sweepable(strategy)
-            return keyed({self.param: gr.update(choices=names, value=first_param(names, current))})
+            name = first_param(names, current)
+            return keyed({self.param: gr.update(choices=names, value=name),
+                          **(grid_of(strategy, name) if name != current else {})})
 
         def on_param(strategy: str, name: Any) -> Any:
-            if not name or name not in sweepable(strategy):
-                return keyed({})
-            start, stop, about = suggested_grid(strategy, name)
-            return keyed({self.start: start, self.end: stop, self.about: about})
+            return keyed(grid_of(strategy, name))
 
         def on_point(record: dict[str, Any] | None, evt: gr.EventData) -> Any:
             """A click on a point of the chart: the rules' samples become that point's, shown at once."""
@@ -325,9 +367,10 @@ class SweepPanel:
                           self.rules_plot: gr.update(visible=False)})
 
         self.hook.click(on_point, [self.record], [self.source, self.rules_html, self.rules_plot], **QUIET)
-        shared.strategy.change(on_strategy, [shared.strategy, self.param], [self.param], **QUIET)
-        # .change: a strategy that swaps the parameter (beam: num_beams) moves the grid to its range too
-        self.param.change(on_param, [shared.strategy, self.param], [self.start, self.end, self.about], **QUIET)
+        grid_boxes = [self.start, self.end, self.about]
+        shared.strategy.change(on_strategy, [shared.strategy, self.param], [self.param, *grid_boxes], **QUIET)
+        # .input, a person's choice: a link's restore sets the parameter and its own grid together
+        self.param.input(on_param, [shared.strategy, self.param], grid_boxes, **QUIET)
         self.stop.click(events.request_stop, None, None, queue=False, api_visibility="private")
 
     def _wire_sweep(self, shared: Shared, store: ModelStore) -> None:
@@ -346,7 +389,8 @@ class SweepPanel:
                                                   events.stop_requested):
                 yield keyed({self.plot: plot_value(fig, theme), self.status: status})
             assert record is not None
-            record = {**record, "system": req.system, "chat": req.chat, "dtype": req.dtype}
+            record = {**record, "system": req.system, "chat": req.chat, "dtype": req.dtype,
+                      "grid": grid_spec(values[self.start], values[self.end], values[self.count], values[self.scale])}
             yield keyed({self.record: record, self.file: write_sweep_json(record),
                          self.source: gr.update(choices=point_choices(record), value=FRESH)})
 

@@ -30,6 +30,7 @@ from playground.whatif.verifiers import check_expected
 
 LOOP_REPEATS = 3  # a span written three times back to back is a loop, unless the request sets its own
 MAX_SWEEP_SAMPLES = 4000  # N x values: the draws one sweep may make
+MAX_PAGE_N = 200  # N per value on the page's slider, and in a share link
 
 
 def loop_settings(params: dict) -> tuple[int, int]:
