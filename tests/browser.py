@@ -12,8 +12,11 @@ DONE_JS = "(id) => /finished|reached max|stopped/.test(document.getElementById(i
 
 
 def pick(page, label: str, option: str | re.Pattern) -> None:
-    """Choose ``option`` in the dropdown labelled ``label``."""
-    page.get_by_role("combobox", name=label).click()
+    """Choose ``option`` in the dropdown labelled ``label``; the menu is brought to the middle of the screen
+    first, so its list opens inside the viewport (at the page's foot it opened below the screen's edge)."""
+    menu = page.get_by_role("combobox", name=label)
+    menu.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+    menu.click()
     page.get_by_role("option", name=option).click()
 
 

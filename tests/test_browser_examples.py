@@ -142,7 +142,8 @@ def test_the_chosen_word_over_the_first_bar_stays_right_of_the_y_axis(page, url)
     click_example(page, beam.label)
     page.wait_for_timeout(500)
     wait_done(page, "pg-status-b")
-    page.wait_for_timeout(1000)
+    page.wait_for_function(f"(id) => !!document.querySelector(`#${{id}} .js-plotly-plot`) && !!({CHOSEN_JS})(id)",
+                           arg="pg-dist-b", timeout=30_000)  # the chart drawn, a busy machine or not
     word = page.evaluate(CHOSEN_JS, "pg-dist-b")
     assert word is not None and word["left"] >= word["plot"], word
 

@@ -20,6 +20,7 @@ from playground.ui.handlers import generate
 from playground.whatif.grid import parse_values
 from playground.whatif.lens import lens
 from playground.whatif.lockstep import lockstep
+from playground.whatif.sample_many import sample_many
 from playground.whatif.sweep import sweep
 from strategies.registry import REGISTRY, all_strategies
 
@@ -56,10 +57,22 @@ def test_every_family_the_lens_and_the_lockstep_have_a_chip():
     assert not note_after(example_run_key(lockstep_ex), lockstep_ex.config, "generate")
     assert example(lambda ex: "lens" in ex.then).run_flag == "generate,lens"
     assert example(lambda ex: ex.config.sweep).run_flag == "sweep"  # What if's sweep runs alone
+    assert [ex.label for ex in shown if ex.whatif] == [
+        "Toy 70/30 · sample many", "SmolLM2 · weights in lockstep", "Toy-think · budget sweep"]
+    assert example(lambda ex: "sample" in ex.then).run_flag == "sample"
     for ex in shown:  # a link of each restores it (the lockstep's and the lens's fields included)
         back, warnings = share.decode(share.encode(ex.config), share.defaults())
         assert warnings == [] and back == dataclasses.replace(ex.config, params=back.params,
                                                               compare_params=back.compare_params), ex.label
+
+
+def test_the_sample_many_example_draws_its_counts_and_p(store):
+    cfg = example(lambda ex: "sample" in ex.then).config
+    got = sample_many(store, Request(cfg.model, cfg.strategy, cfg.prompt, cfg.params, seed=cfg.seed,
+                                     max_new_tokens=4), 500)  # the panel's defaults: N 500, 4 tokens
+    top = [(o["text"].strip(), o["count"], round(o["probability"], 3)) for o in got["outcomes"][:2]]
+    assert top == [("a time there lived", 344, 0.699), ("the hill rose high", 153, 0.299)]
+    assert len(got["outcomes"]) == 5 and round(got["chi_square"]["p_value"], 2) == 0.60
 
 
 def total(trace) -> float:

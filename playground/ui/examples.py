@@ -20,8 +20,14 @@ class Example:
     config: share.Config
     note: str
     # what the page does once the run is done: "lens" reads every layer of the step shown (the run's most
-    # uncertain one) with the logit lens, drawn under its button
+    # uncertain one) with the logit lens, drawn under its button; "sample" draws What if's Sample many with
+    # the restored settings (its N and tokens as the panel holds them)
     then: tuple[str, ...] = ()
+
+    @property
+    def whatif(self) -> bool:
+        """Whether the example's phenomenon is on the What-if tab (its lockstep, sweep or sample many)."""
+        return bool(self.config.pair_a or self.config.sweep or "sample" in self.then)
 
     @property
     def run_flag(self) -> str:
@@ -43,6 +49,11 @@ def examples() -> list[Example]:
         Example("Toy 70/30 · temperature", cfg(strategy="sampling", params={"temperature": 1.0}, run="generate",
                                                **toy),
                 "sampling at T=1 takes ' the' three times in ten; this seed does."),
+        Example("Toy 70/30 · sample many", cfg(strategy="sampling", params={"temperature": 1.0}, **toy),
+                "What if → Sample many: 500 samples of 4 tokens at T=1, each outcome's share beside its exact "
+                "probability: 'a time there lived' 344 times (0.688 against 0.699), 'the hill rose high' 153 "
+                "(0.306 against 0.299), and three of the tail's outcomes once each; chi-square p 0.60.",
+                then=("sample",)),
         Example("Toy · greedy vs sampling", cfg(strategy="greedy", compare_strategy="sampling",
                                                 compare_params={"temperature": 1.0}, run="compare", **toy),
                 "the same prompt and seed, side by side: the sampler takes the other branch."),

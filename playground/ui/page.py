@@ -77,6 +77,10 @@ RUN_JS = """(run) => {
     click('pg-pair-run');
     document.getElementById('pg-pair-run')?.scrollIntoView({block: 'start'});
   }, 400);
+  if (modes.includes('sample')) setTimeout(() => {
+    click('pg-whatif-sample');
+    document.getElementById('pg-whatif-sample')?.scrollIntoView({block: 'start'});
+  }, 400);
   // a sweep's chart is under its button in the What-if tab: the button comes into view
   if (modes.includes('sweep')) setTimeout(() => {
     click('pg-sweep-run');
@@ -436,7 +440,8 @@ def _wire_examples(page: Shared) -> None:
     def on_example(evt: gr.EventData) -> Any:
         ex = shown[[id(b) for b in page.example_buttons].index(id(evt.target))]
         return {**page.apply_config(ex.config, weights=False), page.example_note: f"**{ex.label}**: {ex.note}",
-                page.example_key: example_run_key(ex), page.run_flag: ex.run_flag}
+                page.example_key: example_run_key(ex), page.run_flag: ex.run_flag,
+                **({page.tabs: gr.Tabs(selected="whatif")} if ex.whatif and ex.config.run != "compare" else {})}
     gr.on([b.click for b in page.example_buttons], on_example, None,
           [*page.restore_outputs, page.example_note, page.example_key], **QUIET).then(
         None, page.run_flag, None, js=RUN_JS, api_visibility="private")
