@@ -130,6 +130,7 @@ def stream(store: ModelStore, req: Request, progress: Progress | None = None,
         for trace in timed(spec.run(ctx, params), ctx, budget.deadline(ctx.clock.now)):
             trace.extra["dtype"] = dtype  # the weights (a dtype or int4); the chain always gets float32 logits
             trace.extra["weights_check"] = check  # how those weights compared with float32 on this CPU
+            trace.extra["max_new_tokens"] = req.max_new_tokens  # the limit asked (an export's max tokens)
             if req.grammar is not None:
                 trace.extra["grammar"] = req.grammar.to_dict()
             if lm.check is not None:

@@ -464,6 +464,14 @@ def test_export_config_from_flags_and_from_a_trace(capsys, tmp_path, recorded_ru
     assert "--engine must be one of llama-server" in capsys.readouterr().err
 
 
+def test_a_run_that_ends_early_exports_the_limit_it_asked_for(store):
+    trace = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0}, seed=4, max_new_tokens=40)).to_dict()
+    assert trace["finish_reason"] == "eos" and len(trace["tokens"]) == 7 and trace["max_new_tokens"] == 40
+    texts = export_trace(trace)
+    assert "--n-predict 40" in texts["llama-server"] and "max_tokens=40" in texts["vllm"]
+    assert settings_of_trace({k: v for k, v in trace.items() if k != "max_new_tokens"}).max_new_tokens == 7
+
+
 def test_run_takes_a_preset_and_an_import(capsys, tmp_path, store):
     assert main(["run", "--model", "toy", "--prompt", "1 2", "--preset", "universal", "--max-new-tokens", "3",
                  "--json", "--min-p", "0.2"]) == 0

@@ -110,8 +110,8 @@ def settings_for(strategy: str, params: Mapping[str, Any], seed: int | None = 0,
 
 
 def settings_of_trace(trace: Mapping[str, Any]) -> RunSettings:
-    """The settings a trace JSON records: its strategy, params, seed, grammar and its token count as the
-    limit (the request's limit is not in the trace; a run that stopped early gives its length)."""
+    """The settings a trace JSON records: its strategy, params, seed, grammar and its limit (``max_new_tokens``;
+    a trace written before it was recorded gives its token count)."""
     if not isinstance(trace, Mapping) or "strategy" not in trace or not isinstance(trace.get("params"), Mapping):
         raise InvalidRequest("a trace must be the JSON object `python -m playground run --json` writes "
                              "(with strategy and params)")
