@@ -25,6 +25,10 @@ def test_a_preset_then_copy_as_vllm_then_a_llama_server_import(page, url):
                            ".test(document.getElementById('pg-value-preset-note')?.innerText)", timeout=20_000)
     assert "SillyTavern" in text_of(page, "pg-value-preset-note")
     assert page.locator("#pg-p-min_p input[type=number]").input_value() == "0.1"
+    page.locator("#pg-p-temperature input[type=number]").fill("0.9")  # edited by hand: the menu no longer names it
+    page.keyboard.press("Tab")
+    page.wait_for_function("() => document.querySelector('#pg-value-preset input')?.value === ''", timeout=20_000)
+    assert not page.locator("#pg-value-preset-note").is_visible()
     page.locator("#pg-generate").click()
     wait_done(page)
     page.locator("#pg-export > button.label-wrap").click()

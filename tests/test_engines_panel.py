@@ -83,3 +83,22 @@ def test_an_import_sets_the_values_and_lists_what_it_could_not_carry(built):
     assert "**Not carried:**" in note and "--logit-bias" in note
     refused = import_updates(page, engines.import_note, "hello world", values_of(page))
     assert list(refused) == [engines.import_note] and "must be a llama-server" in refused[engines.import_note]
+
+
+def test_a_value_edited_by_hand_empties_the_preset_menu(store):
+    """Every control of the panel, moved by a person (its input event, not a preset's or a link's change),
+    clears the preset's name and note: the menu never names values the panel no longer holds."""
+    from playground.ui.page import build_demo
+    demo = build_demo(store)
+    try:
+        fn = next(f for f in demo.fns.values()
+                  if [getattr(c, "elem_id", None) for c in f.outputs] == ["pg-value-preset", "pg-value-preset-note"]
+                  and all(t[1] == "input" for t in f.targets))
+        moved = {demo.blocks[t[0]].elem_id for t in fn.targets}
+        from playground.ui.controls import panel_params
+        assert {f"pg-p-{p.name}" for p in panel_params()} <= moved  # one control per parameter, each one
+        assert "pg-p-temperature" in moved and "pg-p-order" in moved
+        menu, note = fn.fn()
+        assert menu["value"] is None and note["visible"] is False
+    finally:
+        demo.close()

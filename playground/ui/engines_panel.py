@@ -110,6 +110,11 @@ def copy_as(trace: Mapping[str, Any] | None, engine: str) -> tuple[str, str]:
     return e.text, f"{head}. What it cannot express of this run:\n\n{gaps}" if gaps else f"{head}: all of this run."
 
 
+def edited() -> list[Any]:
+    """A control moved by hand: the value preset's name and note go (the values are the person's now)."""
+    return [gr.update(value=None), gr.update(value="", visible=False)]
+
+
 class EnginesPanel:
     """The value preset (``layout``, in the strategy's parameters), the import box (``import_layout``, in the
     sidebar) and Copy as (``copy_as_layout``, in the Explore tab's export); ``wire`` registers their events."""
@@ -147,3 +152,6 @@ class EnginesPanel:
               **QUIET)
         shared.strategy.change(lambda s: [gr.update(visible=reads_chain(shared, s))] * 2, shared.strategy,
                                [self.preset, self.preset_note], **QUIET)
+        # a value a person edits after a preset: the menu no longer names what the panel holds, so it empties
+        # (a preset, an import or a link sets the values without an input event, and keeps it)
+        gr.on([c.input for c in shared.panel.components], edited, None, [self.preset, self.preset_note], **QUIET)
