@@ -154,4 +154,4 @@ class EnginesPanel:
                                [self.preset, self.preset_note], **QUIET)
         # a value a person edits after a preset: the menu no longer names what the panel holds, so it empties
         # (a preset, an import or a link sets the values without an input event, and keeps it)
-        gr.on([c.input for c in shared.panel.components], edited, None, [self.preset, self.preset_note], **QUIET)
+        gr.on([getattr(c, "input") for c in shared.panel.components], edited, None, [self.preset, self.preset_note], **QUIET)
