@@ -22,15 +22,30 @@ libraries are disassembled before every run: the script refuses to report if the
 AMX or VNNI instruction. The header line names the capability torch runs on and llama.cpp's
 instruction flags.
 
+``--export-check`` times nothing: it checks the project's llama.cpp export (issue 60). It builds llama.cpp's
+plain completion tool, ``llama-completion`` (tools/completion; this version's ``llama-cli`` is the chat
+client), from the same sources and with the same instruction flags, statically linked, cached beside the
+library build (477 s here, on two cores other jobs shared). Then for a few SmolLM2 runs (greedy, and sampling at
+temperature 0 with a repetition penalty, with top-k and min-p, with presence and frequency penalties), on
+two raw prompts, it runs ours in float32, exports the run's llama-cli flags from its trace
+(``playground.engines.formats.export_trace``) and runs the tool with exactly those flags, ``--temp 0``, the
+same prompt, token count and seed, on the GGUF file: it prints how far the two texts agree and, where they
+part, our top-2 margin at that step (llama.cpp computes on the file's quantized weights, ours on their
+dequantized values, so a near tie may go either way). Its exit status is 1 if the tool failed or refused an
+exported flag (a refused ``-1`` window is retried with the context size, said as such, to compare the texts).
+
     .venv/bin/python bench/bench_llamacpp.py [--quick] [--isa native|avx2] [--dtype float32,auto] [--threads 2] [--tokens 64]
+    .venv/bin/python bench/bench_llamacpp.py --export-check [--tokens 64] [--threads 2]
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -47,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from playground import models  # noqa: E402
 from playground.engine import Request, in_dtype, run  # noqa: E402
+from playground.engines.formats import export_trace  # noqa: E402
 
 BENCH_VENV = ROOT / ".bench-venv"
 PROMPT = "Write a long, detailed story about a dragon who learns to bake bread."
@@ -71,6 +87,32 @@ ISA_FLAGS = {
 OTHER_FLAGS = ["-DBUILD_SHARED_LIBS=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_COMMON=OFF",
                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_TOOLS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
                "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF"]
+# --export-check: llama.cpp's plain completion tool from the same sources. In this version tools/completion
+# builds llama-completion, one completion of a raw prompt; llama-cli (tools/cli) is the chat client on the
+# server's code. Linked statically (BUILD_SHARED_LIBS off), so the binary needs no library path.
+TOOL = "llama-completion"
+TOOL_FLAGS = ["-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_COMMON=ON",
+              "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+              "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF"]
+# Added to the exported flags where the tool's --help lists them: a raw prompt, no chat (the tool turns
+# conversation on when the model has a chat template), no warm-up run, plain output of the new text only.
+TOOL_RUN_FLAGS = ["-no-cnv", "--no-warmup", "--simple-io", "--no-display-prompt"]
+# The check's context size, and what an exported -1 window ("the whole context") becomes on a retry when this
+# version's command line refuses -1 (it takes N >= 0 only): the context size itself.
+CONTEXT = 1024
+STAND_INS = {"--repeat-last-n": str(CONTEXT), "--dry-penalty-last-n": str(CONTEXT)}
+# A top-2 probability margin below which a parting is put down to the two sides' numbers.
+NEAR_TIE = 0.1
+# The prompts of the check: the bench's open-ended one, and one whose continuation the model is surer of.
+EXPORT_PROMPTS = (PROMPT, "The history of the Roman Empire begins with")
+# The runs checked (our strategy and params); each is greedy in effect, as the check runs llama.cpp at --temp 0.
+EXPORT_CHECKS = {
+    "greedy": ("greedy", {}),
+    "T 0, repetition penalty 1.3": ("sampling", {"temperature": 0.0, "repetition_penalty": 1.3}),
+    "T 0, top-k 40, min-p 0.05": ("sampling", {"temperature": 0.0, "top_k": 40, "min_p": 0.05}),
+    "T 0, presence 0.5, frequency 0.5": ("sampling", {"temperature": 0.0, "presence_penalty": 0.5,
+                                                       "frequency_penalty": 0.5}),
+}
 # Our side under --isa avx2: torch's kernels for AVX2 (read when torch is imported) and oneDNN's up to AVX2.
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # What an AVX2-only build must not hold, in objdump's AT&T syntax: AVX-512's registers (zmm, the mask
@@ -106,12 +148,31 @@ for line in sys.stdin:
 """
 
 
-def _build_dir(isa: str) -> Path:
+def _build_dir(isa: str, flags: list[str] | None = None, name: str = "build") -> Path:
     """Where the build is cached: its key is the sources' version, the cmake flags and the CPU's
     features (GGML_NATIVE compiles for them; another CPU may lack an instruction)."""
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    key = hashlib.sha256("\n".join([LLAMA_CPP_PYTHON, *cmake_flags(isa), cpu]).encode()).hexdigest()[:12]
-    return BENCH_VENV / f"build-{LLAMA_CPP_PYTHON}-{key}"
+    flags = cmake_flags(isa) if flags is None else flags
+    key = hashlib.sha256("\n".join([LLAMA_CPP_PYTHON, *flags, cpu]).encode()).hexdigest()[:12]
+    return BENCH_VENV / f"{name}-{LLAMA_CPP_PYTHON}-{key}"
+
+
+def cmake_build(src: Path, build: Path, flags: list[str], target: str) -> float | None:
+    """Configure and build `target` into `build` unless a finished build is there; the seconds it took, or
+    None when it was cached. The compiler's chatter goes to build/build.log, kept for a failed build."""
+    if (build / "built").exists():
+        return None
+    start = time.perf_counter()
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    build.mkdir(parents=True, exist_ok=True)
+    with open(build / "build.log", "w") as log:
+        for step in (["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), *generator, *flags],
+                     ["cmake", "--build", str(build), "--target", target, "-j", str(os.cpu_count())]):
+            if subprocess.run(step, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                raise RuntimeError(f"building llama.cpp's {target} failed; see {build / 'build.log'}")
+    seconds = time.perf_counter() - start
+    (build / "built").write_text(f"{seconds:.0f} s\n")
+    return seconds
 
 
 def beyond_avx2(lib_dir: Path) -> dict[str, int]:
@@ -129,15 +190,16 @@ def beyond_avx2(lib_dir: Path) -> dict[str, int]:
     return counts
 
 
-def llama_cpp_worker(isa: str) -> tuple[Path, dict[str, str]]:
-    """The python and environment that run the bindings on our build of llama.cpp (made on first use)."""
+def bench_python() -> Path:
+    """The bench-only venv's python (made on first use)."""
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    if subprocess.run([str(python), "-c", "import numpy, diskcache, jinja2, typing_extensions"],
-                      capture_output=True).returncode != 0:  # what the bindings import, as wheels
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "numpy", "diskcache", "jinja2", "typing-extensions"],
-                       check=True)
+    return python
+
+
+def sources(python: Path) -> Path:
+    """llama-cpp-python's unpacked sdist in .bench-venv (fetched on first use); llama.cpp is its vendor/llama.cpp."""
     src = BENCH_VENV / f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
     if not src.is_dir():
         print(f"fetching llama-cpp-python {LLAMA_CPP_PYTHON}'s sources into .bench-venv", flush=True)
@@ -147,20 +209,22 @@ def llama_cpp_worker(isa: str) -> tuple[Path, dict[str, str]]:
             with tarfile.open(Path(tmp) / f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz") as tar:
                 tar.extractall(tmp, filter="data")
             (Path(tmp) / src.name).rename(src)
+    return src
+
+
+def llama_cpp_worker(isa: str) -> tuple[Path, dict[str, str]]:
+    """The python and environment that run the bindings on our build of llama.cpp (made on first use)."""
+    python = bench_python()
+    if subprocess.run([str(python), "-c", "import numpy, diskcache, jinja2, typing_extensions"],
+                      capture_output=True).returncode != 0:  # what the bindings import, as wheels
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "numpy", "diskcache", "jinja2", "typing-extensions"],
+                       check=True)
+    src = sources(python)
     build, flags = _build_dir(isa), cmake_flags(isa)
     if not (build / "built").exists():
         print(f"building llama.cpp's shared library ({isa}) into .bench-venv (about 3 minutes on two cores)",
               flush=True)
-        start = time.perf_counter()
-        generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-        build.mkdir(parents=True, exist_ok=True)
-        with open(build / "build.log", "w") as log:  # the compiler's chatter, kept for a failed build
-            for step in (["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), *generator, *flags],
-                         ["cmake", "--build", str(build), "--target", "llama", "-j", str(os.cpu_count())]):
-                if subprocess.run(step, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
-                    raise RuntimeError(f"building llama.cpp failed; see {log.name}")
-        (build / "built").write_text(f"{time.perf_counter() - start:.0f} s\n")
-        print(f"built llama.cpp in {time.perf_counter() - start:.0f} s", flush=True)
+        print(f"built llama.cpp in {cmake_build(src, build, flags, 'llama'):.0f} s", flush=True)
     if isa == "avx2":  # checked on every run, not only after the build: the numbers depend on it
         counts = beyond_avx2(build / "bin")
         if any(counts.values()):
@@ -263,6 +327,133 @@ def verify_costs(store: models.ModelStore, key: str, args: argparse.Namespace) -
     print(f"{key:14s} verify ({lm.weights}): one step {1000 * step:5.1f} ms   {shown}", flush=True)
 
 
+def completion_tool(isa: str) -> Path:
+    """llama.cpp's completion tool, built (on first use) from the sources the library comes from, with the
+    library build's instruction flags; cached beside it under the same kind of key."""
+    src = sources(bench_python())
+    flags = ["-DCMAKE_BUILD_TYPE=Release", *ISA_FLAGS[isa], *TOOL_FLAGS]
+    build = _build_dir(isa, flags, "tool")
+    if not (build / "built").exists():
+        print(f"building llama.cpp's {TOOL} ({isa}) into .bench-venv", flush=True)
+    seconds = cmake_build(src, build, flags, TOOL)
+    took = f"built in {seconds:.0f} s" if seconds is not None else f"cached, built in {(build / 'built').read_text().strip()}"
+    version = subprocess.run([str(build / "bin" / TOOL), "--version"], capture_output=True, text=True)
+    print(f"{TOOL} ({took}): {(version.stdout + version.stderr).strip().splitlines()[0]}", flush=True)
+    return build / "bin" / TOOL
+
+
+def quantization(path: Path) -> str:
+    """The tensor types of a GGUF file, most common first (e.g. 'Q4_1 x 182, F32 x 61')."""
+    from gguf import GGUFReader
+
+    counts: dict[str, int] = {}
+    for tensor in GGUFReader(path).tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+    return ", ".join(f"{name} x {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def exported_flags(trace: dict) -> tuple[list[str], list[str]]:
+    """The flags of the trace's llama-cli export as the exporter writes them (its text, split as a shell
+    would, with the program and its `-m MODEL.gguf` taken off), and its 'cannot express' lines."""
+    text = export_trace(trace)["llama-cli"]
+    lines = text.splitlines()
+    # the text is one flag a line, each line but the last ending in a backslash
+    words = shlex.split("\n".join(line for line in lines if not line.startswith("#")).replace("\\\n", " "))
+    if words[:3] != ["llama-cli", "-m", "MODEL.gguf"]:
+        raise RuntimeError(f"the llama-cli export does not start with 'llama-cli -m MODEL.gguf': {text!r}")
+    return words[3:], [line for line in lines if line.startswith("#")]
+
+
+def decision_margin(step: dict) -> tuple[float, str]:
+    """The top-2 probability gap of the distribution our argmax was taken on (the chain's last stage before
+    temperature, which at T 0 keeps only the top; else the model's own), and the two tokens."""
+    probs = [c["raw_prob"] for c in step["candidates"]]
+    for stage in step.get("stages", []):
+        if stage["name"] == "temperature":
+            break
+        probs = stage["probs"]
+    ranked = sorted(((p or 0.0, c["text"]) for p, c in zip(probs, step["candidates"])), reverse=True)
+    (p1, t1), (p2, t2) = ranked[0], ranked[1]
+    return p1 - p2, f"{t1!r} {p1:.4f} vs {t2!r} {p2:.4f}"
+
+
+def run_tool(cmd: list[str]) -> tuple[subprocess.CompletedProcess, str | None]:
+    """The tool's run, and the flag its argument parser refused (None if none)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    refused = re.search(r'(?:error while handling argument|invalid argument:?) "?([^"\s]+)', done.stderr)
+    return done, refused.group(1) if done.returncode != 0 and refused else None
+
+
+def compare(trace: dict, theirs: str) -> bool:
+    """Print where llama.cpp's text and our run's part, with our top-2 margin at that step; whether equal."""
+    ours, tokens = trace["text"], trace["tokens"]
+    split = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    at, ends = len(tokens), 0  # our token holding the split: the first whose end passes it
+    for k, token in enumerate(tokens):
+        ends += len(token["text"])
+        if ends > split:
+            at = k
+            break
+    same = ours == theirs
+    print(f"  agree on {split} characters of our {len(ours)} (llama.cpp wrote {len(theirs)}), i.e. on our first "
+          f"{at} of {len(tokens)} tokens; full texts {'EQUAL' if same else 'differ'}", flush=True)
+    if not same:
+        print(f"  ours      ...{ours[max(0, split - 30):split]!r} | {ours[split:split + 30]!r}\n"
+              f"  llama.cpp ...{theirs[max(0, split - 30):split]!r} | {theirs[split:split + 30]!r}", flush=True)
+        if at < len(trace["steps"]):
+            gap, which = decision_margin(trace["steps"][at])
+            hint = "" if gap < NEAR_TIE else ("; not a near tie: a sampler difference, or the tokens parted a step "
+                                              "or so before the characters")
+            print(f"  our step {at}: top-2 margin {gap:.4f} ({which}){hint}", flush=True)
+    return same
+
+
+def export_check(store: models.ModelStore, key: str, args: argparse.Namespace) -> bool:
+    """Per setting: our run (float32), its exported llama-cli flags run by llama.cpp's completion tool at
+    --temp 0 on the same GGUF, raw prompt and token count, and where the two texts part. False when the tool
+    failed or refused a flag (a refused -1 window is retried with its stand-in, said as such, to compare)."""
+    tool, gguf = completion_tool(args.isa), models.gguf_path(key)
+    helptext = subprocess.run([str(tool), "--help"], capture_output=True, text=True)
+    extra = [f for f in TOOL_RUN_FLAGS
+             if re.search(rf"(^|[\s,]){re.escape(f)}([\s,]|$)", helptext.stdout + helptext.stderr, re.M)]
+    print(f"{key}: {gguf.name} holds {quantization(gguf)} (llama.cpp computes on these; our float32 weights are "
+          f"their dequantized values); {args.tokens} new tokens; added to every export: {' '.join(extra)}", flush=True)
+    ok, equal, refusals = True, 0, set()
+    for (name, (strategy, params)), prompt in itertools.product(EXPORT_CHECKS.items(), EXPORT_PROMPTS):
+        trace = run(store, Request(key, strategy, prompt, params, seed=0, max_new_tokens=args.tokens, chat=False,
+                                   dtype="float32")).to_dict()
+        flags, cannot = exported_flags(trace)
+        print(f"\n[{name}; prompt {prompt!r}] exported: {shlex.join(flags)}", flush=True)
+        for line in cannot:
+            print(f"  {line}")
+        tail = ["-p", prompt, "-n", str(args.tokens), "--temp", "0", "--seed", str(trace["seed"]),
+                "-t", str(args.threads), "-c", str(CONTEXT), *extra]
+        done, refused = run_tool([str(tool), "-m", str(gguf), *flags, *tail])
+        while refused is not None:
+            ok = False
+            refusals.add(refused)
+            value = flags[flags.index(refused) + 1] if refused in flags[:-1] else None
+            print(f"  REFUSED by {TOOL}: {refused} {value} ({done.stderr.strip().splitlines()[0]})", flush=True)
+            if refused not in STAND_INS or value != "-1":
+                break
+            flags[flags.index(refused) + 1] = STAND_INS[refused]
+            print(f"  retried with {refused} {STAND_INS[refused]} (the context, -c {CONTEXT}) in place of -1; "
+                  f"the figures below are that retry's", flush=True)
+            done, refused = run_tool([str(tool), "-m", str(gguf), *flags, *tail])
+        if done.returncode != 0:
+            ok = False
+            print(f"  {TOOL} FAILED (exit {done.returncode}): {shlex.join([str(tool), '-m', str(gguf), *flags, *tail])}"
+                  f"\n  stderr tail: {done.stderr[-800:]}", flush=True)
+            continue
+        # the tool ends its output with two newlines, after " [end of text]\n" where the model ended the text
+        equal += compare(trace, done.stdout.removesuffix("\n\n").removesuffix(" [end of text]\n"))
+    refused_text = f"flags refused: {', '.join(sorted(refusals))}" if refusals else "no flag refused"
+    print(f"\nexport check {key}: {equal} of {len(EXPORT_CHECKS) * len(EXPORT_PROMPTS)} runs give llama.cpp's {TOOL} our full greedy "
+          f"text at --temp 0; {refused_text}; {TOOL} {'ran every export' if ok else 'FAILED or refused (see above)'}",
+          flush=True)
+    return ok
+
+
 def _list(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}" for v in values)
 
@@ -297,12 +488,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--verify-repeats", type=int, default=15)
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
+    ap.add_argument("--export-check", action="store_true",
+                    help=f"instead of timing: build llama.cpp's {TOOL} and run the exported llama-cli flags of a few "
+                         "SmolLM2 runs with it at --temp 0, comparing its text with ours")
     args = ap.parse_args()
     if args.isa == "avx2":
         as_on_avx2()  # before anything is loaded or built
     if args.quick:
         args.models, args.tokens, args.repeats, args.verify_repeats = "smollm2-135m", 32, 2, 7
     torch.set_num_threads(args.threads)
+    if args.export_check:
+        sys.exit(0 if export_check(models.ModelStore("cpu"), "smollm2-135m", args) else 1)
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
     print(f"torch {torch.__version__} on its {torch.backends.cpu.get_cpu_capability()} kernels"
           f"{f' (oneDNN up to {onednn})' if onednn else ''}, {args.threads} threads, {args.tokens} new tokens, "
