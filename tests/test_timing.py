@@ -23,7 +23,9 @@ def test_time_held_by_the_consumer_is_not_decoding_time(store, req):
             time.sleep(PAUSE)
             held += PAUSE
     assert held >= 2 * PAUSE
-    assert 0 < trace.timing.seconds < PAUSE, trace.timing.seconds
+    # counted, the consumer's time alone would be `held`; half of it leaves a loaded machine's decoding room
+    # (6 toy steps took 0.252 s beside the capability sweep in a cold run)
+    assert 0 < trace.timing.seconds < held / 2, (trace.timing.seconds, held)
     rounds = trace.timing.extra.get("rounds")
     if rounds is not None:  # each round's own draft and verify time fits inside the decoder's time
         assert 0 < sum(r["draft"] + r["verify"] for r in rounds) <= trace.timing.seconds
