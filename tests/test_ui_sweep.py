@@ -14,7 +14,7 @@ from playground.engine import Request
 from playground.errors import InvalidRequest
 from playground.ui import events
 from playground.ui.page import build_demo
-from playground.ui.sweep_panel import first_param, grid_values, suggested_grid, sweep_status, throttled
+from playground.ui.sweep_panel import first_param, grid_spec, grid_values, suggested_grid, sweep_status, throttled
 from playground.whatif.sweep import sweep
 
 SETTINGS = {"pg-model": "toy", "pg-strategy": "sampling", "pg-prompt": "1 2", "pg-seed": 0,
@@ -126,6 +126,9 @@ def test_the_grid_and_the_parameters_range():
     assert 0 < start < stop == 1.0 and "top_p" in about
     with pytest.raises(InvalidRequest, match=r"a log grid's stop must be > 0, got -1"):
         grid_values(1, -1, 3, "log")
+    # a link writes the ends exactly: a grid restored from it is the grid swept
+    assert grid_spec(0.1234567, 2.0, 3, "log") == "log:0.1234567:2:3"
+    assert grid_values(*grid_spec(0.1234567, 2.0, 3, "linear").split(":")[1:], "linear") == grid_values(0.1234567, 2, 3, "linear")
     assert first_param(["loop_repeats", "num_beams"]) == "num_beams" and first_param(["top_k", "temperature"], "top_k") == "top_k"
 
 

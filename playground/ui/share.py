@@ -27,6 +27,7 @@ from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
 from playground.engine import MAX_TEXT_CHARS
+from playground.engines.settings import whole
 from playground.errors import InvalidRequest
 from playground.models.dtypes import DEFAULT_DTYPE, DTYPES
 from playground.whatif.extractors import make_extractor
@@ -253,8 +254,8 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
     name, grid_text = pairs.get("sweep", ""), pairs.get("sweep_grid", "").strip()
     extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
     try:
-        n = _whole("sweep_n", pairs.get("sweep_n", ""), 1, MAX_PAGE_N)
-        tokens = _whole("sweep_tokens", pairs.get("sweep_tokens", ""), 1, MAX_TOKENS)
+        n = whole("sweep_n", pairs.get("sweep_n", ""), 1, MAX_PAGE_N)
+        tokens = whole("sweep_tokens", pairs.get("sweep_tokens", ""), 1, MAX_TOKENS)
         check_param(cfg.strategy, name)
         if grid_text.partition(":")[0] not in ("lin", "log"):
             raise InvalidRequest(f"sweep_grid must be lin:LOW:HIGH:COUNT or log:LOW:HIGH:COUNT, got {grid_text!r:.100}")
@@ -270,16 +271,6 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
         return
     cfg.sweep, cfg.sweep_grid, cfg.sweep_n, cfg.sweep_tokens = name, grid_text, n, tokens
     cfg.sweep_extract, cfg.sweep_known = extract, known
-
-
-def _whole(key: str, text: str, low: int, high: int) -> int:
-    try:
-        ok = float(text).is_integer() and low <= int(float(text)) <= high
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise InvalidRequest(f"{key} must be an integer in [{low}, {high}], got {text!r:.100}")
-    return int(float(text))
 
 
 def _branch_part(text: str, forced: str, warnings: list[str]) -> str:

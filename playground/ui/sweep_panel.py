@@ -99,8 +99,10 @@ def grid_values(start: Any, stop: Any, count: Any, scale: Any) -> list[float]:
 
 
 def grid_spec(start: Any, stop: Any, count: Any, scale: Any) -> str:
-    """The grid boxes as a link writes them: ``lin:LOW:HIGH:COUNT`` or ``log:LOW:HIGH:COUNT``."""
-    return f"{'log' if scale == 'log' else 'lin'}:{number('start', start):g}:{number('stop', stop):g}:{int(count)}"
+    """The grid boxes as a link writes them, each end exactly (a float's shortest round-trip text):
+    ``lin:LOW:HIGH:COUNT`` or ``log:LOW:HIGH:COUNT``."""
+    ends = [repr(number(name, x)).removesuffix(".0") for name, x in (("start", start), ("stop", stop))]
+    return f"{'log' if scale == 'log' else 'lin'}:{ends[0]}:{ends[1]}:{int(count)}"
 
 
 def sweep_link(record: dict[str, Any] | None, strategy: str) -> dict[str, Any] | None:
