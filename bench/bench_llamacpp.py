@@ -32,7 +32,7 @@ two raw prompts, it runs ours in float32, exports the run's llama-cli flags from
 same prompt, token count and seed, on the GGUF file: it prints how far the two texts agree and, where they
 part, our top-2 margin at that step (llama.cpp computes on the file's quantized weights, ours on their
 dequantized values, so a near tie may go either way). Its exit status is 1 if the tool failed or refused an
-exported flag (a refused ``-1`` window is retried with the context size, said as such, to compare the texts).
+exported flag.
 
     .venv/bin/python bench/bench_llamacpp.py [--quick] [--isa native|avx2] [--dtype float32,auto] [--threads 2] [--tokens 64]
     .venv/bin/python bench/bench_llamacpp.py --export-check [--tokens 64] [--threads 2]
@@ -97,10 +97,8 @@ TOOL_FLAGS = ["-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OF
 # Added to the exported flags where the tool's --help lists them: a raw prompt, no chat (the tool turns
 # conversation on when the model has a chat template), no warm-up run, plain output of the new text only.
 TOOL_RUN_FLAGS = ["-no-cnv", "--no-warmup", "--simple-io", "--no-display-prompt"]
-# The check's context size, and what an exported -1 window ("the whole context") becomes on a retry when this
-# version's command line refuses -1 (it takes N >= 0 only): the context size itself.
+# The check's context size.
 CONTEXT = 1024
-STAND_INS = {"--repeat-last-n": str(CONTEXT), "--dry-penalty-last-n": str(CONTEXT)}
 # A top-2 probability margin below which a parting is put down to the two sides' numbers.
 NEAR_TIE = 0.1
 # The prompts of the check: the bench's open-ended one, and one whose continuation the model is surer of.
@@ -411,7 +409,7 @@ def compare(trace: dict, theirs: str) -> bool:
 def export_check(store: models.ModelStore, key: str, args: argparse.Namespace) -> bool:
     """Per setting: our run (float32), its exported llama-cli flags run by llama.cpp's completion tool at
     --temp 0 on the same GGUF, raw prompt and token count, and where the two texts part. False when the tool
-    failed or refused a flag (a refused -1 window is retried with its stand-in, said as such, to compare)."""
+    failed or refused a flag."""
     tool, gguf = completion_tool(args.isa), models.gguf_path(key)
     helptext = subprocess.run([str(tool), "--help"], capture_output=True, text=True)
     extra = [f for f in TOOL_RUN_FLAGS
@@ -429,17 +427,11 @@ def export_check(store: models.ModelStore, key: str, args: argparse.Namespace) -
         tail = ["-p", prompt, "-n", str(args.tokens), "--temp", "0", "--seed", str(trace["seed"]),
                 "-t", str(args.threads), "-c", str(CONTEXT), *extra]
         done, refused = run_tool([str(tool), "-m", str(gguf), *flags, *tail])
-        while refused is not None:
+        if refused is not None:
             ok = False
             refusals.add(refused)
             value = flags[flags.index(refused) + 1] if refused in flags[:-1] else None
             print(f"  REFUSED by {TOOL}: {refused} {value} ({done.stderr.strip().splitlines()[0]})", flush=True)
-            if refused not in STAND_INS or value != "-1":
-                break
-            flags[flags.index(refused) + 1] = STAND_INS[refused]
-            print(f"  retried with {refused} {STAND_INS[refused]} (the context, -c {CONTEXT}) in place of -1; "
-                  f"the figures below are that retry's", flush=True)
-            done, refused = run_tool([str(tool), "-m", str(gguf), *flags, *tail])
         if done.returncode != 0:
             ok = False
             print(f"  {TOOL} FAILED (exit {done.returncode}): {shlex.join([str(tool), '-m', str(gguf), *flags, *tail])}"

@@ -21,11 +21,12 @@ from playground.engines import settings as engine_settings
 from playground.engines.facts import ENGINES, STAGE_WORDS
 from playground.engines.formats import FORMATS, export, export_trace
 from playground.engines.importing import import_file, import_text
-from playground.engines.model_cards import OFFLINE_CARDS, card_of_config, model_card
+from playground.engines.model_cards import OFFLINE_CARDS, card_of_config, gguf_sampling, model_card
 from playground.engines.presets import PRESETS, preset
 from playground.engines.settings import RunSettings, sampler_params, settings_for, settings_of_trace
 from playground.errors import InvalidRequest
 from playground.models import OFFLINE
+from playground.models.lineup import gguf_path
 from strategies.sampling.samplers import PRESETS as ORDERS
 from strategies.sampling.samplers import SAMPLER_STAGES
 
@@ -88,6 +89,8 @@ def test_each_offline_model_has_a_model_card_preset_with_its_source(model):
     assert card is OFFLINE_CARDS[model] and card.said
     if OFFLINE[model].source == "gguf":
         assert card.source.startswith(f"https://huggingface.co/{OFFLINE[model].hub_id}")
+        # the card says the GGUF the package ships sets no sampler value (else the card would be its keys)
+        assert "no general.sampling.* keys" in card.said and gguf_sampling(gguf_path(model)) == {}
     else:
         assert card.source.startswith("playground/tools/toy.py")
     chosen = preset("model card", model)
@@ -167,6 +170,18 @@ def test_every_export_round_trips_through_its_importer(name):
         back, _ = f.read(text)
         assert f.fields(back) == f.fields(s), text
         assert import_text(text).settings == back  # the importer finds the format by itself
+        if f.engine == "llama.cpp":  # llama.cpp 0c1e570 refuses a negative window
+            windows = [v for k, v in llamacpp.flags(s) if k.endswith("-last-n")]
+            assert windows and all(v >= 0 for v in windows), text
+
+
+@pytest.mark.parametrize("given, read", [("-1", -1), (str(llamacpp.WHOLE_TEXT), -1), ("100000", -1), ("100", 100),
+                                         ("0", 0)])
+def test_a_window_as_long_as_any_text_reads_as_the_whole_text(given, read):
+    imported = import_text(f"llama-server --presence-penalty 0.5 --repeat-last-n {given} --dry-multiplier 0.8 "
+                           f"--dry-penalty-last-n {given}")
+    assert imported.settings.params.penalty_last_n == read
+    assert any("--dry-penalty-last-n" in line for line in imported.not_carried) == (read >= 0)
 
 
 def test_an_import_lists_what_it_could_not_carry():
@@ -230,7 +245,7 @@ def test_the_cannot_express_list_on_a_run_that_uses_every_stage(name):
     for phrase in expected:
         assert phrase in text, (phrase, text)
     assert ("stop strings per request" in text) == (name == "llama-server")
-    assert ("window before the first draw" in text) == (name == "llama-server")
+    assert ("window before the first draw" in text) == (f.engine == "llama.cpp")
 
 
 def test_a_fixed_order_is_named_only_where_the_run_differs():

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from playground.models.lineup import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS
+
 LLAMA_CPP_COMMIT = "001d906a6d86e2490e394361e7cc6f478b100088"
 LLAMA_CPP = f"https://github.com/ggml-org/llama.cpp/blob/{LLAMA_CPP_COMMIT}"
 VLLM_SAMPLER = "https://github.com/vllm-project/vllm/blob/3e342658b2e9c85a30a54d19e64e5ad77b8a26a6"
@@ -87,9 +89,14 @@ class EngineFacts:
 
 
 LLAMA_ORDER_NOTE = Note("llama.cpp's penalties stage is one sampler: the repetition penalty, then the frequency and "
-                        "presence penalties, all three over one window, --repeat-last-n (64 by default; -1 = the "
-                        "context), which llama-server fills with the prompt's tokens before the first draw.",
-                        f"{LLAMA_CPP}/src/llama-sampling.cpp (llama_sampler_penalties)")
+                        "presence penalties, all three over one window, --repeat-last-n (64 by default, 0 = off), "
+                        "which llama-server and llama-completion fill with the prompt's tokens before the first draw. "
+                        "llama.cpp 0c1e570 (vendored by llama-cpp-python 0.3.36) refuses a negative window, where "
+                        "versions before it read -1 as the context: for the whole text the export writes "
+                        f"{MAX_PROMPT_TOKENS + MAX_NEW_TOKENS}, the longest text a playground run holds "
+                        f"({MAX_PROMPT_TOKENS} prompt + {MAX_NEW_TOKENS} new tokens).",
+                        f"{LLAMA_CPP}/src/llama-sampling.cpp (llama_sampler_penalties); common/arg.cpp at 0c1e570 "
+                        "(--repeat-last-n and --dry-penalty-last-n take N >= 0)")
 
 ENGINES: dict[str, EngineFacts] = {
     "llama.cpp": EngineFacts(

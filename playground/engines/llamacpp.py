@@ -15,6 +15,7 @@ from typing import Any
 from playground.engines.facts import ENGINES, STAGE_WORDS
 from playground.engines.gaps import answer_gap, budget, common_gaps, custom_marker, grammar_gap, shown
 from playground.engines.settings import RunSettings
+from playground.models.lineup import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS
 from strategies.params import number_text
 from strategies.sampling.grammar import choices_of
 from strategies.sampling.repeats import parse_breakers
@@ -42,10 +43,17 @@ def samplers(s: RunSettings) -> list[str]:
     return out
 
 
-def window(s: RunSettings) -> int:
-    """--repeat-last-n: the presence and frequency window when they are on, else the whole context (the
-    repetition penalty here reads the whole text)."""
-    return s.params.penalty_last_n if "presence_frequency" in s.on() else -1
+# The longest text a playground run holds (its prompt and new tokens at their limits): a window this long is
+# the whole text, written where -1 would be (llama.cpp 0c1e570 refuses it; facts.LLAMA_ORDER_NOTE), and read
+# back as -1.
+WHOLE_TEXT = MAX_PROMPT_TOKENS + MAX_NEW_TOKENS
+
+
+def window(s: RunSettings, whole: int = WHOLE_TEXT) -> int:
+    """--repeat-last-n: the presence and frequency window when they are on and shorter than any text, else
+    ``whole`` (the repetition penalty here reads the whole text)."""
+    n = s.params.penalty_last_n
+    return n if "presence_frequency" in s.on() and 0 <= n < WHOLE_TEXT else whole
 
 
 def temperature_flags(s: RunSettings) -> list[tuple[str, Any]]:
@@ -72,7 +80,7 @@ def flags(s: RunSettings, cli: bool = False) -> list[tuple[str, Any]]:
         out.append(("--top-nsigma", p.top_nsigma))
     if "dry" in on:
         out += [("--dry-multiplier", p.dry_multiplier), ("--dry-base", p.dry_base),
-                ("--dry-allowed-length", p.dry_allowed_length), ("--dry-penalty-last-n", -1)]
+                ("--dry-allowed-length", p.dry_allowed_length), ("--dry-penalty-last-n", WHOLE_TEXT)]
         out += [("--dry-sequence-breaker", b) for b in parse_breakers(p.dry_sequence_breakers)]
     out.append(("--mirostat", 2 if "mirostat" in on else 0))
     if "mirostat" in on:
@@ -167,12 +175,12 @@ def gaps(s: RunSettings, cli: bool = False) -> list[str]:
             out.append("llama.cpp applies the repetition penalty and then presence and frequency as one stage; this "
                        "run applied them " + ("in the other order" if pen[0] != "penalty" else
                                               f"with {', '.join(between)} between them"))
-        if p.penalty_last_n != -1:
+        if window(s) != WHOLE_TEXT:
             out.append(f"llama.cpp's repetition penalty counts the same last {p.penalty_last_n} tokens as presence and "
                        "frequency (--repeat-last-n); here it read the whole text")
-    if "presence_frequency" in on and not cli:
-        out.append("llama-server puts the prompt's tokens in the penalties' window before the first draw; here "
-                   "presence and frequency count only the run's own tokens")
+    if "presence_frequency" in on:
+        out.append(f"{'llama-cli' if cli else 'llama-server'} puts the prompt's tokens in the penalties' window "
+                   "before the first draw; here presence and frequency count only the run's own tokens")
     out += grammar_gap("llama.cpp", s, ("json", "choices"), " as GBNF or a JSON schema")
     if s.stop and not cli:
         out.append(f"llama-server takes stop strings per request ('stop' in the JSON body), not as flags: "

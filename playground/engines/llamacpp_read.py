@@ -9,7 +9,7 @@ import shlex
 from typing import Any
 
 from playground.engines.gaps import shown
-from playground.engines.llamacpp import FACTS, gbnf_choices
+from playground.engines.llamacpp import FACTS, WHOLE_TEXT, gbnf_choices
 from playground.engines.settings import RunSettings, budget_of, message_of, number, sampler_params, whole
 from playground.errors import InvalidRequest
 from strategies.sampling.samplers import expand_order
@@ -134,7 +134,7 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
         elif flag == "--dynatemp-exp" and value is not None:
             dyn_exp = number("--dynatemp-exp", value)
         elif flag == "--dry-penalty-last-n":
-            if value is not None and whole("--dry-penalty-last-n", value) != -1:
+            if value is not None and -1 < whole("--dry-penalty-last-n", value) < WHOLE_TEXT:
                 left.append(f"--dry-penalty-last-n {value}: DRY here scans the whole text")
         elif flag in ("--sampling-seq", "--sampler-seq"):
             left.append(f"{flag} {value}: the one-letter order; write it as --samplers with names to carry it")
@@ -148,6 +148,8 @@ def read(text: str) -> tuple[RunSettings, list[str]]:
 def finish(values: dict[str, Any], order: list[str] | None, seed: int | None, limit: int | None, stop: list[str],
            grammar: dict[str, str] | None, breakers: list[str], mirostat: int, dyn_range: float, dyn_exp: float,
            left: list[str]) -> tuple[RunSettings, list[str]]:
+    if whole("--repeat-last-n", values.get("penalty_last_n", -1)) >= WHOLE_TEXT:
+        values["penalty_last_n"] = -1  # as long as any text the playground makes: the whole text
     if breakers:
         values["dry_sequence_breakers"] = ", ".join(json.dumps(b, ensure_ascii=False) for b in breakers)
     if mirostat == 1:

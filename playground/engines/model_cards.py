@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from playground.engines.llamacpp_read import sampler_order
 from playground.errors import InvalidRequest
 from playground.models import OFFLINE, spec_for
+from playground.models.fast.gguf_tensors import metadata
 
 # generation_config.json's sampler fields and the playground parameter each sets
 CONFIG_FIELDS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
@@ -93,13 +95,12 @@ def hub_card(model: str) -> ModelCard:
 
 def gguf_sampling(path: str | Path) -> dict[str, Any]:
     """A GGUF file's general.sampling.* keys, by their short names (``temp``, ``top_k``, ``sequence``...)."""
-    try:
-        import gguf
-        reader = gguf.GGUFReader(str(path))
-    except (ImportError, OSError, ValueError) as err:
-        raise InvalidRequest(f"cannot read {path} as a GGUF file: {err}") from None
     prefix = "general.sampling."
-    return {key[len(prefix):]: reader.fields[key].contents() for key in reader.fields if key.startswith(prefix)}
+    try:
+        found = metadata(str(path), prefix)
+    except (OSError, ValueError, struct.error) as err:
+        raise InvalidRequest(f"cannot read {path} as a GGUF file: {err}") from None
+    return {key[len(prefix):]: value for key, value in found.items()}
 
 
 def card_of_gguf(model: str, path: str | Path) -> ModelCard:

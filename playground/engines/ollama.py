@@ -29,7 +29,7 @@ def parameters(s: RunSettings) -> list[tuple[str, Any]]:
                                   ("min_p", p.min_p)]
     if "typical_p" in s.on():
         out.append(("typical_p", p.typical_p))
-    out += [("repeat_penalty", p.repetition_penalty), ("repeat_last_n", window(s)),
+    out += [("repeat_penalty", p.repetition_penalty), ("repeat_last_n", window(s, -1)),
             ("presence_penalty", p.presence_penalty), ("frequency_penalty", p.frequency_penalty)]
     if s.seed is not None:
         out.append(("seed", s.seed))

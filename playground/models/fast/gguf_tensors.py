@@ -1,4 +1,4 @@
-"""The tensor table of a GGUF file, read without parsing its metadata values.
+"""The tensor table of a GGUF file, and the metadata values under one prefix, read without parsing the rest.
 
 gguf-py's ``GGUFReader`` builds an object for every metadata value; Gemma 3's file carries a
 262,144-entry vocabulary there, which takes 10-20 s on a small CPU. Finding the weights needs only
@@ -12,12 +12,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 # metadata value types -> their size in bytes (8: string, 9: array are read otherwise)
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
+_FORMAT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 # ggml type ids -> (name, weights per block, bytes per block), for the types this project reads or skips
 GGML_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
               7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
@@ -48,6 +50,16 @@ class _Cursor:
         self.at += n
         return text
 
+    def value(self, kind: int) -> Any:
+        if kind in _FORMAT:
+            return self.take(_FORMAT[kind])[0]
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            element, count = self.take("IQ")
+            return [self.value(element) for _ in range(count)]
+        raise ValueError(f"unknown GGUF metadata type {kind}")
+
     def skip_value(self, kind: int) -> None:
         if kind in _SCALAR:
             self.at += _SCALAR[kind]
@@ -65,9 +77,8 @@ class _Cursor:
             raise ValueError(f"unknown GGUF metadata type {kind}")
 
 
-@lru_cache(maxsize=8)
-def tensor_table(path: str) -> dict[str, GGUFTensor]:
-    """Every tensor of the GGUF file at ``path`` by name (a type outside GGML_TYPES is skipped)."""
+def _opened(path: str) -> tuple[np.ndarray, _Cursor, int, int]:
+    """The file's memory map, a cursor at its first metadata pair, its tensor count and pair count."""
     buffer = np.memmap(path, dtype=np.uint8, mode="r")
     cur = _Cursor(buffer)
     magic = bytes(buffer[:4])
@@ -77,6 +88,27 @@ def tensor_table(path: str) -> dict[str, GGUFTensor]:
     version, n_tensors, n_kv = cur.take("IQQ")
     if version < 2:
         raise ValueError(f"GGUF version {version} is not supported")
+    return buffer, cur, n_tensors, n_kv
+
+
+def metadata(path: str, prefix: str) -> dict[str, Any]:
+    """The metadata values whose keys start with ``prefix`` (every other value skipped, not parsed)."""
+    _, cur, _, n_kv = _opened(path)
+    found = {}
+    for _ in range(n_kv):
+        key = cur.string()
+        (kind,) = cur.take("I")
+        if key.startswith(prefix):
+            found[key] = cur.value(kind)
+        else:
+            cur.skip_value(kind)
+    return found
+
+
+@lru_cache(maxsize=8)
+def tensor_table(path: str) -> dict[str, GGUFTensor]:
+    """Every tensor of the GGUF file at ``path`` by name (a type outside GGML_TYPES is skipped)."""
+    buffer, cur, n_tensors, n_kv = _opened(path)
     alignment = 32
     for _ in range(n_kv):
         key = cur.string()
