@@ -160,3 +160,23 @@ def test_no_blank_band_between_the_distribution_and_the_chain(page, url):
     gap = page.evaluate("() => document.getElementById('pg-waterfall').getBoundingClientRect().top"
                         " - document.getElementById('pg-dist').getBoundingClientRect().bottom")
     assert 0 <= gap <= 20, gap
+
+
+def test_the_score_chip_scores_and_detects_and_the_branch_chip_shows_both_runs(page, url):
+    """The score chip opens What if, scores its text (tokens drawn, the button on screen) and detects the
+    watermark: z 6.20. The branch chip runs greedy, then its branch: the Branches panel lists both."""
+    page.goto(url)
+    scored = next(ex for ex in examples() if ex.config.score_text)
+    click_example(page, scored.label)
+    page.wait_for_function("() => (document.getElementById('pg-whatif-detected')?.innerText || '').includes('6.20')",
+                           timeout=120_000)
+    page.wait_for_function("() => document.querySelectorAll('#pg-whatif-tokens .pg-tok').length >= 80",
+                           timeout=60_000)
+    box = page.locator("#pg-whatif-score").bounding_box()
+    assert box is not None and 0 <= box["y"] <= 1000 - box["height"], box
+    branch = next(ex for ex in examples() if ex.config.branch)
+    click_example(page, branch.label)
+    page.wait_for_function("() => (document.getElementById('pg-branch-tree')?.innerText || '').includes('step 0 →')",
+                           timeout=60_000)
+    wait_done(page)
+    assert "".join(tokens(page, "pg-text")).startswith(" the hill rose high")

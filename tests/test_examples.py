@@ -22,6 +22,7 @@ from playground.whatif.lens import lens
 from playground.whatif.lockstep import lockstep
 from playground.whatif.sample_many import sample_many
 from playground.whatif.sweep import sweep
+from playground.whatif.watermark import detect_text
 from strategies.registry import REGISTRY, all_strategies
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -58,7 +59,9 @@ def test_every_family_the_lens_and_the_lockstep_have_a_chip():
     assert example(lambda ex: "lens" in ex.then).run_flag == "generate,lens"
     assert example(lambda ex: ex.config.sweep).run_flag == "sweep"  # What if's sweep runs alone
     assert [ex.label for ex in shown if ex.whatif] == [
-        "Toy 70/30 · sample many", "SmolLM2 · weights in lockstep", "Toy-think · budget sweep"]
+        "Toy 70/30 · sample many", "SmolLM2 · weights in lockstep", "SmolLM2 · score & detect",
+        "Toy-think · budget sweep"]
+    assert example(lambda ex: ex.config.score_text).run_flag == "score,detect"
     assert example(lambda ex: "sample" in ex.then).run_flag == "sample"
     for ex in shown:  # a link of each restores it (the lockstep's and the lens's fields included)
         back, warnings = share.decode(share.encode(ex.config), share.defaults())
@@ -170,10 +173,26 @@ def test_the_thinking_examples_cut_the_count_and_cool_the_answer(store):
         (0, "4", 0.0), (2, "4", 0.0), (4, "6", 0.0), (6, "8", 0.0), (8, "9", 1.0), (10, "9", 1.0)]
 
 
+def test_the_detect_example_finds_the_watermark_examples_text_and_not_a_plain_one(store):
+    """The note's figures: 44 green of 80, z 6.2 on the text the watermark example wrote on float32 weights
+    (the same run, redone here), and z 0.5 on a sentence written without it."""
+    ex, wm = example(lambda ex: ex.config.score_text), example(lambda ex: ex.label == "SmolLM2 · watermark")
+    assert side(store, wm, "a", "float32").trace["text"] == ex.config.score_text
+    p, cfg = ex.config.params, ex.config
+    found = detect_text(store, cfg.model, cfg.score_text, cfg.prompt, "", True, p.get("watermark_gamma", 0.25))
+    assert (found["green"], found["scored"], round(found["z"], 1)) == (44, 80, 6.2) and "z 6.2" in ex.note
+    plain = detect_text(store, cfg.model, OCEAN, cfg.prompt, "", True)
+    assert round(plain["z"], 1) == 0.5 and "0.5 for one about the ocean" in ex.note
+
+
+OCEAN = ("The ocean covers most of the Earth and is home to millions of species, from tiny plankton to the blue "
+         "whale, the largest animal that has ever lived.")
+
+
 @pytest.mark.parametrize("dtype", WEIGHTS)
 def test_the_watermark_examples_z_passes_4_on_either_weights(store, dtype):
     """The note's 'z climbs past 4' holds whatever Weights a person left picked (measured 5.9 on int4, 6.2
     on float32, 6.7 on bfloat16)."""
-    ex = example(lambda ex: ex.config.params.get("watermark_delta"))
+    ex = example(lambda ex: ex.label == "SmolLM2 · watermark")
     trace = side(store, ex, "a", dtype).trace
     assert records(trace)[-1][2]["z"] > 4

@@ -12,6 +12,7 @@ import pytest
 from playground.engine import Request, run
 from playground.models import ModelStore
 from playground.ui import branches as ui_branches
+from playground.ui import share
 from playground.ui.controls import (
     advanced_label,
     controls_for,
@@ -235,7 +236,10 @@ def test_an_examples_note_stays_only_while_the_run_is_the_examples():
     forced token, or no example at all do not."""
     for ex in examples():
         key, mode = example_run_key(ex), ex.config.run
-        assert note_after(key, dataclasses.replace(ex.config, dtype="float32", run=mode), mode), ex.label
+        # a branch example's note follows its parent's run (the branch runs after it, from the link's pending)
+        run = dataclasses.replace(ex.config, forced=share.split_branch(ex.config)[0]) if ex.config.branch else ex.config
+        assert note_after(key, dataclasses.replace(run, dtype="float32", run=mode), mode), ex.label
+        assert not note_after(key, ex.config, mode) or not ex.config.branch, ex.label  # the branch's own path
         assert not note_after(key, dataclasses.replace(ex.config, seed=ex.config.seed + 1), mode), ex.label
         assert not note_after(key, dataclasses.replace(ex.config, forced="0:1"), mode), ex.label
         assert not note_after(key, ex.config, "compare" if mode == "generate" else "generate"), ex.label

@@ -222,3 +222,23 @@ def test_a_new_run_takes_the_last_runs_link_off_the_page(demo):
     assert {("pg-generate", "click"), ("pg-compare-run", "click"), ("pg-branch-run", "click")} <= triggers
     page.fire(hide)
     assert page.get("pg-link") == "" and page.updates[page.by_id["pg-link"]._id]["visible"] is False
+
+
+def test_the_branch_example_runs_greedy_then_its_branch_and_keeps_its_note(demo):
+    """The chip restores like a link (the parent in the forced box, the branch pending); Generate, which the
+    chip clicks, runs the parent, then the branch under it; the note describes both and stays."""
+    from playground.ui.examples import examples
+    shown = examples()
+    ex = next(ex for ex in shown if ex.config.branch)
+    page = Session(demo)
+    buttons = [b for b in demo.blocks.values() if isinstance(b, gr.Button) and "pg-example" in (b.elem_classes or [])]
+    page.fire(page.fn("on_example"), SimpleNamespace(target=buttons[shown.index(ex)]))
+    assert ex.run_flag == "generate" and page.get(page.pending) == {"parent": "", "branch": "0:9"}
+    generate = page.by_id["pg-generate"]._id
+    page.fire(next(f for f in page.fns if (generate, "click") in f.targets and getattr(f.fn, "__name__", "") == "on_run"))
+    page.generate()
+    tree = page.get(page.tree)
+    texts = [node["trace"]["text"] for node in tree["nodes"]]
+    assert texts == ["a time there lived happily ever", "the hill rose high happily ever"] and tree["current"] == 1
+    assert all(f"'{text}'" in ex.note for text in texts)
+    assert page.get("pg-example-note").startswith(f"**{ex.label}**")

@@ -52,6 +52,7 @@ def page(store):
         load=next(f for f in fns if not f.inputs and "pg-model" in ids(f.outputs)
                   and "pg-example-note" not in ids(f.outputs)),
         pair=next(c for f in fns if f.api_name == "lockstep" for c in f.outputs if isinstance(c, gr.State)),
+        scored=next(c for f in fns if f.api_name == "score" for c in f.outputs if isinstance(c, gr.State)),
         sent=sent, decoding=decoding)
     yield handlers
     demo.close()
@@ -305,6 +306,29 @@ def test_a_lockstep_in_a_link_with_other_weights_or_too_long_a_text_is_left_out_
     with pytest.raises(InvalidRequest, match=f"lockstep's text must be at most {MAX_TEXT_CHARS}"):
         share.encode(dataclasses.replace(share.defaults(), pair_a="float32", pair_b="int4",
                                          pair_text="x" * (MAX_TEXT_CHARS + 1)))
+
+
+def test_a_scored_text_goes_into_the_link_and_is_scored_again_once_opened(page, store):
+    from playground.whatif.score import score
+    state = fresh_state(page)
+    assert "score_text" not in copy_link(page, state)  # nothing scored: no text in the link
+    by_elem = {getattr(c, "elem_id", None): c for c in page.link.inputs}
+    state[id(by_elem["pg-whatif-text"])] = " upon a time"
+    assert "score_text" not in copy_link(page, state)  # a text typed, not scored: none in the link
+    state[id(page.scored)] = score(store, "toy", " upon a time", "once").to_dict()
+    query = copy_link(page, state)
+    assert dict(parse_qsl(query.lstrip("?")))["score_text"] == " upon a time"
+    opened = open_link(page, query)
+    by_id = {getattr(c, "elem_id", None): opened[id(c)] for c in page.load.outputs if getattr(c, "elem_id", None)}
+    assert by_id["pg-whatif-text"] == " upon a time"
+    run_flag = next(opened[id(c)] for c in page.load.outputs if isinstance(c, gr.Textbox) and not c.visible
+                    and "score" in str(opened[id(c)]))
+    assert run_flag == "generate,score"  # the opened page runs, then scores the text (page.RUN_JS)
+    cfg, warnings = share.decode({"score_text": "x" * (MAX_TEXT_CHARS + 1)})
+    assert cfg.score_text == "" and warnings == [f"ignored score_text: the text to score must be at most "
+                                                 f"{MAX_TEXT_CHARS} characters, got {MAX_TEXT_CHARS + 1}"]
+    with pytest.raises(InvalidRequest, match=f"text to score must be at most {MAX_TEXT_CHARS}"):
+        share.encode(dataclasses.replace(share.defaults(), score_text="x" * (MAX_TEXT_CHARS + 1)))
 
 
 @pytest.mark.parametrize("change, said", [

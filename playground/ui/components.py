@@ -37,7 +37,8 @@ class SweepLink(Protocol):
 class Carried:
     """The controls outside the top row and the sidebar that a share link carries and restores: Compare's
     strategy B (its panel and summary), the branches' forced path and a link's pending branch, What if's
-    lockstep (its model B, both sides' weights, its text, its group and the record last read) and its sweep."""
+    lockstep (its model B, both sides' weights, its text, its group and the record last read), its sweep and
+    Score's text."""
 
     compare_strategy: gr.Dropdown
     compare_panel: Panel
@@ -51,6 +52,8 @@ class Carried:
     pair_box: gr.Accordion
     pair_record: gr.State
     sweep: SweepLink
+    score_text: gr.Textbox
+    score_trace: gr.State  # the text last scored (a link carries the text while its score is shown)
 
 
 class Shared:
@@ -130,7 +133,7 @@ class Shared:
                 self.carried.compare_summary,
                 self.tabs, self.run_flag, self.mode, self.carried.forced, self.grammar_box, self.grammar_kind,
                 self.grammar_text, self.carried.pending, self.dtype, self.carried.pair_model, *self.carried.pair_dtypes,
-                self.carried.pair_text, self.carried.pair_box, *self.carried.sweep.outputs]
+                self.carried.pair_text, self.carried.pair_box, *self.carried.sweep.outputs, self.carried.score_text]
 
     def apply_config(self, cfg: share.Config, weights: bool = True) -> Updates:
         """{component: update} setting every control to ``cfg`` (a share link or an example), within
@@ -167,6 +170,11 @@ class Shared:
             out[self.run_flag] = ",".join(filter(None, [str(out[self.run_flag]), "sweep"]))
             if cfg.run != "compare":
                 out[self.tabs] = gr.Tabs(selected="whatif")
+        if cfg.score_text:  # a text to score: in Score's box, scored once restored (RUN_JS)
+            out[self.carried.score_text] = cfg.score_text
+            out[self.run_flag] = ",".join(filter(None, [str(out[self.run_flag]), "score"]))
+            if cfg.run != "compare":
+                out[self.tabs] = gr.Tabs(selected="whatif")
         if weights:
             out[self.dtype] = cfg.dtype
         return out
@@ -176,16 +184,17 @@ def share_query(model: str, strategy: str, prompt: str, system: str, chat: bool,
                 params: dict[str, Any], compare_strategy: str, compare_params: dict[str, Any],
                 run: str = "generate", forced: str = "", grammar_kind: str = "", grammar_text: str = "",
                 branch: str = "", dtype: str = DEFAULT_DTYPE, pair: dict[str, str] | None = None,
-                sweep: dict[str, Any] | None = None) -> str:
+                sweep: dict[str, Any] | None = None, score_text: str = "") -> str:
     """The page's configuration as a query string ('?model=...'), to append to the page's address.
     ``branch``: the steps of ``forced`` where the branch shown parts from its parent ("" for one run);
     ``pair``: the lockstep read on the What-if tab (share.Config's ``pair_*`` fields), if any; ``sweep``: the
-    sweep last run there (its ``sweep*`` fields).
+    sweep last run there (its ``sweep*`` fields); ``score_text``: the text Score shows scored ("" for none).
     Raises InvalidRequest naming the value and its limit where one is over it (share.encode)."""
     cfg = page_config(model, strategy, prompt, system, chat, seed, max_new_tokens, params, compare_strategy,
                       compare_params, run, forced, grammar_kind, grammar_text, branch, dtype)
     for key, value in {**(pair or {}), **(sweep or {})}.items():  # pair_model, ..., sweep, sweep_grid, ...
         setattr(cfg, key, value)
+    cfg.score_text = score_text or ""
     return share.encode(cfg)
 
 

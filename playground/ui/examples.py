@@ -21,19 +21,21 @@ class Example:
     note: str
     # what the page does once the run is done: "lens" reads every layer of the step shown (the run's most
     # uncertain one) with the logit lens, drawn under its button; "sample" draws What if's Sample many with
-    # the restored settings (its N and tokens as the panel holds them)
+    # the restored settings (its N and tokens as the panel holds them); "detect" reads Score's text with the
+    # watermark detector (the sidebar's watermark settings)
     then: tuple[str, ...] = ()
 
     @property
     def whatif(self) -> bool:
-        """Whether the example's phenomenon is on the What-if tab (its lockstep, sweep or sample many)."""
-        return bool(self.config.pair_a or self.config.sweep or "sample" in self.then)
+        """Whether the example's phenomenon is on the What-if tab (its lockstep, sweep, Score or sample many)."""
+        return bool(self.config.pair_a or self.config.sweep or self.config.score_text or "sample" in self.then)
 
     @property
     def run_flag(self) -> str:
         """What the page runs after restoring the example (RUN_JS's modes, comma-separated)."""
         return ",".join(filter(None, [self.config.run, *(["lockstep"] if self.config.pair_a else []),
-                                      *(["sweep"] if self.config.sweep else []), *self.then]))
+                                      *(["sweep"] if self.config.sweep else []),
+                                      *(["score"] if self.config.score_text else []), *self.then]))
 
 
 def examples() -> list[Example]:
@@ -49,11 +51,7 @@ def examples() -> list[Example]:
         Example("Toy 70/30 · temperature", cfg(strategy="sampling", params={"temperature": 1.0}, run="generate",
                                                **toy),
                 "sampling at T=1 takes ' the' three times in ten; this seed does."),
-        Example("Toy 70/30 · sample many", cfg(strategy="sampling", params={"temperature": 1.0}, **toy),
-                "What if → Sample many: 500 samples of 4 tokens at T=1, each outcome's share beside its exact "
-                "probability: 'a time there lived' 344 times (0.688 against 0.699), 'the hill rose high' 153 "
-                "(0.306 against 0.299), and three of the tail's outcomes once each; chi-square p 0.60.",
-                then=("sample",)),
+        *_toy_whatif_examples(toy),
         Example("Toy · greedy vs sampling", cfg(strategy="greedy", compare_strategy="sampling",
                                                 compare_params={"temperature": 1.0}, run="compare", **toy),
                 "the same prompt and seed, side by side: the sampler takes the other branch."),
@@ -97,6 +95,22 @@ def examples() -> list[Example]:
     ]
 
 
+def _toy_whatif_examples(toy: dict[str, Any]) -> list[Example]:
+    """The toy's 70/30 step seen from What if (500 samples of it) and from a branch (the 30% taken)."""
+    cfg = share.Config
+    return [
+        Example("Toy 70/30 · sample many", cfg(strategy="sampling", params={"temperature": 1.0}, **toy),
+                "What if → Sample many: 500 samples of 4 tokens at T=1, each outcome's share beside its exact "
+                "probability: 'a time there lived' 344 times (0.688 against 0.699), 'the hill rose high' 153 "
+                "(0.306 against 0.299), and three of the tail's outcomes once each; chi-square p 0.60.",
+                then=("sample",)),
+        Example("Toy 70/30 · a branch", cfg(strategy="greedy", run="generate", forced="0:9", branch="0", **toy),
+                "greedy takes ' a' (p 0.7) and writes 'a time there lived happily ever'; the branch forces ' the' "
+                "(p 0.3) at step 0 and greedy goes on from there: 'the hill rose high happily ever'. The Branches "
+                "panel holds both runs in one tree and shows where they part; a click on any bar branches again."),
+    ]
+
+
 def _family_examples(toy: dict[str, Any], gemma: dict[str, Any], smol: dict[str, Any]) -> list[Example]:
     """Beam search and contrastive decoding (the registry's other families), the logit lens and the lockstep
     (What if), each where its phenomenon is plain."""
@@ -129,6 +143,12 @@ def _family_examples(toy: dict[str, Any], gemma: dict[str, Any], smol: dict[str,
 
 
 LOCKSTEP_TEXT = "The sky is blue because air molecules scatter short blue wavelengths of sunlight more than red ones."
+LIGHTHOUSE = "Write a short story about a lighthouse keeper."
+# what the watermark example wrote on float32 weights (44 green tokens of 80 under its key: z 6.20)
+WATERMARKED = ("The fire was burning steadily, casting flickering shadows on the weathered wooden hull of the English "
+               "Monolith. A young lassitude snaked through the empty beam, a restless spirit with the added touch of a "
+               "moral. Lady Isabella Malcolm, she would sing that night, an ancient Calaic prayer of mercy and exile, "
+               "but the only light to guide her on her perilous journey.\n\nLady")
 EAGLE_TREE = (3, 2)  # depth, branching: 1 + 2 + 4 + 8 = 15 tree tokens
 
 
@@ -136,12 +156,20 @@ def _smollm2_examples(smol: dict[str, Any]) -> list[Example]:
     """A watermark piling up green tokens, and an EAGLE draft tree (a pinned one: auto picks a chain on a CPU)."""
     cfg = share.Config
     return [
-        Example("SmolLM2 · watermark", cfg(strategy="sampling", prompt="Write a short story about a lighthouse keeper.",
+        Example("SmolLM2 · watermark", cfg(strategy="sampling", prompt=LIGHTHOUSE,
                                           params={"watermark_delta": 2.0}, run="generate",
                                           **{**smol, "seed": 11, "max_new_tokens": 80}),
                 "each step adds 2 to the logits of a quarter of the vocabulary, drawn from the token before: green "
                 "tokens pile up and the detector's z climbs past 4 (its own chart); where one token holds the "
                 "mass the bias moves nothing (green mass against entropy)."),
+        Example("SmolLM2 · score & detect", cfg(strategy="sampling", prompt=LIGHTHOUSE,
+                                                params={"watermark_delta": 2.0}, score_text=WATERMARKED,
+                                                **{**smol, "seed": 11, "max_new_tokens": 80}),
+                "What if → Score reads a text the watermark example wrote (float32 weights): each token's "
+                "surprisal under the model as it is, without the watermark's push. Detect counts its green "
+                "tokens: 44 of 80 where a quarter is expected, z 6.2, p 3e-10; a sentence written without the "
+                "watermark scores near 0 (0.5 for one about the ocean). The count reads only the tokens and the "
+                "key, so any weights give it.", then=("detect",)),
         Example("SmolLM2 · EAGLE draft tree", cfg(strategy="speculative", prompt="Explain how a compass works.",
                                                   params={"draft": "eagle", "eagle_tree": "static",
                                                           "eagle_depth": EAGLE_TREE[0],
@@ -222,8 +250,12 @@ def run_key(cfg: share.Config, mode: str) -> str:
 
 
 def example_run_key(ex: Example) -> str:
-    """The key (``run_key``) of the run an example starts."""
-    return run_key(ex.config, ex.config.run)
+    """The key (``run_key``) of the run an example starts: for a branch, its parent's (the branch runs after
+    it, from the restored link's pending branch, and starts no run a note follows)."""
+    cfg = ex.config
+    if cfg.branch:
+        cfg = dataclasses.replace(cfg, forced=share.split_branch(cfg)[0])
+    return run_key(cfg, cfg.run)
 
 
 def note_after(example_key: str, run: share.Config | None, mode: str) -> bool:

@@ -69,23 +69,31 @@ HEADER = """<div class="pg-header">
 
 RUN_JS = """(run) => {
   const click = (id) => { const b = document.getElementById(id); if (b) b.click(); };
+  // a What-if button comes into view; once more 1.5 s later if the panels re-drawn above it (a note, the
+  // tab's first render) moved it off screen while the page was left where this put it
+  const bring = (id) => {
+    const el = document.getElementById(id);
+    if (!el) return;
+    el.scrollIntoView({block: 'start'});
+    const y = window.scrollY;
+    setTimeout(() => {
+      const top = el.getBoundingClientRect().top;
+      if ((top < 0 || top > window.innerHeight - 40) && Math.abs(window.scrollY - y) < 400) {
+        el.scrollIntoView({block: 'start'});
+      }
+    }, 1500);
+  };
   const modes = String(run || '').split(',');
   if (modes.includes('generate')) setTimeout(() => click('pg-generate'), 50);
   if (modes.includes('compare')) setTimeout(() => click('pg-compare-run'), 250);
   // the lockstep's output is at the What-if tab's foot, some 3,000 px down: its button comes into view
-  if (modes.includes('lockstep')) setTimeout(() => {
-    click('pg-pair-run');
-    document.getElementById('pg-pair-run')?.scrollIntoView({block: 'start'});
-  }, 400);
-  if (modes.includes('sample')) setTimeout(() => {
-    click('pg-whatif-sample');
-    document.getElementById('pg-whatif-sample')?.scrollIntoView({block: 'start'});
-  }, 400);
+  if (modes.includes('lockstep')) setTimeout(() => { click('pg-pair-run'); bring('pg-pair-run'); }, 400);
+  if (modes.includes('sample')) setTimeout(() => { click('pg-whatif-sample'); bring('pg-whatif-sample'); }, 400);
+  // Score's text is read, and with 'detect' its watermark detected: its button comes into view
+  if (modes.includes('score')) setTimeout(() => { click('pg-whatif-score'); bring('pg-whatif-score'); }, 400);
+  if (modes.includes('detect')) setTimeout(() => click('pg-whatif-detect'), 450);
   // a sweep's chart is under its button in the What-if tab: the button comes into view
-  if (modes.includes('sweep')) setTimeout(() => {
-    click('pg-sweep-run');
-    document.getElementById('pg-sweep-run')?.scrollIntoView({block: 'start'});
-  }, 450);
+  if (modes.includes('sweep')) setTimeout(() => { click('pg-sweep-run'); bring('pg-sweep-run'); }, 450);
   return [];
 }"""
 
@@ -267,7 +275,8 @@ def _layout() -> tuple[Shared, Explore, Compare, whatif.WhatIf, EnginesPanel]:
         page.theme = gr.Textbox("light", visible=False)  # "dark:390": the page's theme and width, read on load
     b = explore.branches
     page.carried = Carried(compare.strategy, compare.panel, compare.summary, b.forced, b.pending, b.state,
-                           w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record, w.sweep)
+                           w.pair_model, w.pair_dtypes, w.pair_text, w.pair_box, w.pair_record, w.sweep, w.score_text,
+                           w.score_trace)
     return page, explore, compare, w, engines
 
 
@@ -371,9 +380,10 @@ def _wire_share(page: Shared, demo: gr.Blocks, explore: Explore, compare: Compar
         branch = branches.share_steps(values[carried.tree], settings["forced"])
         pair = lockstep_link(values[carried.pair_record], settings["model"])
         sweep = sweep_link(values[carried.sweep.record], settings["strategy"])
+        scored = values[carried.score_text] if values[carried.score_trace] else ""  # Score's text, once scored
         try:
             return gr.update(value=share_query(**settings, run=values[page.mode], branch=branch, pair=pair,
-                                               sweep=sweep),
+                                               sweep=sweep, score_text=scored),
                              visible=True)
         except InvalidRequest as err:  # a value over its limit: no link rather than a cut one
             raise refusal(err) from None
@@ -382,7 +392,8 @@ def _wire_share(page: Shared, demo: gr.Blocks, explore: Explore, compare: Compar
     def on_tab(evt: gr.EventData) -> str:
         return "compare" if evt.target is compare.tab else "generate"
     gr.on([explore.tab.select, compare.tab.select], on_tab, None, page.mode, **QUIET)
-    page.link.click(on_share, page.config_inputs | {carried.tree, page.mode, carried.pair_record, carried.sweep.record},
+    page.link.click(on_share, page.config_inputs | {carried.tree, page.mode, carried.pair_record, carried.sweep.record,
+                                                    carried.score_text, carried.score_trace},
                     page.link_box, **QUIET).then(
         None, page.link_box, page.link_box, js=COPY_JS, api_visibility="private")
     starts = {"generate": [page.generate.click, page.prompt.submit], "compare": [compare.run.click],

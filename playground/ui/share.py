@@ -83,6 +83,8 @@ class Config:
     sweep_tokens: int = 0
     sweep_extract: str = ""
     sweep_known: str = ""
+    # the What-if tab's Score text: with it set the opened page scores it (and a detection reads it)
+    score_text: str = ""
 
 
 SWEEP_KEYS = ("sweep", "sweep_grid", "sweep_n", "sweep_tokens", "sweep_extract", "sweep_known")
@@ -130,6 +132,8 @@ def encode(config: Config, base: Config | None = None) -> str:
                   if getattr(config, key)]
     if config.sweep:
         items += [(key, str(getattr(config, key))) for key in SWEEP_KEYS if getattr(config, key)]
+    if config.score_text:
+        items.append(("score_text", config.score_text))
     if config.run:
         items.append(("run", config.run))
     query = "?" + urlencode(items)
@@ -150,6 +154,9 @@ def check_limits(config: Config) -> None:
     if len(config.pair_text) > MAX_TEXT_CHARS:
         raise InvalidRequest(f"the lockstep's text must be at most {MAX_TEXT_CHARS} characters, got "
                              f"{len(config.pair_text)}: a share link never cuts it")
+    if len(config.score_text) > MAX_TEXT_CHARS:
+        raise InvalidRequest(f"the text to score must be at most {MAX_TEXT_CHARS} characters, got "
+                             f"{len(config.score_text)}: a share link never cuts it")
     if len(config.sweep_known) > MAX_KNOWN_CHARS:
         raise InvalidRequest(f"the sweep's known answer must be at most {MAX_KNOWN_CHARS} characters, got "
                              f"{len(config.sweep_known)}: a share link never cuts it")
@@ -220,7 +227,12 @@ def decode(query: str | Mapping[str, str], base: Config | None = None) -> tuple[
     cfg.compare_strategy, cfg.compare_params = _strategy_part(pairs, "b", "b.", cfg.compare_strategy,
                                                               cfg.compare_params, warnings)
     _sweep_part(pairs, cfg, warnings)
-    known = {*SWEEP_KEYS, "model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
+    if len(pairs.get("score_text", "")) > MAX_TEXT_CHARS:
+        warnings.append(f"ignored score_text: the text to score must be at most {MAX_TEXT_CHARS} characters, "
+                        f"got {len(pairs['score_text'])}")
+    elif "score_text" in pairs:
+        cfg.score_text = pairs["score_text"]
+    known = {*SWEEP_KEYS, "score_text", "model", "dtype", "prompt", "system", "seed", "max_new_tokens", "chat", "run", "strategy", "b", "force",
              "branch", "grammar", "grammar_text", "pair_model", "pair_a", "pair_b", "pair_text"}
     for key in pairs:
         if key not in known and not key.startswith(("p.", "b.", "__")):  # __theme etc. are gradio's
