@@ -116,3 +116,20 @@ def test_a_legend_over_the_plot_gets_the_rows_it_wraps_into_under_the_title():
     out = themed(fig, "light:1440")
     assert out.layout.margin.t >= TITLE_ROOM + 3 * LEGEND_ROW
     assert out.layout.height - out.layout.margin.t == 460 - 86  # the template's margins: the figure grew with its top margin
+
+
+def test_the_chosen_word_sits_on_the_page_colour_in_each_theme_and_basis(store):
+    """A taller neighbour's bar runs behind the word 'chosen' (on a phone bars are 14 px apart): the word
+    gets a patch of the page's colour, in the figure and in the annotations each basis button swaps in."""
+    d = run(store, Request("toy", "sampling", "1 2", {"temperature": 1.0, "top_k": 5}, seed=4,
+                           max_new_tokens=2)).to_dict()
+    fig = step_figures(d, 0)[0]
+    for name in ("light", "dark"):
+        for view in (name, f"{name}:390"):
+            out = themed(fig, view)
+            words = [a for a in out.layout.annotations if a.name == "chosen-word"]
+            assert len(words) == 1 and words[0].text == "chosen" and words[0].bgcolor == THEMES[name].page, view
+            swapped = [a for m in out.layout.updatemenus for b in m.buttons if len(b.args) > 1
+                       and isinstance(b.args[1], dict) for a in b.args[1].get("annotations") or ()
+                       if (a.get("name") if isinstance(a, dict) else a.name) == "chosen-word"]
+            assert swapped and all(a["bgcolor"] == THEMES[name].page for a in swapped), view

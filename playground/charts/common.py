@@ -83,6 +83,7 @@ CAPTION_ROW = 22  # px a caption line takes at the figure's foot
 NOTES = "stage warnings"  # the name of the warnings a figure writes under its plot (13 px lines), over the caption
 NOTE_ROW = 20  # px a line of them takes
 NOTES_FLOOR = 36  # px under the plot where they start at the least (the axis's tick labels)
+CHOSEN_WORD = "chosen-word"  # the annotation naming the chosen (or forced) bar: on a patch of the page's colour
 
 
 def add_caption(fig: go.Figure, text: str) -> go.Figure:

@@ -28,7 +28,16 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.charts.common import TOKEN_MARKS, add_caption, as_prob, counted, num, prob_brief, show_token
+from playground.charts.common import (
+    CHOSEN_WORD,
+    TOKEN_MARKS,
+    add_caption,
+    as_prob,
+    counted,
+    num,
+    prob_brief,
+    show_token,
+)
 from playground.charts.marks import (
     STAGE_MARKS,
     Mark,
@@ -115,9 +124,11 @@ def distribution_figure(trace: dict[str, Any], step: int = 0, top: int = 20, bas
     by_grammar = grammar_forced(s)
     if chosen_i is not None:
         j = shown.index(chosen_i)
-        # over the first bar the word starts at its arrow: centred, its left half ran over the y axis's labels
+        # over the first bar the word starts at its arrow: centred, its left half ran over the y axis's labels;
+        # where a taller neighbour's bar runs behind it, the page's colour behind the word (theme.themed) keeps it
+        # legible
         fig.add_annotation(x=j, y=bar_probs[chosen_i], text="forced" if forced or by_grammar else "chosen",
-                           showarrow=True, xanchor="left" if j == 0 else "center",
+                           showarrow=True, xanchor="left" if j == 0 else "center", name=CHOSEN_WORD,
                            arrowhead=2, arrowcolor=CHOSEN, ax=0, ay=-34, font=dict(color=CHOSEN, size=14), yref="y")
     if forced:
         _add_strategy_choice(fig, s, shown, bar_probs)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from playground.charts.common import CAPTION, NOTES, place_caption, wrap
+from playground.charts.common import CAPTION, CHOSEN_WORD, NOTES, place_caption, wrap
 from playground.charts.palette import (
     CLEAR,
     DARK_GRID,
@@ -82,12 +83,15 @@ def themed(fig: go.Figure, view: str | None, export: bool = False) -> go.Figure:
     for ann in out.layout.annotations or ():
         if ann.font.color is None or str(ann.font.color).lower() in LIGHT_INKS:
             ann.font.color = t.ink
+        if ann.name == CHOSEN_WORD:  # over a taller neighbour's bar (bars a phone's width apart), still legible
+            ann.bgcolor = t.page
     for trace in out.data:
         font = getattr(trace, "textfont", None)
         if font is not None and font.color is not None and str(font.color).lower() in LIGHT_INKS:
             font.color = t.ink
     for menu in out.layout.updatemenus or ():
         menu.font.color = t.ink
+        _chosen_word_on(menu, t.page)
     width = view_width(view)
     narrow = width is not None and width < NARROW and not export
     if narrow and width is not None:
@@ -210,6 +214,19 @@ def _wrap_title(fig: go.Figure, width: int, size: int = 17) -> None:
         extra = 18 * (len(lines) - 1)
         fig.update_layout(title_text="<br>".join(lines), margin_t=top + extra,
                           height=(fig.layout.height or 450) + extra)
+
+
+def _chosen_word_on(menu: Any, page: str) -> None:
+    """The chosen word's patch of page colour in the annotations a menu's buttons swap in (the distribution's
+    bases), as themed gives the figure's own."""
+    buttons = list(menu.buttons or ())
+    for button in buttons:
+        args = list(button.args or ())
+        if len(args) > 1 and isinstance(args[1], dict) and args[1].get("annotations") is not None:
+            swapped = [a.to_plotly_json() if hasattr(a, "to_plotly_json") else dict(a) for a in args[1]["annotations"]]
+            swapped = [dict(a, bgcolor=page) if a.get("name") == CHOSEN_WORD else a for a in swapped]
+            button.args = [args[0], dict(args[1], annotations=swapped), *args[2:]]
+    menu.buttons = buttons
 
 
 def _fit_narrow(fig: go.Figure, page_width: int) -> None:
