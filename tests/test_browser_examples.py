@@ -92,9 +92,14 @@ def test_the_toolbar_shown_on_hover_leaves_a_compare_sides_chart_title_clear(pag
     wait_done(page, "pg-status-a")
     wait_done(page, "pg-status-b")
     for chart in ("pg-overview-a", "pg-dist-a", "pg-overview-b"):
+        # read once the chart is drawn: in a cold run beside other tests one had no title yet when read
+        page.wait_for_function("(id) => !!document.querySelector(`#${id} .js-plotly-plot .gtitle`)", arg=chart,
+                               timeout=30_000)
         page.locator(f"#{chart}").scroll_into_view_if_needed()
         page.locator(f"#{chart}").hover()
         page.wait_for_timeout(300)
+        page.wait_for_function("(id) => !!document.querySelector(`#${id} .js-plotly-plot .gtitle`)"
+                               " && !!document.querySelector(`#${id} .modebar`)", arg=chart, timeout=30_000)
         box = page.evaluate(TOOLBAR_JS, chart)
         bar, title = box["bar"], box["title"]
         assert bar["width"] > 0  # shown: the camera is still there
