@@ -69,20 +69,8 @@ HEADER = """<div class="pg-header">
 
 RUN_JS = """(run) => {
   const click = (id) => { const b = document.getElementById(id); if (b) b.click(); };
-  // a What-if button comes into view; once more 1.5 s later if the panels re-drawn above it (a note, the
-  // tab's first render) moved it off screen while the page was left where this put it
-  const bring = (id) => {
-    const el = document.getElementById(id);
-    if (!el) return;
-    el.scrollIntoView({block: 'start'});
-    const y = window.scrollY;
-    setTimeout(() => {
-      const top = el.getBoundingClientRect().top;
-      if ((top < 0 || top > window.innerHeight - 40) && Math.abs(window.scrollY - y) < 400) {
-        el.scrollIntoView({block: 'start'});
-      }
-    }, 1500);
-  };
+  // a What-if button comes into view (its output is drawn under it)
+  const bring = (id) => document.getElementById(id)?.scrollIntoView({block: 'start'});
   const modes = String(run || '').split(',');
   if (modes.includes('generate')) setTimeout(() => click('pg-generate'), 50);
   if (modes.includes('compare')) setTimeout(() => click('pg-compare-run'), 250);

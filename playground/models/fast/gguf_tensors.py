@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-# metadata value types -> their size in bytes (8: string, 9: array are read otherwise)
-_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
+# metadata value types -> their struct format, and so their size in bytes (8: string, 9: array are read otherwise)
 _FORMAT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_SCALAR = {kind: struct.calcsize("<" + fmt) for kind, fmt in _FORMAT.items()}
 # ggml type ids -> (name, weights per block, bytes per block), for the types this project reads or skips
 GGML_TYPES = {0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
               7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176),
