@@ -11,13 +11,32 @@ import re
 DONE_JS = "(id) => /finished|reached max|stopped/.test(document.getElementById(id)?.innerText || '')"
 
 
-def pick(page, label: str, option: str | re.Pattern) -> None:
+# The open list's top edge is on screen (an option further down it is reached by the list's own scroll).
+LIST_IN_VIEW_JS = ("(el) => { const r = (el.closest('ul') || el).getBoundingClientRect();"
+                   " return r.top >= 0 && r.top < window.innerHeight; }")
+
+
+def pick(page, label: str, option: str | re.Pattern, tries: int = 3) -> None:
     """Choose ``option`` in the dropdown labelled ``label``; the menu is brought to the middle of the screen
-    first, so its list opens inside the viewport (at the page's foot it opened below the screen's edge)."""
+    first, so its list opens inside the viewport (at the page's foot it opened below the screen's edge).
+    Gradio places the open list where the menu was when it opened, so a page that moves under it (a chart
+    drawn late above) can leave the list off screen, where no scroll reaches it: then it is closed and
+    opened again."""
     menu = page.get_by_role("combobox", name=label)
+    item = page.get_by_role("option", name=option)
+    for _ in range(tries - 1):
+        menu.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+        menu.click()
+        item.wait_for(state="visible")
+        page.wait_for_timeout(100)  # the list's placement settles
+        if item.evaluate(LIST_IN_VIEW_JS):
+            item.click()
+            return
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
     menu.evaluate("(el) => el.scrollIntoView({block: 'center'})")
     menu.click()
-    page.get_by_role("option", name=option).click()
+    item.click()
 
 
 def tokens(page, panel: str = "pg-text") -> list[str]:

@@ -167,6 +167,20 @@ def test_no_blank_band_between_the_distribution_and_the_chain(page, url):
     assert 0 <= gap <= 20, gap
 
 
+def test_the_answer_rules_chip_opens_what_if_and_shows_the_rules_disagree(page, url):
+    """The rules chip sets the sidebar (toy-think, T 3) and the rules' draw and checker, then picks the answers:
+    majority vote 6, the confidence rules 9, with the button and the table on screen."""
+    page.goto(url)
+    rules = next(ex for ex in examples() if "rules" in ex.then)
+    click_example(page, rules.label)
+    page.wait_for_function("() => /The rules disagree/.test(document.getElementById('pg-rules-table')?.innerText || '')",
+                           timeout=120_000)
+    head = page.locator("#pg-rules-table").inner_text().split("\n")[0]
+    assert "6 by majority vote" in head and "9 by highest mean logprob, DeepConf, CoT-decoding" in head, head
+    box = page.locator("#pg-rules-run").bounding_box()  # brought to the screen's top (to a pixel's fraction)
+    assert box is not None and -1 <= box["y"] <= 1000 - box["height"], box
+
+
 def test_the_score_chip_scores_and_detects_and_the_branch_chip_shows_both_runs(page, url):
     """The score chip opens What if, scores its text (tokens drawn, the button on screen) and detects the
     watermark: z 6.20. The branch chip runs greedy, then its branch: the Branches panel lists both."""

@@ -17,9 +17,12 @@ from playground.ui import share
 from playground.ui.components import run_request
 from playground.ui.examples import EAGLE_TREE, LOCKSTEP_TEXT, Example, example_run_key, examples, note_after
 from playground.ui.handlers import generate
+from playground.ui.sweep_panel import rules_view, sweep_request
+from playground.whatif.answers import DEFAULT_BRANCHES
 from playground.whatif.grid import parse_values
 from playground.whatif.lens import lens
 from playground.whatif.lockstep import lockstep
+from playground.whatif.rules import DEFAULT_ETA, DEFAULT_WINDOW
 from playground.whatif.sample_many import sample_many
 from playground.whatif.sweep import sweep
 from playground.whatif.watermark import detect_text
@@ -60,7 +63,7 @@ def test_every_family_the_lens_and_the_lockstep_have_a_chip():
     assert example(lambda ex: ex.config.sweep).run_flag == "sweep"  # What if's sweep runs alone
     assert [ex.label for ex in shown if ex.whatif] == [
         "Toy 70/30 · sample many", "SmolLM2 · weights in lockstep", "SmolLM2 · score & detect",
-        "Toy-think · budget sweep"]
+        "Toy-think · budget sweep", "Toy-think · answer rules"]
     assert example(lambda ex: ex.config.score_text).run_flag == "score,detect"
     assert example(lambda ex: "sample" in ex.then).run_flag == "sample"
     for ex in shown:  # a link of each restores it (the lockstep's and the lens's fields included)
@@ -171,6 +174,21 @@ def test_the_thinking_examples_cut_the_count_and_cool_the_answer(store):
                    swept.sweep_n, swept.sweep_extract, [swept.sweep_known], keep_samples=False)
     assert [(p["value"], p["modal_answer"], p["accuracy"]) for p in record["points"]] == [
         (0, "4", 0.0), (2, "4", 0.0), (4, "6", 0.0), (6, "8", 0.0), (8, "9", 1.0), (10, "9", 1.0)]
+
+
+def test_the_answer_rules_example_splits_majority_vote_from_the_confidence_rules(store):
+    """Its note: 20 samples at T 3 over 12 answers, 9 twice; majority vote 6 (3 votes), the rest 9."""
+    ex = example(lambda ex: "rules" in ex.then)
+    cfg = ex.config
+    assert ex.run_flag == "rules" and ex.whatif and not cfg.sweep  # the rules alone, on What if
+    req = sweep_request({**dataclasses.asdict(cfg), "dtype": "auto"}, cfg.sweep_tokens)
+    _, _, result = rules_view(store, req, None, None, cfg.sweep_n, cfg.sweep_extract, "", [cfg.sweep_known],
+                              DEFAULT_BRANCHES, DEFAULT_WINDOW, DEFAULT_ETA)
+    answers = [s["answer"] for s in result["samples"]]
+    assert len(answers) == 20 and len(set(answers)) == 12 and answers.count("9") == 2
+    picks = {p["rule"]: p["answer"] for p in result["picks"]}
+    assert picks.pop("majority") == "6" and answers.count("6") == 3
+    assert set(picks.values()) == {"9"} and len(picks) == 3, picks
 
 
 def test_the_detect_example_finds_the_watermark_examples_text_and_not_a_plain_one(store):

@@ -347,3 +347,16 @@ def test_a_sweep_in_a_link_that_its_panel_would_refuse_is_left_out_with_a_warnin
     assert share.decode(share.encode(cfg))[0] == cfg  # the link of a sweep restores it
     cfg, warnings = share.decode({**good, **change})
     assert cfg.sweep == "" and cfg.sweep_n == 0 and len(warnings) == 1 and said in warnings[0], warnings
+
+
+def test_the_answer_rules_settings_travel_without_a_sweep_and_a_bad_one_is_left_out_naming_it():
+    rules = {"sweep_n": "20", "sweep_tokens": "16", "sweep_extract": "last_number", "sweep_known": "9"}
+    cfg, warnings = share.decode(rules)
+    assert warnings == [] and (cfg.sweep, cfg.sweep_n, cfg.sweep_tokens, cfg.sweep_extract, cfg.sweep_known) == \
+        ("", 20, 16, "last_number", "9")
+    assert dict(parse_qsl(share.encode(cfg).lstrip("?"))) == rules and share.decode(share.encode(cfg))[0] == cfg
+    for change, said in (({"sweep_n": "201"}, "sweep_n must be an integer in [1, 200], got '201'"),
+                         ({"sweep_extract": "nearest"}, "an extractor must be one of")):
+        cfg, warnings = share.decode({**rules, **change})
+        assert (cfg.sweep_n, cfg.sweep_extract) == (0, "") and len(warnings) == 1, warnings
+        assert warnings[0].startswith("ignored the answer rules' settings: ") and said in warnings[0], warnings

@@ -179,3 +179,10 @@ def test_a_sweep_goes_into_the_share_link_and_the_opened_page_sets_it_back_and_r
     assert got["pg-sweep"]["open"] is True
     flag = next(v for c, v in opened.items() if isinstance(c, gr.Textbox) and not c.visible and "sweep" in str(v))
     assert flag == "generate,sweep"  # the opened page runs, then runs the sweep (page.RUN_JS)
+    flag_box = next(c for c, v in opened.items() if v is flag)
+    rules = load.fn(SimpleNamespace(query_params={"model": "toy-think", "sweep_n": "12", "sweep_extract": "last_number",
+                                                  "sweep_known": "9"}))  # the answer rules' settings alone
+    got = by_id(rules)
+    assert (got["pg-sweep-n"], got["pg-sweep-extract"], got["pg-sweep-known"], got["pg-sweep"]["open"]) == \
+        (12, "last_number", "9", True)
+    assert "pg-sweep-param" not in got and "pg-sweep-tokens" not in got and "sweep" not in str(rules[flag_box])

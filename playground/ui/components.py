@@ -170,6 +170,8 @@ class Shared:
             out[self.run_flag] = ",".join(filter(None, [str(out[self.run_flag]), "sweep"]))
             if cfg.run != "compare":
                 out[self.tabs] = gr.Tabs(selected="whatif")
+        elif cfg.sweep_n or cfg.sweep_tokens or cfg.sweep_extract or cfg.sweep_known:  # the answer rules' settings
+            out.update(self.carried.sweep.restore(cfg))
         if cfg.score_text:  # a text to score: in Score's box, scored once restored (RUN_JS)
             out[self.carried.score_text] = cfg.score_text
             out[self.run_flag] = ",".join(filter(None, [str(out[self.run_flag]), "score"]))

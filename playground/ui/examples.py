@@ -22,13 +22,15 @@ class Example:
     # what the page does once the run is done: "lens" reads every layer of the step shown (the run's most
     # uncertain one) with the logit lens, drawn under its button; "sample" draws What if's Sample many with
     # the restored settings (its N and tokens as the panel holds them); "detect" reads Score's text with the
-    # watermark detector (the sidebar's watermark settings)
+    # watermark detector (the sidebar's watermark settings); "rules" picks an answer out of a fresh draw with
+    # What if's answer rules (the link's N, tokens, extractor and checker)
     then: tuple[str, ...] = ()
 
     @property
     def whatif(self) -> bool:
         """Whether the example's phenomenon is on the What-if tab (its lockstep, sweep, Score or sample many)."""
-        return bool(self.config.pair_a or self.config.sweep or self.config.score_text or "sample" in self.then)
+        return bool(self.config.pair_a or self.config.sweep or self.config.score_text
+                    or {"sample", "rules"} & set(self.then))
 
     @property
     def run_flag(self) -> str:
@@ -234,6 +236,12 @@ def _thinking_examples() -> list[Example]:
                 "What if → Sweep: 4 samples at each thinking budget from 0 to 10; cut mid-count, the model answers "
                 "the last number it counted (6 at budget 4, 8 at 6), so the accuracy against 9 is 0 up to budget 6 "
                 "and 1 from 8, where the count ends by itself."),
+        Example("Toy-think · answer rules", cfg(model="toy-think", prompt="3 + 6 =", strategy="sampling",
+                                                params={"temperature": 3.0}, seed=3, sweep_n=20, sweep_tokens=16,
+                                                sweep_extract="last_number", sweep_known="9"),
+                "What if → Answer rules: 20 samples at T 3 scatter over 12 answers and only 2 say 9; majority "
+                "vote picks 6 (3 votes), while highest mean logprob, DeepConf and CoT-decoding, which weigh "
+                "the model's confidence, pick 9.", then=("rules",)),
     ]
 
 

@@ -82,6 +82,8 @@ RUN_JS = """(run) => {
   if (modes.includes('detect')) setTimeout(() => click('pg-whatif-detect'), 450);
   // a sweep's chart is under its button in the What-if tab: the button comes into view
   if (modes.includes('sweep')) setTimeout(() => { click('pg-sweep-run'); bring('pg-sweep-run'); }, 450);
+  // the answer rules' table is under their button
+  if (modes.includes('rules')) setTimeout(() => { click('pg-rules-run'); bring('pg-rules-run'); }, 450);
   return [];
 }"""
 

@@ -14,7 +14,8 @@ grammar the text must follow (``grammar=json&grammar_text=...``), plus the Compa
 strategy, and the What-if tab's lockstep (``pair_model``, ``pair_a``, ``pair_b``, ``pair_text``: the opened
 page reads it once restored), and the What-if tab's sweep last run (``sweep`` the parameter, ``sweep_grid``
 ``lin:LOW:HIGH:COUNT`` or ``log:...``, ``sweep_n``, ``sweep_tokens``, ``sweep_extract``, ``sweep_known``: the
-opened page runs it once restored). Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
+opened page runs it once restored; without ``sweep``, ``sweep_n``, ``sweep_tokens``, ``sweep_extract`` and ``sweep_known``
+are the answer rules' draw and checker, set in the panel and not run). Parameters of the first strategy are ``p.<name>``, of the second ``b.<name>``. ``run=generate`` or
 ``run=compare`` makes the opened page run once restored (a seeded run then reproduces the
 same output). Decoding is forgiving: an unknown key or a value the strategy would refuse
 is dropped with a warning, so an old link still opens. No gradio.
@@ -76,7 +77,8 @@ class Config:
     # the What-if tab's sweep (playground.whatif.sweep): the parameter ("" = none), its grid as
     # ``lin:LOW:HIGH:COUNT`` or ``log:LOW:HIGH:COUNT``, N samples per value, tokens per sample, the answer
     # extractor's spec ("" = none) and the known answers ("12|twelve"); with ``sweep`` set the opened page
-    # runs the sweep once restored
+    # runs the sweep once restored; without ``sweep`` the other four are the answer rules' settings (a fresh
+    # draw of N samples of that many tokens, the extractor and the checker), restored and not run
     sweep: str = ""
     sweep_grid: str = ""
     sweep_n: int = 0
@@ -88,6 +90,7 @@ class Config:
 
 
 SWEEP_KEYS = ("sweep", "sweep_grid", "sweep_n", "sweep_tokens", "sweep_extract", "sweep_known")
+RULES_KEYS = SWEEP_KEYS[2:]  # what a link carries of the answer rules without a sweep
 MAX_KNOWN_CHARS = 1000  # the sweep's known answers
 
 
@@ -130,8 +133,8 @@ def encode(config: Config, base: Config | None = None) -> str:
     if config.pair_a:
         items += [(key, getattr(config, key)) for key in ("pair_model", "pair_a", "pair_b", "pair_text")
                   if getattr(config, key)]
-    if config.sweep:
-        items += [(key, str(getattr(config, key))) for key in SWEEP_KEYS if getattr(config, key)]
+    items += [(key, str(getattr(config, key))) for key in (SWEEP_KEYS if config.sweep else RULES_KEYS)
+              if getattr(config, key)]
     if config.score_text:
         items.append(("score_text", config.score_text))
     if config.run:
@@ -263,6 +266,9 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
     rules take; otherwise the sweep is left out with a warning naming the value (the rest still opens)."""
     if not any(key in pairs for key in SWEEP_KEYS):
         return
+    if not pairs.get("sweep", ""):
+        _rules_part(pairs, cfg, warnings)
+        return
     name, grid_text = pairs.get("sweep", ""), pairs.get("sweep_grid", "").strip()
     extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
     try:
@@ -283,6 +289,24 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
         return
     cfg.sweep, cfg.sweep_grid, cfg.sweep_n, cfg.sweep_tokens = name, grid_text, n, tokens
     cfg.sweep_extract, cfg.sweep_known = extract, known
+
+
+def _rules_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> None:
+    """The answer rules' settings of a link without a sweep into ``cfg``: N and the tokens (each optional)
+    integers in their ranges, the extractor one the rules take, the known answers within their limit;
+    otherwise they are left out with a warning naming the value."""
+    extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
+    try:
+        n = whole("sweep_n", pairs["sweep_n"], 1, MAX_PAGE_N) if pairs.get("sweep_n") else 0
+        tokens = whole("sweep_tokens", pairs["sweep_tokens"], 1, MAX_TOKENS) if pairs.get("sweep_tokens") else 0
+        if extract:
+            make_extractor(extract)
+        if len(known) > MAX_KNOWN_CHARS:
+            raise InvalidRequest(f"the known answer must be at most {MAX_KNOWN_CHARS} characters, got {len(known)}")
+    except InvalidRequest as err:
+        warnings.append(f"ignored the answer rules' settings: {err}")
+        return
+    cfg.sweep_n, cfg.sweep_tokens, cfg.sweep_extract, cfg.sweep_known = n, tokens, extract, known
 
 
 def _branch_part(text: str, forced: str, warnings: list[str]) -> str:

@@ -263,9 +263,14 @@ class SweepPanel:
                 self.argument, self.known, self.about]
 
     def restore(self, cfg: Config) -> dict[Any, Any]:
-        """The controls set to ``cfg``'s sweep (share.decode checked it), the panel open."""
-        kind, low, high, count = cfg.sweep_grid.split(":")
+        """The controls set to ``cfg``'s sweep (share.decode checked it), the panel open; without a sweep, the
+        answer rules' settings it names (N, tokens, extractor, checker)."""
         extract, _, argument = cfg.sweep_extract.partition(":")
+        if not cfg.sweep:
+            return {self.box: gr.update(open=True), self.extract: extract or NO_EXTRACTOR, self.argument: argument,
+                    self.known: cfg.sweep_known, **({self.n: cfg.sweep_n} if cfg.sweep_n else {}),
+                    **({self.tokens: cfg.sweep_tokens} if cfg.sweep_tokens else {})}
+        kind, low, high, count = cfg.sweep_grid.split(":")
         return {self.box: gr.update(open=True), self.param: gr.update(choices=sweepable(cfg.strategy), value=cfg.sweep),
                 self.scale: "log" if kind == "log" else "linear", self.start: float(low), self.end: float(high),
                 self.count: int(float(count)), self.n: cfg.sweep_n, self.tokens: cfg.sweep_tokens,
