@@ -1,10 +1,10 @@
 # make run       - set up .venv and start the playground on the default model
 # make test      - set up .venv (and Debian's chromium for the browser tests), lint, and run every test
 # make lint      - ruff (ruff.toml) on the code and tests, mypy (mypy.ini) on playground/ and strategies/
-# make check     - the inner loop: the tests that need no model beyond the toys, no browser, nothing slow
+# make check     - the inner loop: the tests that need no model beyond the toys, nothing slow, and not tests/browser
 # make gpu-check - on a machine with CUDA: the cuda tests and a short GPU bench, one report
 # The first of these that is Python >= 3.11 (numpy 2.4.6 needs it): the Space's (README front matter:
-# python_version, which tests/test_requirements.py holds first here), then 3.11, then python3.
+# python_version, which tests/project/test_requirements.py holds first here), then 3.11, then python3.
 PYTHON_CANDIDATES := python3.12 python3.11 python3
 PYTHON ?= $(firstword $(foreach p,$(PYTHON_CANDIDATES),$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && echo $(p))))
 VENV := .venv
@@ -37,7 +37,7 @@ browser:
 lint: install
 	$(BIN)/python -m ruff check playground strategies tests bench app.py && $(BIN)/python -m mypy
 
-# Every bench script must at least parse; tests/test_bench.py runs each one's --quick mode.
+# Every bench script must at least parse; tests/project/test_bench.py runs each one's --quick mode.
 # Two workers, a test file each at a time (the tests run torch on one thread, so the two cores
 # share the work); module fixtures stay within their file. The 30 slowest tests close every log.
 # PYTEST_ARGS adds pytest options (make test PYTEST_ARGS="--durations=0" times every test).
@@ -46,7 +46,7 @@ test: install browser lint
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadfile --durations=30 $(PYTEST_ARGS) tests
 
 check: install
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --toy-only tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --toy-only tests --ignore=tests/browser
 
 # Writes artifacts/gpu-check.md; exit status 3 where torch sees no CUDA device.
 gpu-check: install

@@ -4,7 +4,7 @@
     .venv/bin/python bench/gpu_check.py [--report artifacts/gpu-check.md] [--tokens 64] [--device cuda]
                                         [--skip-tests] [--skip-bench]
 
-On a machine with CUDA it runs the tests marked ``cuda`` (tests/test_cuda.py: every strategy on the GPU
+On a machine with CUDA it runs the tests marked ``cuda`` (tests/engine/test_cuda.py: every strategy on the GPU
 against the CPU within the stated tolerance, greedy speculative and EAGLE equal to greedy, the grammar
 stage, where the models are placed, the ZeroGPU path through `spaces`), then times greedy decoding of
 SmolLM2 and Gemma 3 on the GPU in float32 and bfloat16 beside the CPU (float32 and auto), and writes
@@ -106,13 +106,13 @@ def read_junit(path: Path) -> list[Outcome]:
 
 
 def run_tests(device: str) -> TestRun:
-    """tests/test_cuda.py in its own pytest process, on ``device``."""
+    """tests/engine/test_cuda.py in its own pytest process, on ``device``."""
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         junit = Path(tmp) / "junit.xml"
         env = {**os.environ, "PLAYGROUND_CUDA_TEST_DEVICE": device}
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-m", "cuda",
-                               f"--junitxml={junit}", "tests/test_cuda.py"],
+                               f"--junitxml={junit}", "tests/engine/test_cuda.py"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
         seconds = time.perf_counter() - start
         outcomes = read_junit(junit) if junit.exists() else []
@@ -165,7 +165,7 @@ def render(facts: list[str], tests: TestRun | None, rows: list[Row] | None, toke
     out = ["# GPU check", "", f"**{verdict}**", "", "## Machine", "", *(f"- {f}" for f in facts), ""]
     if tests is not None:
         counts = {k: sum(o.outcome == k for o in tests.outcomes) for k in ("passed", "failed", "error", "skipped")}
-        out += ["## Tests marked cuda (tests/test_cuda.py)", "",
+        out += ["## Tests marked cuda (tests/engine/test_cuda.py)", "",
                 f"{counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped "
                 f"in {tests.seconds:.0f} s (pytest: {tests.summary})", "", "| test | outcome | message |",
                 "|---|---|---|"]

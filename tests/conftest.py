@@ -1,8 +1,8 @@
 """Shared fixtures: one ModelStore for the whole session, so each model loads once.
 
 Where the tests are: tests/README.md maps every module of playground/ and strategies/ to the test files
-that test it (a module's own tests are in tests/test_<module>.py where that file exists), and
-tests/test_test_names.py keeps that map true. Browser tests take ``browser``, ``url`` and ``page`` from here
+that test it (a module's own tests are in tests/<layer>/test_<module>.py where that file exists), and
+tests/project/test_test_names.py keeps that map true. Browser tests take ``browser``, ``url`` and ``page`` from here
 (one Chromium and one app server per worker) and their page helpers from tests/browser.py.
 """
 from __future__ import annotations
@@ -22,8 +22,11 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# the repository (``from tests.browser import ...``) and tests/ itself (the shared helpers beside this file,
+# ``from page_events import call``), whichever folder a test file is in
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 from playground.models import OFFLINE, ModelStore  # noqa: E402
 

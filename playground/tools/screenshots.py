@@ -8,7 +8,7 @@ a reader's click on a shared link would. Needs /usr/bin/chromium (or $CHROMIUM);
 
 A full run (no ``--only``) also writes ``layout.json`` beside the images (``MANIFEST``): the facts of the
 page's layout that the images show (the examples row, the sidebar's order, the tabs), read from the page
-the images were taken of. tests/test_screenshots.py compares it with the page as defined now, so a
+the images were taken of. tests/tools/test_screenshots.py compares it with the page as defined now, so a
 change to those facts without new images fails there, naming ``make screenshots``.
 """
 from __future__ import annotations

@@ -26,7 +26,7 @@ MAX_LIST_CHARS = 20_000  # a list of answers
 MAX_GRAMMAR_ARGUMENT_CHARS = 4 * MAX_GRAMMAR_CHARS  # the grammar's JSON wrapper: its text, escaped
 MAX_TOKEN_ID = 2**31 - 1
 CHAT_CHOICES = {"auto": None, "": None, "true": True, "false": False}
-# the choices as types: the API's schema and the MCP tools' list them (tests/test_api_docs.py holds them to
+# the choices as types: the API's schema and the MCP tools' list them (tests/ui/test_api_docs.py holds them to
 # playground.models.dtypes.DTYPES and playground.engines.FORMATS); a value outside is refused by the request
 Chat = Literal["auto", "true", "false"]
 Weights = Literal["auto", "float32", "bfloat16", "int4"]

@@ -5,7 +5,7 @@ the run's model and weights, asking for the hidden states; every state at the la
 through the final norm and the LM head (``LM.layer_logits``), and ``strategies.lens`` makes the
 record. The pass's logits are the step's: a lean forward's one pass equals its steps bit for bit;
 transformers' float32 forward over the whole context sums in another order than the run's cached
-steps, about 1e-5 relative on a probability (tests/test_lens.py holds the last row to the recorded
+steps, about 1e-5 relative on a probability (tests/whatif/test_lens.py holds the last row to the recorded
 raw distribution). For beam, speculative and contrastive runs the context is the final text's tokens,
 read by the run's model (the target, the expert).
 """

@@ -10,7 +10,7 @@ with the float32 model's (transformers as loaded, the reference): one pass over 
 cached step a token, so both the many-row and the one-row kernels are exercised.
 
 The tolerance is the one the parity tests state for bfloat16 and int4 against float32
-(tests/test_fast_path.py, tests/test_int4.py): per-position total variation at most 0.1 and at most
+(tests/models/test_fast_path.py, tests/models/test_int4.py): per-position total variation at most 0.1 and at most
 0.03 on average. A wrong layout gives about 1.0; a kernel that is missing raises, and is refused the
 same way.
 """

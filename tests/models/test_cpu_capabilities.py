@@ -31,9 +31,9 @@ from playground.models.cpu import (
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
-FILES = ["tests/test_weights_check.py", "tests/test_int4.py", "tests/test_fast_path.py", "tests/test_lean_gemma.py",
-         "tests/test_one_pass.py", "tests/test_batch_invariance.py"]
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ["tests/models/test_weights_check.py", "tests/models/test_int4.py", "tests/models/test_fast_path.py", "tests/models/test_lean_gemma.py",
+         "tests/models/test_one_pass.py", "tests/models/test_batch_invariance.py"]
 # What runs per capability (pytest -k): the fewest tests that still run every kernel shape the fast
 # paths use, one test per shape. int4: the packed layout (whole and in slices), the kernel's weights, the self-check on its
 # probe, one pass against steps bit for bit (SmolLM2 and Gemma), batched rows against single rows, a

@@ -224,7 +224,7 @@ def test_slides_view_and_glossary_are_on_the_page(demo):
 
 def test_max_new_tokens_is_a_box_that_passes_any_value_to_the_refusal(demo):
     """A slider would move 100000 to its end in the browser before any check saw it; the box sends it
-    on, and the run is refused with the field and its range (tests/test_page_messages.py)."""
+    on, and the run is refused with the field and its range (tests/ui/test_page_messages.py)."""
     box = component(demo, "pg-max-new")
     assert box["type"] == "number" and box["props"].get("maximum") is None and box["props"]["precision"] == 0
     slider = component(demo, "pg-p-top_p")  # an open low end (top-p 0) is on the slider,

@@ -22,7 +22,7 @@ from playground.tools import docs
 from strategies.sampling import samplers
 from strategies.stages import STAGES, Decision, TransformBase, on_values, stage
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # a path of the repository written in backticks: `strategies/stages.py`, `docs/trace.md`, `assets/toy/`
 CITED = re.compile(r"`((?:playground|strategies|tests|bench|docs|assets)/[\w./-]*|app\.py|Makefile)`")

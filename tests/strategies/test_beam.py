@@ -378,7 +378,7 @@ def test_views_skip_traces_without_a_beam():
 
 def test_beam_charts_import_no_torch():
     code = "import sys, playground.charts.beam; sys.exit('torch' in sys.modules)"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
 
 

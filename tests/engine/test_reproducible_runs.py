@@ -16,7 +16,7 @@ import pytest
 
 from strategies.registry import all_strategies
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY = ["--model", "toy", "--prompt", "1 2 3 4 5 6 7 8 0 1 2", "--seed", "11", "--max-new-tokens", "10", "--json",
        "--dtype", "auto"]
 EAGLE_AUTO = ["--strategy", "speculative", "--draft", "eagle", "--eagle-tree", "auto"]

@@ -36,7 +36,7 @@ from playground.ui import handlers
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOOT_SECONDS = 240
 TOKEN_SECONDS = 0.5  # the per-token cost the ZeroGPU boot is given, so small toy runs pass the floor
 TIME_BUDGET = 45

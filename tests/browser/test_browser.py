@@ -20,7 +20,7 @@ from tests.browser import bar_count, pick, status, tokens, wait_done
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 
 def timed_generate(page, timeout_s: float = 180) -> tuple[float, float]:
@@ -137,7 +137,7 @@ def test_smollm2_timing_and_stop(page, url, store):
     last_change = max((t for (t, c), (_, prev) in zip(counts[1:], counts) if c != prev), default=0.0)
     print(f"[timing] stop: last token {last_change:.2f} s after the click (one step takes {per_token:.2f} s)")
     # How soon the page stops drawing is a speed on a shared machine, printed above, not asserted (the
-    # server's stop after the step in flight is timed in tests/test_browser_stop.py). Asserted: the run
+    # server's stop after the step in flight is timed in tests/browser/test_browser_stop.py). Asserted: the run
     # stopped short of its length, and the page ends on the stopped run's own tokens.
     wait_done(page, timeout_s=30)
     stopped = re.search(r"stopped at step (\d+)", status(page))

@@ -25,7 +25,7 @@ import pytest
 
 from strategies.registry import FAMILY_ORDER  # the families, each a folder of strategies/
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ("playground", "strategies")
 ORDER = ["top", "front", "whatif", "engines", "engine", "families", "strategies", "models", "serving"]
 LEAVES = {"charts", "contract"}

@@ -18,7 +18,7 @@ from strategies.contrastive.contrastive import ContrastiveParams
 from strategies.contrastive.scoring import contrastive_scores, pick_greedy, plausible_mask
 from strategies.pairing import check_shared_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXPERT_PROBS = [0.5, 0.3, 0.1, 0.06, 0.04]
 AMATEUR_PROBS = [0.7, 0.1, 0.1, 0.05, 0.05]
 

@@ -23,7 +23,7 @@ from strategies.untrusted_json import MAX_DEPTH, loads_untrusted, nesting_depth
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPTH_REFUSED = f"must nest at most {MAX_DEPTH} levels"
 
 

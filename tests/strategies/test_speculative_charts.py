@@ -131,7 +131,7 @@ def test_speed_view_without_a_baseline(trace):
 
 def test_charts_import_no_torch():
     code = "import sys, playground.charts.speculative; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2]).returncode == 0
 
 
 def test_speculative_steps_record_each_stage_decision(store):

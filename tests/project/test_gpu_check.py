@@ -1,5 +1,5 @@
 """``make gpu-check`` (bench/gpu_check.py) where there is no GPU: its arguments, its report, its exit
-status. What it checks on a GPU is tests/test_cuda.py."""
+status. What it checks on a GPU is tests/engine/test_cuda.py."""
 from __future__ import annotations
 
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_check  # noqa: E402
@@ -43,8 +43,8 @@ def test_without_cuda_the_report_lists_every_cuda_test_as_skipped_and_the_exit_i
     assert "no CUDA device here" in text and "torch.cuda.is_available() is False" in text
     listed = [line for line in text.splitlines() if line.startswith("| test_")]
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                "tests/test_cuda.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    names = [line.split("::", 1)[1] for line in collected.stdout.splitlines() if line.startswith("tests/test_cuda.py::")]
+                                "tests/engine/test_cuda.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    names = [line.split("::", 1)[1] for line in collected.stdout.splitlines() if line.startswith("tests/engine/test_cuda.py::")]
     assert len(listed) == len(names) >= 10
     assert all("| skipped | no CUDA device here" in line for line in listed)
     assert "Greedy tokens/s" not in text  # --skip-bench

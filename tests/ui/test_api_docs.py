@@ -33,7 +33,7 @@ from playground.whatif.sample_many import sample_many
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
               pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "api.md"
 DOC_URL = "http://127.0.0.1:7860/"  # the address the examples are written for
 CAPABILITIES = {"generate", "strategies", *ENDPOINTS}

@@ -16,7 +16,7 @@ from playground.errors import InvalidRequest
 from playground.whatif import lockstep as lockstep_module
 from playground.whatif.lockstep import lockstep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_model_against_itself_is_zero_everywhere(store):

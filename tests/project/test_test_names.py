@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 ROW = re.compile(r"^\| `([\w/]+\.py)` \| (.+) \|$")
 ENTRY = re.compile(r"(test_\w+\.py)( \(through [^)]+\))?")
@@ -31,6 +31,9 @@ def has_code(path: Path) -> bool:
 
 
 MODULES = {dotted(p): p for d in ("playground", "strategies") for p in sorted((ROOT / d).rglob("*.py"))}
+# every test file by its name (the table names files, not folders: a file's folder is its layer)
+TEST_FILES = {p.name: p for p in sorted(TESTS.rglob("test_*.py"))}
+LAYERS = ("browser", "charts", "engine", "engines", "models", "project", "serving", "strategies", "tools", "ui", "whatif")
 
 
 def table() -> dict[str, list[tuple[str, bool]]]:
@@ -64,7 +67,7 @@ def test_every_module_has_a_row_or_a_test_file_named_after_it():
     rows = table()
     missing = [str(p.relative_to(ROOT)) for p in MODULES.values()
                if has_code(p) and str(p.relative_to(ROOT)) not in rows
-               and not (TESTS / f"test_{p.stem}.py").exists()]
+               and f"test_{p.stem}.py" not in TEST_FILES]
     assert not missing, (f"no test file named after these modules and no row in tests/README.md: {missing}; "
                          "add their tests and a row (module -> test files)")
 
@@ -77,15 +80,24 @@ def test_every_row_is_a_module_and_every_file_it_names_tests_it():
             continue
         name = dotted(ROOT / module)
         for test_file, through in entries:
-            if not (TESTS / test_file).is_file():
+            if test_file not in TEST_FILES:
                 wrong.append(f"{module}: {test_file} does not exist")
             elif not through and not any(t == name or name.startswith(t + ".") and t != name.split(".")[0]
-                                         for t in touched(TESTS / test_file)):
+                                         for t in touched(TEST_FILES[test_file])):
                 wrong.append(f"{module}: {test_file} neither imports nor names it")
     assert not wrong, "tests/README.md's table is out of date:\n" + "\n".join(wrong)
 
 
 def test_every_test_file_is_named_in_the_table():
     text = (TESTS / "README.md").read_text()
-    unnamed = [p.name for p in sorted(TESTS.glob("test_*.py")) if p.name not in text]
+    unnamed = [name for name in TEST_FILES if name not in text]
     assert not unnamed, f"tests/README.md does not say what these test: {unnamed}"
+
+
+def test_every_test_file_is_in_a_layers_folder_under_a_name_no_other_has():
+    """tests/<layer>/test_*.py, one level down (make check and the browser tier are paths), and no two files
+    of one name: pytest imports each test file by its name alone (no package), and the table names files."""
+    paths = sorted(TESTS.rglob("test_*.py"))
+    misplaced = [str(p.relative_to(TESTS)) for p in paths if p.parent.parent != TESTS or p.parent.name not in LAYERS]
+    assert not misplaced, f"a test file belongs in one of tests/{{{','.join(LAYERS)}}}/: {misplaced}"
+    assert len(TEST_FILES) == len(paths), sorted(p.name for p in paths if [q.name for q in paths].count(p.name) > 1)

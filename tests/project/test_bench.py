@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 RATIO_LINES = {  # what each --quick run must print: its ratios against a reference in the same process
     "bench_engine.py": [r"toy +greedy .* ratio traced/generate \d+\.\d+", r"toy +sampling .* ratio traced/generate \d+\.\d+"],
     "bench_beam.py": [r"ours / transformers = \d+\.\d+x", r"naive / ours += \d+\.\d+x"],
@@ -51,7 +51,7 @@ COMPILE_ONLY = {
     "bench_answers.py": "it answers the 40 questions of assets/questions.json with SmolLM2 and Gemma 3, 16 samples "
                         "and 16 CoT-decoding branches each, for half an hour on two cores (its --quick runs the toy's task)",
     "bench_page.py": "it times the real app with SmolLM2 in Chromium for minutes, under a busy process on every "
-                     "core (`make bench` runs it; tests/test_browser_stop.py holds Stop's latency under load)",
+                     "core (`make bench` runs it; tests/browser/test_browser_stop.py holds Stop's latency under load)",
 }
 
 

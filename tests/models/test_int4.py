@@ -51,7 +51,7 @@ def int4(smollm):
 def int4_layers(smollm):
     """SmolLM2's layer matrices over the file's blocks, as its int4 copy is built from them, without the
     copy's self-check, whose probe alone takes about 30 s on the default (scalar) kernels, where
-    tests/test_cpu_capabilities.py runs this file's layout tests."""
+    tests/models/test_cpu_capabilities.py runs this file's layout tests."""
     return gguf_int4.layer_linears(smollm.model, models.gguf_path("smollm2-135m"))
 
 

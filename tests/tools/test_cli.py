@@ -9,7 +9,7 @@ import pytest
 
 from playground.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_prints_text(capsys):

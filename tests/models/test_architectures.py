@@ -8,7 +8,7 @@ from playground.models import lineup, lm
 from playground.models.architectures import ARCHITECTURES, BY_MODEL
 from playground.models.fast import int4
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_row_names_an_offline_gguf_model_and_a_parity_test_that_runs_its_lean_forward():

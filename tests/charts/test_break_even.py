@@ -226,4 +226,4 @@ def test_numbers_are_rounded_for_reading():
 
 def test_break_even_imports_no_torch():
     code = "import sys, playground.charts.break_even; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent.parent).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2]).returncode == 0

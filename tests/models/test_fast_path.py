@@ -5,7 +5,7 @@ KV cache under the crops and reorders strategies make, the strategies on top of 
 Tolerances, measured on SmolLM2 and stated here once:
 - lean vs transformers, both bfloat16, same weights: identical logits to transformers fed one token
   at a time, through every pass, crop, reorder and tree the strategies make (the lean forward
-  computes each row of a pass as its one-token step: ``tests/test_one_pass.py``). transformers'
+  computes each row of a pass as its one-token step: ``tests/models/test_one_pass.py``). transformers'
   own one pass rounds each row's attention over all the pass's keys, so it differs from its own
   steps (and from ours) by up to 0.7 in a logit (1.3 on AVX2 kernels); those comparisons bound the
   total variation of the distributions instead (``assert_near``).

@@ -5,7 +5,7 @@ shows, the server sends "stopped at step n" within a second of that step's end, 
 one step and two seconds of the click (the page's own lag under load included), and no token arrives after it.
 Times are read in the page (a MutationObserver), not polled.
 
-Skips where no browser can be had (fails under CI=true), like tests/test_browser.py.
+Skips where no browser can be had (fails under CI=true), like tests/browser/test_browser.py.
 """
 from __future__ import annotations
 

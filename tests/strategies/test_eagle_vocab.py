@@ -1,6 +1,6 @@
 """The EAGLE head's reduced draft vocabulary (FR-Spec): the stored map from draft index to target id
 is read back with the weights and is not the identity; drafts outside it never appear; greedy EAGLE
-still equals greedy decoding; tree sampling is still lossless (the chi-square of tests/test_eagle.py
+still equals greedy decoding; tree sampling is still lossless (the chi-square of tests/strategies/test_eagle.py
 with its control); ``eagle_vocab`` picks a prefix of the map or the whole vocabulary."""
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from playground.ui.controls import controls_for, strategies_in_order
 from playground.ui.page import build_demo
 
-UI = Path(__file__).resolve().parent.parent / "playground" / "ui"
+UI = Path(__file__).resolve().parents[2] / "playground" / "ui"
 MAX_LINES = 60
 
 

@@ -38,7 +38,7 @@ from packaging.version import Version
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = (ROOT / "requirements.txt", ROOT / "tests" / "requirements.txt")
 PYPI = "https://pypi.org/simple/"
 

@@ -18,7 +18,7 @@ from playground.errors import InvalidRequest
 from playground.whatif.lens import lens
 from strategies.lens import BLOCK, lens_record, top_of_rows
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_record_of_hand_made_rows():
