@@ -103,7 +103,7 @@ def tau_figure(trace: dict[str, Any]) -> go.Figure:
     fig.add_bar(x=list(range(len(taus))), y=taus, marker_color=ACCEPTED, name="tokens this round")
     fig.add_hline(y=s["tau"] or 0, line=dict(color=ADDED, dash="dash"))
     speed = ((trace.get("timing") or {}).get("speculative") or {}).get("measured_speedup")
-    extra = f" · measured {speed:.3g}x vs plain decoding" if speed is not None else ""
+    extra = f" · measured {speed:.2f}x vs plain decoding" if speed is not None else ""
     fig.update_layout(title=f"tau per round (mean {num(s['tau'])}){extra}", xaxis_title="round",
                       yaxis_title="tokens per target pass", xaxis=dict(dtick=1))
     add_caption(fig, f"bars: tokens each of the {len(taus)} rounds committed per target pass (accepted drafts + "
