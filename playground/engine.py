@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Generator, Iterator, Mapping, cast
 
 from playground.errors import InvalidRequest
@@ -19,6 +20,7 @@ from playground.serving.budget import Budget, Deadline
 from playground.trace import READING_REASON, Trace
 from strategies.context import DecodeContext, OutOfTime
 from strategies.forcing import resolve_forced
+from strategies.params import Params
 from strategies.registry import get_strategy
 from strategies.sampling.grammar import LIMIT_REASON, GrammarLimit, GrammarSpec, compile_grammar
 
@@ -77,15 +79,24 @@ class Request:
             raise InvalidRequest(f"system prompt must be at most {MAX_TEXT_CHARS} characters, "
                                  f"got {len(self.system)}")
 
+    @cached_property
+    def parsed_params(self) -> Params:
+        """``params`` read into the strategy's Params (InvalidRequest naming a refused value), once per request:
+        the run, the time budget's row cap, the ZeroGPU duration and the page's estimate all read this one."""
+        return get_strategy(self.strategy).params.from_dict(dict(self.params))
+
+    def row_factors(self) -> tuple[tuple[str, int], ...]:
+        """The factors of the rows one step runs through the model (the strategy spec's ``row_factors``)."""
+        return get_strategy(self.strategy).row_factors(self.parsed_params)
+
 
 def prepare(store: ModelStore, req: Request, progress: Progress | None = None, held: ExitStack | None = None,
             budget: Budget | None = None) -> tuple[Any, Any, DecodeContext]:
     """Validate everything, load the model, encode the prompt. Raises InvalidRequest on bad input.
 
     With ``held``, every model the request loads (drafts and amateurs too) is held until it closes."""
-    spec = get_strategy(req.strategy)
-    params = spec.params.from_dict(dict(req.params))
-    (budget or Budget()).check_rows(req.strategy, params, req.max_new_tokens)
+    spec, params = get_strategy(req.strategy), req.parsed_params
+    (budget or Budget()).check_rows(req.strategy, req.row_factors(), req.max_new_tokens)
 
     passed_over: list[str] = []
 

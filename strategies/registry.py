@@ -7,6 +7,7 @@ stream, and stop it between yields by closing the generator), plus a frozen
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -49,18 +50,28 @@ class StrategySpec:
     family: str  # one of FAMILY_ORDER, the folder of strategies/ it lives in
     forceable: bool = False  # each step commits one token, so a token can be forced (strategies/forcing.py)
     draws: Draws = Draws()  # how sample many draws it
+    rows: tuple[str, ...] = ()  # the parameters whose product is the rows a step runs through the model (none: 1)
+
+    def row_factors(self, params: Any) -> tuple[tuple[str, int], ...]:
+        """(parameter, value) for each factor of the rows one step of a run with ``params`` runs through the
+        model: beams, prefixes; empty for a strategy that runs one row a step. The time budget's row cap,
+        the ZeroGPU duration and the page's estimate all read this."""
+        return tuple((name, int(getattr(params, name))) for name in self.rows)
 
 
 REGISTRY: dict[str, StrategySpec] = {}
 
 
 def register(name: str, params: type[Params], summary: str, family: str = "sampling", *, forceable: bool = False,
-             draws: Draws | None = None):
+             draws: Draws | None = None, rows: tuple[str, ...] = ()):
     """Register a strategy's generator function under ``name``, with the facts the rest of the code reads off it."""
     def wrap(fn: Callable[..., Iterator[Any]]):
         if name in REGISTRY:
             raise RuntimeError(f"strategy {name!r} registered twice")
-        REGISTRY[name] = StrategySpec(name, params, fn, summary, family, forceable, draws or Draws())
+        fields = {f.name for f in dataclasses.fields(params)}
+        if not set(rows) <= fields:
+            raise RuntimeError(f"strategy {name!r} names rows {sorted(set(rows) - fields)} its params lack")
+        REGISTRY[name] = StrategySpec(name, params, fn, summary, family, forceable, draws or Draws(), tuple(rows))
         return fn
     return wrap
 

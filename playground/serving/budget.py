@@ -20,7 +20,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Sequence
 
 from playground.errors import InvalidRequest
 
@@ -29,7 +29,6 @@ ROWS_ENV = "PLAYGROUND_MAX_ROW_TOKENS"
 DEFAULT_SECONDS = 60.0  # a Space's: about 900 SmolLM2 tokens on a free CPU Space; a queue of a few visitors stays short
 SPACE_ENV = "SPACE_ID"  # set on a Hugging Face Space
 DEFAULT_ROW_TOKENS = 8192  # e.g. 16 beams x 512 tokens, or 8 prefixes x 4 beams x 256 tokens
-ROW_PARAMS = ("num_prefixes", "num_beams")  # each multiplies the rows a step runs through the model
 FINISH_REASON = "time budget"
 
 
@@ -69,9 +68,9 @@ class Budget:
         rows = env_number(ROWS_ENV, DEFAULT_ROW_TOKENS)
         return cls(seconds or None, int(rows) or None)
 
-    def check_rows(self, strategy: str, params: Any, max_new_tokens: int) -> None:
-        """Refuse a beam-like request whose rows x max_new_tokens exceed ``row_tokens``."""
-        factors = [(name, int(getattr(params, name))) for name in ROW_PARAMS if hasattr(params, name)]
+    def check_rows(self, strategy: str, factors: Sequence[tuple[str, int]], max_new_tokens: int) -> None:
+        """Refuse a beam-like request whose rows x max_new_tokens exceed ``row_tokens``; ``factors``: each
+        (parameter, value) whose product is the rows a step runs (the strategy spec's ``row_factors``)."""
         if self.row_tokens is None or not factors:
             return
         total = math.prod(v for _, v in factors) * max_new_tokens

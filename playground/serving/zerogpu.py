@@ -10,8 +10,8 @@ charged. So each run declares what it needs:
 
     clamp(FLOOR_SECONDS, rows x max_new_tokens x token_seconds, the time budget)
 
-rounded up to a whole second. ``rows`` is ``num_prefixes`` x ``num_beams`` for the
-beam-like strategies (``budget.ROW_PARAMS``), 1 otherwise; ``token_seconds`` is
+rounded up to a whole second. ``rows`` is the product of the factors the strategy declares
+(its spec's ``row_factors``: ``num_prefixes`` x ``num_beams`` for sample_beam), 1 otherwise; ``token_seconds`` is
 ``$PLAYGROUND_GPU_TOKEN_SECONDS``. The time budget is the cap because the engine stops
 decoding there anyway (``budget``); with no budget the cap is ``UNCAPPED_SECONDS``.
 
@@ -27,9 +27,9 @@ import json
 import math
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Sequence
 
-from playground.serving.budget import ROW_PARAMS, env_number
+from playground.serving.budget import env_number
 
 TOKEN_SECONDS_ENV = "PLAYGROUND_GPU_TOKEN_SECONDS"
 # SmolLM2-135M in float32 on one CPU thread here: 14.8 tokens/s through the engine (greedy and
@@ -49,9 +49,9 @@ def token_seconds() -> float:
     return env_number(TOKEN_SECONDS_ENV, DEFAULT_TOKEN_SECONDS) or DEFAULT_TOKEN_SECONDS
 
 
-def rows(params: Any) -> int:
-    """Rows one step runs through the model: the product of the beam-like factors the params have."""
-    return math.prod(int(getattr(params, name)) for name in ROW_PARAMS if hasattr(params, name))
+def rows(factors: Sequence[tuple[str, int]]) -> int:
+    """Rows one step runs through the model: the product of the strategy's row factors (1 for none)."""
+    return math.prod(value for _, value in factors)
 
 
 def gpu_seconds(rows: int, max_new_tokens: int, per_token: float, budget_seconds: float | None,

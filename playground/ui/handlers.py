@@ -46,7 +46,6 @@ from playground.ui.events import current as current_run
 from playground.ui.events import stop_requested
 from playground.ui.pull import Pull
 from strategies.loops import LOOP_REASON
-from strategies.registry import get_strategy
 from strategies.sampling.grammar import DEAD_END_REASON, GRAMMAR_REASON, LIMIT_REASON
 from strategies.speculative.baseline import STOPPED as NOT_TIMED_STOPPED
 
@@ -217,7 +216,7 @@ def zero_gpu() -> bool:
 def request_rows(req: Request) -> int:
     """Rows a step of ``req`` runs through the model (beams x prefixes); 1 where its params are refused."""
     try:
-        return zerogpu.rows(get_strategy(req.strategy).params.from_dict(dict(req.params)))
+        return zerogpu.rows(req.row_factors())  # the params read once: the run reads the same ones
     except InvalidRequest:
         return 1  # the run itself refuses it with the message, well within the floor
 

@@ -447,7 +447,7 @@ def advanced(clock: Clock, token: int, piece: Any, copy: bool = True) -> Clock:
 @register("beam", BeamParams,
           "Beam search: k hypotheses in one batch over a reordered KV cache, transformers' finishing rules "
           "or the textbook's, optional Freitag & Al-Onaizan pruning; the whole search tree is traced.",
-          family="beam", draws=Draws(refusal="beam search is deterministic: every seed writes the same text; sample "
+          family="beam", rows=("num_beams",), draws=Draws(refusal="beam search is deterministic: every seed writes the same text; sample "
                                              "many with stochastic_beam or sample_beam instead"))
 def beam(ctx: DecodeContext, params: BeamParams) -> Iterator[Trace]:
     lm = ctx.lm

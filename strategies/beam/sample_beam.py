@@ -166,7 +166,8 @@ def place(tree: BeamTree, prefixes: list[Prefix]) -> None:
 
 @register("sample_beam", SampleBeamParams,
           "Sample the first n tokens through the chain (distinct prefixes, drawn without replacement), then "
-          "beam search the rest; several prefixes make several trees.", family="beam")
+          "beam search the rest; several prefixes make several trees.", family="beam",
+          rows=("num_prefixes", "num_beams"))
 def sample_beam(ctx: DecodeContext, params: SampleBeamParams) -> Iterator[Trace]:
     lm = ctx.lm
     started = ctx.clock.now()

@@ -141,7 +141,7 @@ def single_sample_reference(params: StochasticBeamParams) -> list | None:
 
 @register("stochastic_beam", StochasticBeamParams,
           "Gumbel-top-k stochastic beam search (Kool et al. 2019): k sequences sampled without replacement.",
-          family="beam", draws=Draws(reference=single_sample_reference, finished_set=True,
+          family="beam", rows=("num_beams",), draws=Draws(reference=single_sample_reference, finished_set=True,
                                      reference_name="the model's sequence distribution (k = 1: one exact sample)"))
 def stochastic_beam(ctx: DecodeContext, params: StochasticBeamParams) -> Iterator[Trace]:
     lm, k, temperature = ctx.lm, params.num_beams, params.temperature

@@ -9,8 +9,10 @@ import strategies.speculative.baseline as baseline_module
 from playground.charts.break_even import sentence
 from playground.engine import Request, prepare, run, stream, timed
 from playground.errors import InvalidRequest
+from playground.serving import zerogpu
 from playground.serving.budget import DEFAULT_SECONDS, Budget, Deadline
-from playground.ui.handlers import default_decoder, generate, status_html
+from playground.ui.handlers import default_decoder, generate, request_rows, status_html
+from strategies.registry import all_strategies, get_strategy, register
 
 
 class AfterChecks(Deadline):
@@ -81,6 +83,24 @@ def test_beam_rows_times_tokens_are_capped_with_the_numbers(store):
         list(stream(store, Request("toy", "beam", "1 2", {"num_beams": 16}, max_new_tokens=20), budget=cap))
     assert run(store, Request("toy", "beam", "1 2", {"num_beams": 5}, max_new_tokens=20), budget=cap).tokens
     assert run(store, Request("toy", "sampling", "1 2", max_new_tokens=40), budget=cap).tokens  # not beam-like
+
+
+def test_the_rows_a_step_runs_are_the_strategys_declared_factors_read_from_params_parsed_once(store, monkeypatch):
+    """Each strategy names the parameters whose product is its rows (beams, prefixes); the budget's cap, the
+    ZeroGPU duration and the page's estimate read them from the request's params, parsed once for the run."""
+    declared = {spec.name: spec.rows for spec in all_strategies() if spec.rows}
+    assert declared == {"beam": ("num_beams",), "stochastic_beam": ("num_beams",),
+                        "sample_beam": ("num_prefixes", "num_beams")}
+    req = Request("toy", "sample_beam", "1 2", {"num_prefixes": 2, "num_beams": 3}, max_new_tokens=4)
+    spec = get_strategy("sample_beam")
+    parses = []
+    original = spec.params.from_dict
+    monkeypatch.setattr(spec.params, "from_dict", lambda values: parses.append(values) or original(values))
+    assert request_rows(req) == 6 and zerogpu.rows(req.row_factors()) == 6
+    assert run(store, req, budget=Budget(row_tokens=24)).tokens and len(parses) == 1  # 6 rows x 4 tokens: the cap
+    assert request_rows(Request("toy", "beam", "1 2", {"num_beams": 0})) == 1  # refused by the run, with its message
+    with pytest.raises(RuntimeError, match=r"names rows \['num_heads'\] its params lack"):
+        register("planted", spec.params, "", rows=("num_heads",))(lambda ctx, params: iter(()))
 
 
 def test_the_budget_reads_the_environment(monkeypatch):

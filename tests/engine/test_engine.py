@@ -1,5 +1,6 @@
 """The traced loop against transformers, the toy's known 70/30 branch, determinism,
 the trace contract, and the registry contract."""
+import dataclasses
 import json
 import math
 
@@ -65,7 +66,7 @@ def test_same_request_gives_byte_identical_trace(store, model, strategy, params)
                   max_new_tokens=10)
     a, b = run(store, req).to_json(timing=False), run(store, req).to_json(timing=False)
     assert a == b
-    other = run(store, Request(**{**req.__dict__, "seed": 12})).to_json(timing=False)
+    other = run(store, dataclasses.replace(req, seed=12)).to_json(timing=False)
     assert json.loads(other)["seed"] == 12
 
 
