@@ -3,7 +3,7 @@ run, and a step index made valid for a trace. Pure: no torch, no gradio.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import plotly.graph_objects as go
 
@@ -14,19 +14,36 @@ from playground.charts.palette import RAW, TEMPLATE
 from playground.charts.waterfall import waterfall_figure
 
 
-def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> tuple[go.Figure, go.Figure, go.Figure]:
-    """(distribution, waterfall, overview) for ``step``; the three charts of the page.
+class StepCharts(NamedTuple):
+    """The page's three step charts by name: their figures (``step_figures``), or the plots that show them
+    (a side's, Score's), so figures go to plots by name (``by_name``), never by position."""
+
+    distribution: Any  # the step's distribution (switchable: probability, logit, log-probability)
+    chain: Any  # the sampler chain as a waterfall: what each stage kept
+    overview: Any  # the whole run, this step marked
+
+    def by_name(self, values: "StepCharts") -> dict[Any, Any]:
+        """{each of these (plots): the value of the same name in ``values`` (their figures)}."""
+        return {getattr(self, name): getattr(values, name) for name in self._fields}
+
+    def apply(self, fn: Callable[[Any], Any]) -> "StepCharts":
+        """The record with ``fn`` of each value (a figure to a plot's payload)."""
+        return StepCharts(*(fn(value) for value in self))
+
+
+def step_figures(trace: dict[str, Any], step: int, compact: bool = False) -> StepCharts:
+    """The page's three charts for ``step``.
     ``compact``: for half-width columns (compare): smaller type, titles wrapped, legends under the plot."""
-    figs = switchable_distribution(trace, step), waterfall_figure(trace, step), overview_figure(trace, step)
+    figs = StepCharts(switchable_distribution(trace, step), waterfall_figure(trace, step), overview_figure(trace, step))
     if compact:
         for fig in figs:
             lines = wrap(fig.layout.title.text or "", 46)  # 15 px type in a half-width column
             fig.update_layout(title_text="<br>".join(lines), title_font_size=15, font_size=12,
                               legend=dict(orientation="h", y=-0.28, yanchor="top", x=0, xanchor="left",
                                           font_size=11),
-                              margin=dict(t=(80 if fig is figs[1] else 44) + 20 * len(lines), b=40))
-        figs[1].update_xaxes(nticks=3)
-        legend_below_buttons(figs[0])
+                              margin=dict(t=(80 if fig is figs.chain else 44) + 20 * len(lines), b=40))
+        figs.chain.update_xaxes(nticks=3)
+        legend_below_buttons(figs.distribution)
         for fig in figs:  # a half-width column: the caption wraps shorter, the legend under the plot takes rows
             fig.update_layout(meta={"compact": True})
     return figs

@@ -95,7 +95,7 @@ def export_pngs(trace: dict[str, Any] | None, step: Any, theme: str = "light", s
     k = clamp_step(trace, step)
     if trace is None or k is None:
         raise InvalidRequest("generate something first: there is no trace to export")
-    figs = dict(zip(("distribution", "chain", "overview"), step_figures(trace, k)))
+    figs = step_figures(trace, k)._asdict()
     for i, view in enumerate(strategy_views(trace, k)):
         if view.figure is not None:
             figs[f"view{i + 1}"] = view.figure

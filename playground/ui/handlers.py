@@ -22,13 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
-import plotly.graph_objects as go
-
 from playground.charts.common import counted, escape
 from playground.charts.loops import span_text
 from playground.charts.overview import most_uncertain_step, overview_figure
 from playground.charts.phases import phase_line
-from playground.charts.steps import clamp_step, empty_figure, step_figures
+from playground.charts.steps import StepCharts, clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
 from playground.charts.views import strategy_views
 from playground.engine import READING_REASON, Request
@@ -69,7 +67,7 @@ class Frame:
     html: str
     status: str
     step: int | None
-    figures: tuple[go.Figure, go.Figure, go.Figure] | None
+    figures: StepCharts | None
     views: list[View] | None
     final: bool
 
@@ -384,21 +382,20 @@ def _final_step(trace: dict[str, Any], final_step: str | int) -> int | None:
     return clamp_step(trace, 0 if final_step == "first" else final_step)
 
 
-def _figures(trace: dict[str, Any], step: int | None, compact: bool = False
-             ) -> tuple[go.Figure, go.Figure, go.Figure]:
+def _figures(trace: dict[str, Any], step: int | None, compact: bool = False) -> StepCharts:
     if step is None:
         empty = empty_figure("This run recorded no steps")
-        return empty, empty, overview_figure(trace)
+        return StepCharts(empty, empty, overview_figure(trace))
     return step_figures(trace, step, compact)
 
 
 def select_step(trace: dict[str, Any] | None, step: Any, show_prompt: bool = False, compact: bool = False
-                ) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
-    """(text html, distribution, waterfall, overview) with ``step`` selected; None without a trace."""
+                ) -> tuple[str, StepCharts] | None:
+    """(text html, the step charts) with ``step`` selected; None without a trace."""
     k = clamp_step(trace, step)
     if trace is None or k is None:
         return None
-    return (token_html(trace, k, show_prompt), *step_figures(trace, k, compact))
+    return token_html(trace, k, show_prompt), step_figures(trace, k, compact)
 
 
 def compare(store: ModelStore, a: Request, b: Request, *, progress: Progress | None = None,

@@ -8,7 +8,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.charts.common import escape
-from playground.charts.steps import clamp_step, empty_figure
+from playground.charts.steps import StepCharts, clamp_step, empty_figure
 from playground.charts.text import legend_html, token_html
 from playground.charts.views import strategy_views
 from playground.ui.events import Updates, plot_component, plot_value, text_js
@@ -127,9 +127,13 @@ class Side:
         return self.view_slots.step_updates(trace, step, theme) if self.view_slots else {}
 
     @property
-    def charts(self) -> list[gr.Plot]:
-        """(distribution, waterfall, overview): a step's three figures, in ``handlers.select_step``'s order."""
-        return [self.dist, self.water, self.over]
+    def charts(self) -> StepCharts:
+        """The plots of a step's three charts, by name."""
+        return StepCharts(distribution=self.dist, chain=self.water, overview=self.over)
+
+    def chart_updates(self, figures: StepCharts, theme: str) -> Updates:
+        """Each of ``figures`` into the plot of its name, in ``theme``."""
+        return self.charts.by_name(figures.apply(lambda f: plot_value(f, theme)))
 
     @property
     def views(self) -> list[gr.Component]:
@@ -142,15 +146,15 @@ class Side:
             return {}
         out: Updates = {self.status: frame.status, self.text: frame.html}
         if frame.figures:
-            out.update(zip(self.charts, (plot_value(f, theme) for f in frame.figures)))
+            out.update(self.chart_updates(frame.figures, theme))
         return out
 
     def select_updates(self, trace: dict[str, Any] | None, k: Any, show_prompt: bool, theme: str) -> Updates:
         picked = select_step(trace, k, show_prompt, compact=self.compact)
         if not picked:
             return {}
-        html, *figures = picked
-        return {self.text: html, **dict(zip(self.charts, (plot_value(f, theme) for f in figures)))}
+        html, figures = picked
+        return {self.text: html, **self.chart_updates(figures, theme)}
 
     def stopped_status(self, trace: dict[str, Any] | None, show_prompt: bool) -> Updates:
         """After Stop, first: the status line and the text at the last step, cheap to make, so the page

@@ -14,7 +14,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.charts.lockstep import lockstep_figure, step_figure
-from playground.charts.steps import clamp_step, empty_figure, step_figures
+from playground.charts.steps import StepCharts, clamp_step, empty_figure, step_figures
 from playground.charts.text import token_html
 from playground.charts.watermark import detection_html
 from playground.charts.whatif import sample_figure, sample_table_html, score_html
@@ -72,7 +72,7 @@ def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, 
 
 def score_view(store: ModelStore, model: str, text: str, prompt: str = "", system: str = "",
                chat: bool | None = None, progress: Progress | None = None, grammar: Any = None,
-               dtype: str = DEFAULT_DTYPE) -> tuple[str, str, dict[str, Any], int, tuple[go.Figure, go.Figure, go.Figure]]:
+               dtype: str = DEFAULT_DTYPE) -> tuple[str, str, dict[str, Any], int, StepCharts]:
     """(coloured text, summary table, trace dict, the selected step, that step's three charts).
     The selected step is the most surprising token (with a grammar the text leaves: that token).
     ``dtype``: the page's Weights, as Generate runs them (the summary names the weights that ran)."""
@@ -85,12 +85,12 @@ def score_view(store: ModelStore, model: str, text: str, prompt: str = "", syste
     return token_html(d, step), score_html(summary(trace)), d, step, step_figures(d, step)
 
 
-def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, go.Figure, go.Figure, go.Figure] | None:
-    """The score view with another token selected (a click on the text)."""
+def select_score_step(trace: dict[str, Any] | None, step: Any) -> tuple[str, StepCharts] | None:
+    """The score view with another token selected (a click on the text): its text and step charts."""
     k = clamp_step(trace, step)
     if trace is None or k is None:
         return None
-    return (token_html(trace, k), *step_figures(trace, k))
+    return token_html(trace, k), step_figures(trace, k)
 
 
 def lockstep_view(store: ModelStore, model: str, model_b: str, dtype_a: str, dtype_b: str, text: str,
@@ -154,7 +154,7 @@ class WhatIf:
     score_run: gr.Button
     score_tokens: gr.HTML
     score_summary: gr.HTML
-    score_plots: list[gr.Plot]
+    score_plots: StepCharts  # of gr.Plot
     score_trace: gr.State
     detect_run: gr.Button
     detect_result: gr.HTML
@@ -194,8 +194,8 @@ def layout() -> WhatIf:
         score_run = gr.Button("Score", variant="primary", elem_id="pg-whatif-score")
         score_tokens = gr.HTML(token_html({}), js_on_load=text_js("score"), elem_id="pg-whatif-tokens")
         score_summary = gr.HTML(elem_id="pg-whatif-summary")
-        score_plots = [plot_component(empty_figure("Score a text to see its steps"), show_label=False,
-                                      elem_id=f"pg-whatif-score-{i}") for i in range(3)]
+        score_plots = StepCharts(*(plot_component(empty_figure("Score a text to see its steps"), show_label=False,
+                                                  elem_id=f"pg-whatif-score-{i}") for i in range(3)))
         detect_run = gr.Button("Detect a watermark (the sidebar's watermark settings)", size="sm",
                                elem_id="pg-whatif-detect")
         detect_result = gr.HTML(elem_id="pg-whatif-detected")
@@ -276,14 +276,14 @@ def _wire_score(page: Shared, w: WhatIf, store: ModelStore) -> None:
                                                    events.progress(progress), grammar_value(*grammar)
                                                    if grammar else None, dtype)
         yield keyed({w.score_tokens: tokens, w.score_summary: table, w.score_trace: trace,
-                     **dict(zip(w.score_plots, (plot_value(f, theme) for f in figs)))})
+                     **w.score_plots.by_name(figs.apply(lambda f: plot_value(f, theme)))})
 
     def on_score_click(trace: dict[str, Any] | None, theme: str, evt: gr.EventData) -> Any:
         picked = select_score_step(trace, event_data(evt).get("step", 0))
         if not picked:
             return keyed({})
-        html, *figures = picked
-        return keyed({w.score_tokens: html, **dict(zip(w.score_plots, (plot_value(f, theme) for f in figures)))})
+        html, figures = picked
+        return keyed({w.score_tokens: html, **w.score_plots.by_name(figures.apply(lambda f: plot_value(f, theme)))})
 
     w.score_run.click(handler(on_score, 7 + len(grammar_inputs), True),
                       [page.model, page.prompt, page.system, page.chat, page.dtype, w.score_text, page.theme,

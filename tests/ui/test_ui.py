@@ -16,7 +16,7 @@ import pytest
 from playground.charts.distribution import BASIS_BUTTONS, distribution_figure
 from playground.charts.overview import most_uncertain_step, overview_figure
 from playground.charts.palette import CUT, KEPT
-from playground.charts.steps import step_figures
+from playground.charts.steps import StepCharts, step_figures
 from playground.charts.text import token_html
 from playground.charts.waterfall import waterfall_figure
 from playground.engine import Request, run
@@ -290,12 +290,17 @@ def test_bad_input_raises_the_validation_message(store):
 
 
 def test_select_step_clamps_and_marks_the_selected_token(chain_trace):
-    text, dist, water, over = select_step(chain_trace, 99)
+    text, charts = select_step(chain_trace, 99)
+    dist = charts.distribution  # the step charts by name: the distribution, the chain, the overview
+    assert charts._fields == ("distribution", "chain", "overview") and "chain" in charts.chain.layout.title.text.lower()
     last = len(chain_trace["steps"]) - 1
     assert f'class="pg-tok pg-special pg-sel" data-step="{last}"' in text or \
         f'class="pg-tok pg-sel" data-step="{last}"' in text
     assert re.match(rf"Step {last}( of \d+)?:", dist.layout.title.text)
     assert select_step(None, 0) is None
+    plots = StepCharts(distribution="dist-plot", chain="chain-plot", overview="overview-plot")
+    assert plots.by_name(StepCharts(overview=3, distribution=1, chain=2)) == {"dist-plot": 1, "chain-plot": 2,
+                                                                              "overview-plot": 3}
 
 
 def test_compare_runs_both_strategies_on_the_same_seed(store):
