@@ -211,33 +211,44 @@ def wire(shared: Shared, explore: RunView, store: ModelStore, decode: Decoder) -
     panel, main = explore.branches, explore.main
     run_branch, run_linked = _runs(store, decode, explore.stream_frames)
 
-    def on_bar(trace: dict[str, Any] | None, step: Any, max_new: Any, system: str, chat: Any, theme: str,
-               evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:
-        token = event_data(evt).get("token")
+    settings = {shared.max_new, shared.system, shared.chat, shared.theme}  # what a branch's run reads of the page
+
+    def run_of(values: dict[Any, Any]) -> dict[str, Any]:
+        return {"max_new": values[shared.max_new], "system": values[shared.system], "chat": values[shared.chat],
+                "theme": values[shared.theme]}
+
+    def on_bar(values: dict[Any, Any], evt: gr.EventData, progress: gr.Progress = gr.Progress()) -> Iterator[list[Any]]:
+        token, trace = event_data(evt).get("token"), values[shared.trace]
         if token is None or not trace or not branchable(trace.get("strategy")):
             return  # a click that names no token (the hook itself), or on a run that cannot branch, changes nothing
         try:
-            yield from run_branch(trace, step, int(token), max_new, system, chat, theme, progress)
+            yield from run_branch(trace, values[explore.step], int(token), **run_of(values), progress=progress)
         except InvalidRequest as err:
             raise refusal(err) from None
 
-    inputs = [shared.trace, explore.step, shared.max_new, shared.system, shared.chat, shared.theme]
+    def on_typed(values: dict[Any, Any], progress: Any = None) -> Iterator[list[Any]]:
+        yield from run_branch(values[shared.trace], values[explore.step], values[panel.token], **run_of(values),
+                              progress=progress)
+
+    def on_linked(values: dict[Any, Any], progress: Any = None) -> Iterator[list[Any]]:
+        yield from run_linked(values[shared.trace], values[panel.go], **run_of(values), progress=progress)
+
     running = dict(show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
-    bar = panel.hook.click(on_bar, inputs, explore.outputs, api_visibility="private", **running)
-    typed = panel.run.click(handler(run_branch, len(inputs) + 1, True, status=main.status),
-                            [shared.trace, explore.step, panel.token, *inputs[2:]], explore.outputs, api_name="branch",
+    bar = panel.hook.click(on_bar, {shared.trace, explore.step, *settings}, explore.outputs, api_visibility="private",
+                           **running)
+    typed = panel.run.click(handler(on_typed, 1, True, status=main.status),
+                            {shared.trace, explore.step, panel.token, *settings}, explore.outputs, api_name="branch",
                             api_visibility="undocumented", **running)
-    linked = panel.go.change(handler(run_linked, len(inputs), True, status=main.status),
-                             [shared.trace, panel.go, *inputs[2:]], explore.outputs, api_visibility="private",
-                             **running)
+    linked = panel.go.change(handler(on_linked, 1, True, status=main.status), {shared.trace, panel.go, *settings},
+                             explore.outputs, api_visibility="private", **running)
     tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
     for event in (bar, typed, linked):
         event.success(panel.on_run, [shared.trace, panel.state], tree_outputs, **QUIET)
-    view_inputs = [shared.model, shared.chat, shared.theme]
+    view_inputs = {shared.model, shared.chat, shared.theme}
     redraw = [*explore.show_outputs, *tree_outputs]
-    panel.tree.input(_showing(panel, explore, branches.pick), [panel.state, panel.tree, *view_inputs], redraw,
-                     **QUIET)
-    panel.undo.click(_showing(panel, explore, branches.undo), [panel.state, *view_inputs], redraw, **QUIET)
+    panel.tree.input(_showing(shared, panel, explore, branches.pick, panel.tree), {panel.state, panel.tree, *view_inputs},
+                     redraw, **QUIET)
+    panel.undo.click(_showing(shared, panel, explore, branches.undo), {panel.state, *view_inputs}, redraw, **QUIET)
     return [bar, typed, linked]
 
 
@@ -272,16 +283,18 @@ def _runs(store: ModelStore, decode: Decoder, stream_frames: Callable[..., Itera
     return run_branch, run_linked
 
 
-def _showing(panel: BranchPanel, explore: RunView, change: Callable[..., branches.Tree]) -> Callable[..., Any]:
-    """A handler that changes the tree with ``change`` and redraws its current branch."""
-    def on_change(tree: branches.Tree | None, *args: Any) -> dict[Any, Any]:
-        *picked, model, chat, theme = args
+def _showing(shared: Shared, panel: BranchPanel, explore: RunView, change: Callable[..., branches.Tree],
+             *picked: Any) -> Callable[..., Any]:
+    """A handler that changes the tree with ``change`` (given the values of the ``picked`` components too) and
+    redraws its current branch."""
+    def on_change(values: dict[Any, Any]) -> dict[Any, Any]:
         try:
-            tree = change(tree, *picked)
+            tree = change(values[panel.state], *(values[c] for c in picked))
         except InvalidRequest as err:
             raise refusal(err) from None
         node = tree["nodes"][tree["current"]]
         pair = branches.parent_of(tree)
         step = pair[2] if pair else most_uncertain_step(node["trace"])
-        return {**explore.show_trace(node["trace"], step, model, chat, theme), **panel.tree_updates(tree)}
+        return {**explore.show_trace(node["trace"], step, values[shared.model], values[shared.chat], values[shared.theme]),
+                **panel.tree_updates(tree)}
     return on_change

@@ -85,25 +85,27 @@ class Compare:
             yield from self.stream(compare(store, a, b, progress=events.progress(progress), decoder=decode),
                                    theme, seed_update)
 
-        def on_select(a: dict[str, Any] | None, b: dict[str, Any] | None, k: Any, model: str, chat: Any,
-                      theme: str) -> Any:
-            return keyed(self.select(a, b, k, model, chat, theme))
+        def shown(values: dict[Any, Any], k: Any) -> dict[Any, Any]:
+            a, b = (values[state] for state in states)
+            return self.select(a, b, k, values[shared.model], values[shared.chat], values[shared.theme])
 
-        def on_click(a: dict[str, Any] | None, b: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                     evt: gr.EventData) -> Any:
+        def on_select(values: dict[Any, Any]) -> Any:
+            return keyed(shown(values, values[self.step]))
+
+        def on_click(values: dict[Any, Any], evt: gr.EventData) -> Any:
             k = int(event_data(evt).get("step", 0))
-            return keyed({self.step: gr.update(value=k), **self.select(a, b, k, model, chat, theme)})
+            return keyed({self.step: gr.update(value=k), **shown(values, k)})
 
         outputs = [*side_outputs, *view_outputs, self.step, *states, shared.seed]
         self.event = self.run.click(handler(run_compare, 1, True, status=sides[0].status), shared.run_inputs,
                                     outputs, api_name="compare", api_visibility="undocumented", show_progress="full",
                                     show_progress_on=[s.text for s in sides], **MODEL_EVENT)
         self.run.click(None, None, None, js=SHOW_OUTPUT_JS % "pg-status-a", api_visibility="private")
-        view_inputs = [shared.model, shared.chat, shared.theme]
-        self.step.input(on_select, [*states, self.step, *view_inputs], [*side_outputs, *view_outputs],
+        view_inputs: set[Any] = {*states, shared.model, shared.chat, shared.theme}
+        self.step.input(on_select, {self.step, *view_inputs}, [*side_outputs, *view_outputs],
                         trigger_mode="always_last", **QUIET)
         for side in sides:
-            side.text.click(on_click, [*states, *view_inputs], [self.step, *side_outputs, *view_outputs],
+            side.text.click(on_click, view_inputs, [self.step, *side_outputs, *view_outputs],
                             trigger_mode="always_last", **QUIET)
 
     def stream(self, runs: Iterator[tuple[Frame | None, Frame | None]], theme: str, seed_update: Any) -> Iterator[Any]:

@@ -154,17 +154,19 @@ class Explore:
         """The step slider, a token's click, the logit lens and the PNG export."""
         shared, slots = self.shared, self.slots
         step_outputs = [*self.main.views, *slots.components, self.lens_plot]
-        view_inputs = [shared.model, shared.chat, shared.theme]
+        view_inputs: set[Any] = {shared.trace, shared.model, shared.chat, shared.theme}
 
-        def on_step(trace: dict[str, Any] | None, k: Any, model: str, chat: Any, theme: str) -> Any:
-            return keyed(self.select(trace, k, model, chat, theme))
+        def shown(values: dict[Any, Any], k: Any) -> dict[Any, Any]:
+            return self.select(values[shared.trace], k, values[shared.model], values[shared.chat], values[shared.theme])
 
-        def on_token_click(trace: dict[str, Any] | None, model: str, chat: Any, theme: str,
-                           evt: gr.EventData) -> Any:
-            k = clamp_step(trace, event_data(evt).get("step", 0))
+        def on_step(values: dict[Any, Any]) -> Any:
+            return keyed(shown(values, values[self.step]))
+
+        def on_token_click(values: dict[Any, Any], evt: gr.EventData) -> Any:
+            k = clamp_step(values[shared.trace], event_data(evt).get("step", 0))
             if k is None:
                 return keyed({})
-            return keyed({self.step: gr.update(value=k), **self.select(trace, k, model, chat, theme)})
+            return keyed({self.step: gr.update(value=k), **shown(values, k)})
 
         def on_lens(trace: dict[str, Any] | None, k: Any, theme: str, progress: Any = None) -> Iterator[Any]:
             """The logit lens of the shown step, added to the run's trace and drawn under the button."""
@@ -175,11 +177,10 @@ class Explore:
             yield keyed({shared.trace: trace, self.trace_file: write_trace_json(trace),
                          **self.lens_updates(trace, record["step"], theme)})
 
-        self.step.input(on_step, [shared.trace, self.step, *view_inputs], step_outputs, trigger_mode="always_last",
-                        **QUIET)
+        self.step.input(on_step, {self.step, *view_inputs}, step_outputs, trigger_mode="always_last", **QUIET)
         # a click while the last one is still drawing is not dropped: the latest click wins
-        self.main.text.click(on_token_click, [shared.trace, *view_inputs], [self.step, *step_outputs],
-                             trigger_mode="always_last", **QUIET)
+        self.main.text.click(on_token_click, view_inputs, [self.step, *step_outputs], trigger_mode="always_last",
+                             **QUIET)
         self.lens.click(handler(on_lens, 3, True, status=self.main.status), [shared.trace, self.step, shared.theme],
                         [shared.trace, self.trace_file, self.lens_plot, self.main.status], show_progress="minimal",
                         api_visibility="private")
@@ -190,23 +191,23 @@ class Explore:
         """Stop cancels between two steps (the engine yields after every token), then settles the page: every
         partial run (Explore's, or both Compare sides) final, drawn at its last step, and joined to the tree."""
         shared, main, panel, sides = self.shared, self.main, self.branches, compare.sides
-        traces = [shared.trace, shared.traces["a"], shared.traces["b"]]
+        reads = {shared.trace, shared.traces["a"], shared.traces["b"], shared.model, shared.chat, shared.theme}
 
-        def on_stopped(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                       model: str, chat: Any, theme: str) -> Any:
-            show = show_prompt(model, chat)
-            out = {**main.stopped_updates(trace, show, theme), **sides["a"].stopped_updates(a, show, theme),
-                   **sides["b"].stopped_updates(b, show, theme)}
+        def on_stopped(values: dict[Any, Any]) -> Any:
+            show, theme, trace = show_prompt(values[shared.model], values[shared.chat]), values[shared.theme], values[shared.trace]
+            out = {**main.stopped_updates(trace, show, theme),
+                   **sides["a"].stopped_updates(values[shared.traces["a"]], show, theme),
+                   **sides["b"].stopped_updates(values[shared.traces["b"]], show, theme)}
             if trace and trace.get("steps"):
                 out[self.trace_file] = write_trace_json(stopped(trace))
             return keyed(out)
 
-        def on_stopped_status(trace: dict[str, Any] | None, a: dict[str, Any] | None, b: dict[str, Any] | None,
-                              model: str, chat: Any) -> Any:
+        def on_stopped_status(values: dict[Any, Any]) -> Any:
             """After Stop, before the charts: each partial run's status and text say where it stopped."""
-            show = show_prompt(model, chat)
-            return keyed({**main.stopped_status(trace, show), **sides["a"].stopped_status(a, show),
-                          **sides["b"].stopped_status(b, show)})
+            show = show_prompt(values[shared.model], values[shared.chat])
+            return keyed({**main.stopped_status(values[shared.trace], show),
+                          **sides["a"].stopped_status(values[shared.traces["a"]], show),
+                          **sides["b"].stopped_status(values[shared.traces["b"]], show)})
 
         side_views = [c for key in ("a", "b") for c in (sides[key].status, *sides[key].views)]
         side_text = [c for key in ("a", "b") for c in (sides[key].status, sides[key].text)]
@@ -214,10 +215,8 @@ class Explore:
         # browser has not drawn yet, so the page stops at once instead of catching up)
         shared.stop.click(events.request_stop, None, None, queue=False, cancels=cancels,
                           api_visibility="private").then(
-            on_stopped_status, [*traces, shared.model, shared.chat], [main.status, main.text, *side_text],
-            **QUIET).then(
-            on_stopped, [*traces, shared.model, shared.chat, shared.theme],
-            [main.status, *main.views, self.trace_file, *side_views], **QUIET).then(
+            on_stopped_status, reads, [main.status, main.text, *side_text], **QUIET).then(
+            on_stopped, reads, [main.status, *main.views, self.trace_file, *side_views], **QUIET).then(
             lambda trace, tree: keyed(panel.after_stop(trace, tree, shared.trace)), [shared.trace, panel.state],
             [panel.tree, panel.view, panel.state, panel.forced, shared.trace], **QUIET).then(
             lambda: None, None, panel.pending, **QUIET)  # a stopped link's run takes no branch after it

@@ -270,11 +270,13 @@ def _wire_score(page: Shared, w: WhatIf, store: ModelStore) -> None:
                       if c is not None]
     grammar_inputs = grammar_inputs if len(grammar_inputs) == 2 else []
 
-    def on_score(model: str, prompt: str, system: str, chat: Any, dtype: str, text: str, theme: str, *grammar: Any,
-                 progress: Any = None) -> Iterator[Any]:
-        tokens, table, trace, _, figs = score_view(store, model, text, prompt, system, chat_flag(model, chat),
-                                                   events.progress(progress), grammar_value(*grammar)
-                                                   if grammar else None, dtype)
+    def on_score(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+        model = values[page.model]
+        grammar = grammar_value(*(values[c] for c in grammar_inputs)) if grammar_inputs else None
+        tokens, table, trace, _, figs = score_view(store, model, values[w.score_text], values[page.prompt],
+                                                   values[page.system], chat_flag(model, values[page.chat]),
+                                                   events.progress(progress), grammar, values[page.dtype])
+        theme = values[page.theme]
         yield keyed({w.score_tokens: tokens, w.score_summary: table, w.score_trace: trace,
                      **w.score_plots.by_name(figs.apply(lambda f: plot_value(f, theme)))})
 
@@ -285,9 +287,9 @@ def _wire_score(page: Shared, w: WhatIf, store: ModelStore) -> None:
         html, figures = picked
         return keyed({w.score_tokens: html, **w.score_plots.by_name(figures.apply(lambda f: plot_value(f, theme)))})
 
-    w.score_run.click(handler(on_score, 7 + len(grammar_inputs), True),
-                      [page.model, page.prompt, page.system, page.chat, page.dtype, w.score_text, page.theme,
-                       *grammar_inputs],
+    w.score_run.click(handler(on_score, 1, True),
+                      {page.model, page.prompt, page.system, page.chat, page.dtype, w.score_text, page.theme,
+                       *grammar_inputs},
                       [w.score_tokens, w.score_summary, w.score_trace, *w.score_plots], api_name="score",
                       api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.score_tokens.click(on_score_click, [w.score_trace, page.theme], [w.score_tokens, *w.score_plots], **QUIET)
@@ -296,10 +298,11 @@ def _wire_score(page: Shared, w: WhatIf, store: ModelStore) -> None:
 def _wire_pair(page: Shared, w: WhatIf, store: ModelStore) -> None:
     """Lockstep: two models (or two weights of one) read the same text; a step slider and a click on the chart
     open a step's distributions."""
-    def on_pair(model: str, prompt: str, system: str, chat: Any, trace: dict[str, Any] | None, model_b: Any,
-                dtype_a: str, dtype_b: str, text: str, theme: str, progress: Any = None) -> Iterator[Any]:
-        record, k = lockstep_view(store, model, str(model_b or ""), dtype_a, dtype_b, text, prompt, system,
-                                  chat_flag(model, chat), trace, events.progress(progress))
+    def on_pair(values: dict[Any, Any], progress: Any = None) -> Iterator[Any]:
+        model, (dtype_a, dtype_b), theme = values[page.model], (values[c] for c in w.pair_dtypes), values[page.theme]
+        record, k = lockstep_view(store, model, str(values[w.pair_model] or ""), dtype_a, dtype_b,
+                                  values[w.pair_text], values[page.prompt], values[page.system],
+                                  chat_flag(model, values[page.chat]), values[page.trace], events.progress(progress))
         n = len(record["steps"])
         yield keyed({w.pair_plot: plot_value(lockstep_figure(record, k), theme), w.pair_record: record,
                      w.pair_step: gr.update(maximum=max(1, n - 1), value=k, visible=True),
@@ -322,9 +325,9 @@ def _wire_pair(page: Shared, w: WhatIf, store: ModelStore) -> None:
 
     w.pair_hook.click(on_pair_click, [w.pair_record, page.theme], [w.pair_step, w.pair_plot, w.pair_step_plot],
                       **QUIET)
-    w.pair_run.click(handler(on_pair, 10, True),
-                     [page.model, page.prompt, page.system, page.chat, page.trace, w.pair_model, *w.pair_dtypes,
-                      w.pair_text, page.theme],
+    w.pair_run.click(handler(on_pair, 1, True),
+                     {page.model, page.prompt, page.system, page.chat, page.trace, w.pair_model, *w.pair_dtypes,
+                      w.pair_text, page.theme},
                      [w.pair_plot, w.pair_record, w.pair_step, w.pair_step_plot], api_name="lockstep",
                      api_visibility="undocumented", show_progress="full", **MODEL_EVENT)
     w.pair_step.input(on_pair_step, [w.pair_record, w.pair_step, page.theme], [w.pair_plot, w.pair_step_plot],

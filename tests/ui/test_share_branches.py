@@ -114,7 +114,7 @@ def shared(demo, toy):
     token = (parent["tokens"][STEP]["id"] + 1) % toy.vocab_size
     page.set("pg-step", STEP)
     page.set("pg-branch-token", str(token))
-    page.fire(page.fn("run_branch"))
+    page.fire(page.fn("on_typed"))  # the typed token's branch run
     child = page.get(page.trace)
     tree = page.get(page.tree)
     assert [n["parent"] for n in tree["nodes"]] == [None, 0] and tree["current"] == 1
