@@ -270,20 +270,14 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
         _rules_part(pairs, cfg, warnings)
         return
     name, grid_text = pairs.get("sweep", ""), pairs.get("sweep_grid", "").strip()
-    extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
     try:
-        n = whole("sweep_n", pairs.get("sweep_n", ""), 1, MAX_PAGE_N)
-        tokens = whole("sweep_tokens", pairs.get("sweep_tokens", ""), 1, MAX_TOKENS)
+        n, tokens, extract, known = _answer_settings(pairs, required=True)
         check_param(cfg.strategy, name)
         if grid_text.partition(":")[0] not in ("lin", "log"):
             raise InvalidRequest(f"sweep_grid must be lin:LOW:HIGH:COUNT or log:LOW:HIGH:COUNT, got {grid_text!r:.100}")
         count = len(parse_values(grid_text))
         if n * count > MAX_SWEEP_SAMPLES:
             raise InvalidRequest(f"N x values must be at most {MAX_SWEEP_SAMPLES}, got {n} x {count}")
-        if extract:
-            make_extractor(extract)
-        if len(known) > MAX_KNOWN_CHARS:
-            raise InvalidRequest(f"the known answer must be at most {MAX_KNOWN_CHARS} characters, got {len(known)}")
     except InvalidRequest as err:
         warnings.append(f"ignored the sweep: {err}")
         return
@@ -292,21 +286,28 @@ def _sweep_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> N
 
 
 def _rules_part(pairs: Mapping[str, str], cfg: Config, warnings: list[str]) -> None:
-    """The answer rules' settings of a link without a sweep into ``cfg``: N and the tokens (each optional)
-    integers in their ranges, the extractor one the rules take, the known answers within their limit;
-    otherwise they are left out with a warning naming the value."""
-    extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
+    """The answer rules' settings of a link without a sweep into ``cfg``; left out with a warning naming the
+    value where ``_answer_settings`` refuses one."""
     try:
-        n = whole("sweep_n", pairs["sweep_n"], 1, MAX_PAGE_N) if pairs.get("sweep_n") else 0
-        tokens = whole("sweep_tokens", pairs["sweep_tokens"], 1, MAX_TOKENS) if pairs.get("sweep_tokens") else 0
-        if extract:
-            make_extractor(extract)
-        if len(known) > MAX_KNOWN_CHARS:
-            raise InvalidRequest(f"the known answer must be at most {MAX_KNOWN_CHARS} characters, got {len(known)}")
+        cfg.sweep_n, cfg.sweep_tokens, cfg.sweep_extract, cfg.sweep_known = _answer_settings(pairs, required=False)
     except InvalidRequest as err:
         warnings.append(f"ignored the answer rules' settings: {err}")
-        return
-    cfg.sweep_n, cfg.sweep_tokens, cfg.sweep_extract, cfg.sweep_known = n, tokens, extract, known
+
+
+def _answer_settings(pairs: Mapping[str, str], required: bool) -> tuple[int, int, str, str]:
+    """(N, tokens, extractor, known answers) of a link, which a sweep and the answer rules share: N and the
+    tokens integers in their ranges (0 where absent and not ``required``), the extractor one the rules take,
+    the known answers within their limit; InvalidRequest naming the value otherwise."""
+    def count(key: str, high: int) -> int:
+        return whole(key, pairs.get(key, ""), 1, high) if required or pairs.get(key) else 0
+
+    extract, known = pairs.get("sweep_extract", "").strip(), pairs.get("sweep_known", "")
+    n, tokens = count("sweep_n", MAX_PAGE_N), count("sweep_tokens", MAX_TOKENS)
+    if extract:
+        make_extractor(extract)
+    if len(known) > MAX_KNOWN_CHARS:
+        raise InvalidRequest(f"the known answer must be at most {MAX_KNOWN_CHARS} characters, got {len(known)}")
+    return n, tokens, extract, known
 
 
 def _branch_part(text: str, forced: str, warnings: list[str]) -> str:
