@@ -121,10 +121,10 @@ class LoopParams(Params):
 
     loop_repeats: int = param(0, "Loop detection: a span of tokens written this many times back to back is a "
                               "loop, recorded in the trace (its start, period, repeats and tokens). Below 2 = off.",
-                              low=0, high=100, noop=0, step=1, ui_max=10)
+                              low=0, high=100, noop=0, step=1, ui_max=10, brief="Loop detection: a span written this many times back to back is a loop.")
     loop_min_span: int = param(1, "Loop detection: the shortest span that counts, in tokens (1 counts one token "
                                "repeated; 2 and more let a run of one token pass).", low=1, high=1000, step=1,
-                               ui_max=20)
+                               ui_max=20, brief="Loop detection: the shortest repeated span that counts, in tokens.")
 
     def __post_init__(self) -> None:
         super().__post_init__()

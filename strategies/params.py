@@ -19,17 +19,48 @@ from playground.errors import InvalidRequest
 def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
           low_open: bool = False, high_open: bool = False, noop: Any = None,
           choices: tuple[Any, ...] | None = None, step: float | None = None,
-          ui_max: float | None = None, filled: bool = False) -> Any:
+          ui_max: float | None = None, filled: bool = False, brief: str | None = None,
+          when: Mapping[str, tuple[Any, ...]] | None = None) -> Any:
     """A dataclass field with the metadata that validation, CLI and UI read.
 
     noop: the value at which the parameter changes nothing (documented in help).
     ui_max: a friendlier slider end than ``high`` (the API still accepts up to high).
     filled: left empty, the run chooses the value and its trace's params record the one it used (as a
     random seed is written into the seed box), so the trace's params replay the run.
+    brief: the one line a control shows under its label, where ``help``'s first sentence is longer than
+    ``MAX_BRIEF`` characters (``brief_help``); the whole help stays one click away.
+    when: the other parameters' values under which the run reads this one ({"draft": ("eagle",)}: only an
+    EAGLE draft reads it), so the page shows it only then (``applies``); every value is still validated.
     """
     meta = dict(help=help, low=low, high=high, low_open=low_open, high_open=high_open,
-                noop=noop, choices=choices, step=step, ui_max=ui_max, filled=filled)
+                noop=noop, choices=choices, step=step, ui_max=ui_max, filled=filled, brief=brief,
+                when=dict(when or {}))
     return dataclasses.field(default=default, metadata=meta)
+
+
+MAX_BRIEF = 100  # characters of a control's one line of help
+_NOT_AN_END = ("e.g", "i.e", " al", " vs")  # a dot that ends an abbreviation, not a sentence
+
+
+def brief_help(meta: Mapping[str, Any]) -> str:
+    """The one line of help a control shows: its declared ``brief``, else the help's first sentence (up to
+    the first full stop or semicolon outside brackets, never an abbreviation's dot), ending with a full
+    stop."""
+    if meta.get("brief"):
+        return str(meta["brief"])
+    text, depth = str(meta.get("help") or "").strip(), 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if (depth == 0 and ch in ".;" and (i + 1 == len(text) or text[i + 1].isspace())
+                and not text[:i].endswith(_NOT_AN_END)):
+            return text[:i] + "."
+    return text + "." if text else ""
+
+
+def applies(meta: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """Whether a run with ``values`` ({name: value} of the other parameters) reads the parameter declared
+    with ``meta``: every parameter its ``when`` names has one of the values listed."""
+    return all(values.get(name) in allowed for name, allowed in (meta.get("when") or {}).items())
 
 
 def number_text(x: float) -> str:

@@ -58,12 +58,12 @@ class PhaseParams(Params):
                               "</think> where its tokenizer has one, else no phases.", noop="")
     answer_params: str = param("", "Phases: the answer's settings as a JSON object of parameters that differ "
                                "from the thinking's (e.g. {\"temperature\": 0.7, \"top_p\": 0.8}). "
-                               "Empty = the same chain in both phases.", noop="")
+                               "Empty = the same chain in both phases.", noop="", brief="Phases: the answer's own settings, as JSON of the parameters that differ.")
     thinking_budget: int = param(-1, "Phases: after this many thinking tokens the decoder forces the marker "
                                  "(llama.cpp's --reasoning-budget, vLLM's thinking_token_budget). -1 = off; "
-                                 "0 = no thinking.", low=-1, high=MAX_BUDGET, noop=-1, step=1, ui_max=256)
+                                 "0 = no thinking.", low=-1, high=MAX_BUDGET, noop=-1, step=1, ui_max=256, brief="Phases: after this many thinking tokens the marker is forced.")
     budget_message: str = param("", "Phases: text forced before the marker when the budget cuts the thinking "
-                                "(llama.cpp's --reasoning-budget-message). Empty = the marker alone.", noop="")
+                                "(llama.cpp's --reasoning-budget-message). Empty = the marker alone.", noop="", brief="Phases: the text forced before the marker when the budget cuts the thinking.")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -31,7 +31,7 @@ class WatchParams(Params):
 
     watch: str = param("", f"Watch-list: up to {MAX_WATCHED} tokens or words, comma-separated (a number is a token "
                        "id; a word counts as its first token, as written after another word); every step records "
-                       "their probability and rank before and after the chain. Empty = off.", noop="")
+                       "their probability and rank before and after the chain. Empty = off.", noop="", brief="Tokens or words whose probability and rank every step records (up to 8).")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -15,7 +15,7 @@ from playground.models import DEFAULT_MODEL, OFFLINE, on_space
 from playground.serving.model_keys import KeyPolicy
 from playground.ui.events import QUIET
 from strategies.contrastive.contrastive import ContrastiveParams
-from strategies.params import describe
+from strategies.params import applies, brief_help, describe
 from strategies.phases import PHASE_FIELDS
 from strategies.registry import all_strategies, get_strategy
 from strategies.sampling.chain import ChainParams
@@ -52,6 +52,12 @@ class Control:
     advanced: bool = False  # folded into the strategy's "Advanced sampler stages" group
     custom: bool = False  # a menu that also takes a typed value (a draft or amateur model's hub id)
     filled: bool = False  # left empty, the run fills it in (strategies.params.param): written back after a run
+    more: str = ""  # the whole help, behind the panel's "About these settings" (``info`` is its one line)
+    when: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # read only at these values of other parameters
+
+    def applies(self, values: Mapping[str, Any]) -> bool:
+        """Whether a run with ``values`` ({name: value} of the parameters ``when`` names) reads this one."""
+        return applies({"when": dict(self.when)}, values)
 
     @property
     def label(self) -> str:
@@ -73,6 +79,7 @@ class Control:
 PRIMARY_CHAIN = ("temperature", "top_k", "top_p", "min_p")
 CHAIN_FIELDS = frozenset(f.name for cls in (ChainParams, SamplerParams) for f in dataclasses.fields(cls))
 ADVANCED_TITLE = "Advanced settings"
+ABOUT_TITLE = "About these settings"
 PHASES_TITLE = "Thinking and answer"
 PHASES_NOTE = ("The settings above run the thinking, up to its close (`</think>`); here the answer gets its own "
                "and the thinking a budget.")
@@ -94,8 +101,8 @@ def controls_for(spec: StrategySpec) -> list[Control]:
     for d in describe(spec.params):
         advanced = chain and d["name"] in CHAIN_FIELDS and d["name"] not in PRIMARY_CHAIN + PHASE_FIELDS
         kind, common = d["type"], dict(strategy=spec.name, name=d["name"], default=d["default"],
-                                       info=d["help"], noop=d.get("noop"), advanced=advanced,
-                                       filled=bool(d.get("filled")))
+                                       info=brief_help(d), more=d["help"], noop=d.get("noop"), advanced=advanced,
+                                       filled=bool(d.get("filled")), when=tuple((d.get("when") or {}).items()))
         if d["name"] in PAIRED and kind == "str" and _pairs_model(spec.params):
             out.append(Control(kind="dropdown", choices=tuple(pair_choices(d["name"], DEFAULT_MODEL)), custom=True,
                                **common))
@@ -270,6 +277,19 @@ class Panel:
     none_note: gr.Markdown  # shown for a strategy with nothing to set outside the advanced group
     hubs: dict[str, gr.Textbox] = dataclasses.field(default_factory=dict)  # a hub id box under a paired menu
     phases: gr.Accordion | None = None  # "Thinking and answer": the phases' settings, for the strategies with them
+    about: gr.Markdown | None = None  # the chosen strategy's settings, each with its whole help
+
+    @property
+    def governors(self) -> dict[str, Field]:
+        """{name: control} of the parameters whose value decides whether another is read (a draft, a verifier,
+        EAGLE's tree, an amateur, beam's finishing rule)."""
+        names = {n for p in self.params_ for c in p.by_strategy.values() for n, _ in c.when}
+        return {p.name: self.fields[p.name] for p in self.params_ if p.name in names}
+
+    @property
+    def conditional(self) -> list[Param]:
+        """The parameters some strategy reads only at some values of others (``Control.when``)."""
+        return [p for p in self.params_ if any(c.when for c in p.by_strategy.values())]
 
     @property
     def components(self) -> list[gr.Component]:
@@ -279,7 +299,7 @@ class Panel:
     def outputs(self) -> list[Any]:
         """Every component ``select`` updates."""
         return [*self.fields.values(), *self.hubs.values(), self.advanced, self.none_note,
-                *([self.phases] if self.phases is not None else [])]
+                *([self.phases] if self.phases is not None else []), *([self.about] if self.about is not None else [])]
 
     @property
     def paired(self) -> list[tuple[Control, gr.Component]]:
@@ -317,12 +337,38 @@ class Panel:
         mine = [c for p in self.params_ if p.advanced and (c := p.of(strategy)) is not None]
         return advanced_label(sum(1 for c in mine if c.is_on(values.get(c.name, c.default))))
 
-    def select(self, strategy: str, params: Mapping[str, Any] | None = None) -> dict[Any, Any]:
-        """{component: update} showing ``strategy``'s controls with its help and hiding the rest; with
-        ``params`` (a link's, an example's), its controls set to them and to its defaults for the rest;
-        without, only a parameter whose default differs between strategies is set (to ``strategy``'s)."""
+    def governing(self, strategy: str, params: Mapping[str, Any] | None = None,
+                  current: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """{name: value} of ``strategy``'s governors as ``select`` leaves them: ``params``'s (a link's, at the
+        default where it has none), else the strategy's default where defaults differ, else ``current``'s
+        (what the page shows)."""
+        out = {}
+        for name in self.governors:
+            p = next(q for q in self.params_ if q.name == name)
+            c = p.of(strategy)
+            if c is None:
+                continue
+            if params is not None:
+                out[name] = params.get(name, c.default)
+            else:
+                out[name] = c.default if p.defaults_differ else (current or {}).get(name, c.default)
+        return out
+
+    def shown(self, p: Param, strategy: str, governing: Mapping[str, Any]) -> bool:
+        """Whether ``p``'s control shows for ``strategy`` with its governors at ``governing``."""
+        c = p.of(strategy)
+        return c is not None and c.applies(governing)
+
+    def select(self, strategy: str, params: Mapping[str, Any] | None = None,
+               current: Mapping[str, Any] | None = None) -> dict[Any, Any]:
+        """{component: update} showing the controls ``strategy`` reads with its help and hiding the rest (and
+        those its settings do not read: EAGLE's tree without an EAGLE draft); with ``params`` (a link's, an
+        example's), its controls set to them and to its defaults for the rest; without, only a parameter
+        whose default differs between strategies is set (to ``strategy``'s). ``current``: {name: value} of
+        the governors as the page shows them (``governors``), read where ``params`` is None."""
         out: dict[Any, Any] = {}
         folded, top, phased = 0, 0, 0
+        governing = self.governing(strategy, params, current)
         for p in self.params_:
             c = p.of(strategy)
             if p.name in self.hubs:  # shown with its menu
@@ -332,7 +378,7 @@ class Panel:
                 continue
             update = control_update(c, (params or {}).get(p.name, c.default)) \
                 if params is not None or p.defaults_differ else gr.update()
-            update.update(visible=True, info=c.info)
+            update.update(visible=self.shown(p, strategy, governing), info=c.info)
             out[self.fields[p.name]] = update
             top += not p.advanced and not p.phase
             folded += p.advanced
@@ -343,7 +389,18 @@ class Panel:
         if params is not None:  # otherwise the label follows the values (``wire``)
             out[self.advanced] = gr.update(visible=folded > 0, label=self.advanced_label(strategy, params))
         out[self.none_note] = gr.update(visible=top == 0)
+        if self.about is not None:
+            out[self.about] = about_text(self.params_, strategy)
         return out
+
+    def select_event(self, strategy: gr.Dropdown) -> tuple[set[Any], Any]:
+        """The inputs (a set: the strategy menu and the governors) and the handler of a person's choice of
+        strategy, as ``select`` with the governors' shown values."""
+        governors = self.governors
+
+        def chosen(values: Mapping[Any, Any]) -> dict[Any, Any]:
+            return self.select(values[strategy], current={n: values[f] for n, f in governors.items()})
+        return {strategy, *governors.values()}, chosen
 
     def wire(self, strategy: gr.Dropdown) -> None:
         """The advanced group's label counts the chosen strategy's settings that are on, as values (or the
@@ -354,6 +411,20 @@ class Panel:
             return gr.update(label=self.advanced_label(chosen, dict(zip((n for n, _ in advanced), values))))
         gr.on([strategy.change, *(comp.change for _, comp in advanced)], label, [strategy, *(comp for _, comp in advanced)],
               self.advanced, **QUIET)
+        governors, conditional = self.governors, self.conditional
+
+        def show(values: Mapping[Any, Any]) -> dict[Any, Any]:
+            chosen, governing = values[strategy], {n: values[f] for n, f in governors.items()}
+            return {self.fields[p.name]: gr.update(visible=self.shown(p, chosen, governing)) for p in conditional}
+        if governors:  # a draft, a verifier or a finishing rule chosen shows the settings it reads
+            gr.on([f.change for f in governors.values()], show, {strategy, *governors.values()},
+                  [self.fields[p.name] for p in conditional], **QUIET)
+
+
+def about_text(params: Sequence[Param], strategy: str) -> str:
+    """Markdown: every setting ``strategy`` reads, in the panel's order, with its whole help."""
+    lines = [f"**{c.label}**: {c.more}" for p in params if (c := p.of(strategy)) is not None]
+    return "\n\n".join(lines) or "_Nothing to set._"
 
 
 def build_panel(prefix: str, selected: str) -> Panel:
@@ -381,7 +452,14 @@ def build_panel(prefix: str, selected: str) -> Panel:
                 fields[p.name] = _field(p, selected, prefix, hubs)
                 if p.name == "order":
                     _reorder_controls(fields[p.name], f"pg-{prefix}")
-    return Panel(params, fields, box, none_note, hubs, phases)
+        with gr.Accordion(ABOUT_TITLE, open=False, elem_id=f"pg-{prefix}-about", elem_classes=["pg-advanced"]):
+            about = gr.Markdown(about_text(params, selected), elem_classes=["pg-summary"])
+    panel = Panel(params, fields, box, none_note, hubs, phases, about)
+    for p in panel.conditional:  # shown only where the strategy's defaults read it
+        c = p.of(selected)
+        if c is not None and not panel.shown(p, selected, panel.governing(selected)):
+            fields[p.name].visible = False
+    return panel
 
 
 def _field(p: Param, selected: str, prefix: str, hubs: dict[str, gr.Textbox]) -> Field:

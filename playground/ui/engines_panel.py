@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # the values a preset or an import sets; watching knobs and phases stay
 SAMPLER_CHAIN = CHAIN_FIELDS - WATCHING_FIELDS - set(PHASE_FIELDS)
-PRESET_INFO = "Sets the chain's values and order: a model's recommendation, everything off, or an engine's defaults."
+PRESET_INFO = "Sets the chain: a model's recommendation, everything off, or an engine's defaults."
 IMPORT_PLACEHOLDER = ("llama-server -m model.gguf --temp 0.7 --top-k 20 --samplers 'top_k;top_p;temperature'\n"
                       "or a generation_config.json, an Ollama Modelfile, a vLLM/OpenAI request body")
 NO_RUN = "_Generate a run first: Copy as writes the last run's settings._"

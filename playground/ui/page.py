@@ -184,7 +184,7 @@ def _top(page: Shared) -> None:
         page.sees = gr.Textbox(LOADS_WITH_MODEL, label="The prompt as the model reads it", lines=3, max_lines=14,
                                interactive=False, elem_id="pg-sees-text", buttons=["copy"],
                                info="The chat template's text (with any default system prompt it adds) or the "
-                                    "plain prompt, and its token count.")
+                                    "plain prompt.")
     gr.Markdown(QUEUE_NOTE, elem_classes=["pg-summary"], elem_id="pg-queue-note")
     page.link_box = gr.Textbox(label="Share link (copied)", visible=False, buttons=["copy"], elem_id="pg-link",
                                interactive=False)
@@ -215,8 +215,8 @@ def _sidebar(page: Shared, engines: EnginesPanel) -> None:
     with gr.Accordion("Grammar (structured output)", open=False, elem_id="pg-grammar") as page.grammar_box:
         page.grammar_kind = gr.Dropdown(list(GRAMMAR_CHOICES), value=NO_GRAMMAR, label="Grammar kind",
                                         elem_id="pg-grammar-kind",
-                                        info="none: free text; json: a JSON schema; regex: a regular expression; "
-                                             "choices: one of a list; lark: a Lark grammar.")
+                                        info="Free text, or a JSON schema, a regular expression, a list of choices, a Lark "
+                                             "grammar.")
         page.grammar_text = gr.Textbox("", label="Grammar", lines=3, max_lines=12, elem_id="pg-grammar-text",
                                        placeholder="", info="The schema, expression, choices or Lark grammar.")
         gr.Markdown(GRAMMAR_NOTE, elem_classes=["pg-summary"])
@@ -293,8 +293,10 @@ def _wire_controls(page: Shared, store: ModelStore, trace_file: gr.File) -> None
                                      (carried.compare_strategy, carried.compare_panel, carried.compare_summary)):
         # a person's choice (input): a link, an example or an import sets the strategy with its values itself
         # (Shared.apply_config, engines_panel), which a change event here would reset to the defaults
-        dropdown.input(lambda s, panel=panel, summary=summary: {**panel.select(s), summary: strategy_summary(s)},
-                       dropdown, [*panel.outputs, summary], **QUIET)
+        inputs, chosen = panel.select_event(dropdown)
+        dropdown.input(lambda values, chosen=chosen, dropdown=dropdown, summary=summary:
+                       {**chosen(values), summary: strategy_summary(values[dropdown])},
+                       inputs, [*panel.outputs, summary], **QUIET)
         panel.wire(dropdown)
     page.chat.change(lambda m, c: gr.update(visible=is_chat_model(m) and c), [page.model, page.chat], page.system,
                      **QUIET)

@@ -51,9 +51,10 @@ PAIR_JS = "window.addEventListener('pg-pair-select', (e) => trigger('click', {st
 # --- handlers --------------------------------------------------------------------------------------
 
 
-BATCHED_INFO = ("On: greedy, sampling and gumbel draw the samples as rows of one batch (the prompt read once; "
-                "samples that wrote the same text share a row), each with its own seed: much faster, the same "
-                "draws but where the batch's rounding flips a near tie. Off, or another strategy: one run per seed.")
+# greedy, sampling and gumbel draw the samples as rows of one batch (the prompt read once; samples that wrote
+# the same text share a row), each with its own seed: the same draws but where the batch's rounding flips a
+# near tie; another strategy runs once per seed whatever the box says
+BATCHED_INFO = "greedy, sampling, gumbel: rows of one batch, a seed each. Off (or others): one run per seed."
 
 
 def sample_many_view(store: ModelStore, model: str, strategy: str, prompt: str, params: dict[str, Any],

@@ -33,24 +33,24 @@ class BeamParams(PhaseParams, LoopParams):
         1.0, "Finished hypotheses rank by score / length ** length_penalty (length = generated tokens, EOS "
         "included), as in transformers. 0 = off (raw log-probability); > 0 favours longer, < 0 shorter. "
         "Not used by finishing = keep_slot.",
-        low=-10.0, high=10.0, noop=0.0, step=0.1, ui_max=3.0)
+        low=-10.0, high=10.0, noop=0.0, step=0.1, ui_max=3.0, when={"finishing": ("transformers",)}, brief="Finished hypotheses rank by score / length ** length_penalty.")
     early_stopping: str = param(
         "false", "When to stop, as in transformers: true = once num_beams hypotheses are finished; false = once "
         "the best running score at its current length cannot beat the worst finished one; never = that test "
         "at the longest reachable length (canonical beam search, no early stop). Not used by finishing = "
-        "keep_slot.", choices=tuple(EARLY_STOPPING), noop="never")
+        "keep_slot.", choices=tuple(EARLY_STOPPING), noop="never", when={"finishing": ("transformers",)}, brief="When beam search stops: true, false or never, as transformers reads them.")
     relative_threshold: float = param(
         0.0, "Relative threshold r_p on probabilities (Freitag & Al-Onaizan 2017): of the continuations that "
         "won a beam slot, prune c when P(c) <= r_p x P(best of them), i.e. score(c) <= log(r_p) + best "
         "score; its slot stays empty. 0 = off.",
-        low=0.0, high=1.0, high_open=True, noop=0.0, step=0.01)
+        low=0.0, high=1.0, high_open=True, noop=0.0, step=0.01, brief="Prune a beam continuation with P ≤ r_p × the best one's (Freitag & Al-Onaizan 2017).")
     absolute_threshold: float = param(
         0.0, "Absolute threshold a_p in nats: of the continuations that won a beam slot, prune c when "
-        "score(c) <= best score - a_p. 0 = off.", low=0.0, high=100.0, noop=0.0, step=0.1, ui_max=10.0)
+        "score(c) <= best score - a_p. 0 = off.", low=0.0, high=100.0, noop=0.0, step=0.1, ui_max=10.0, brief="Prune a beam continuation scoring at most best - a_p nats (Freitag & Al-Onaizan 2017).")
     local_threshold: float = param(
         0.0, "Relative local threshold r_pl: of the continuations that won a beam slot, prune c when "
         "p(last token of c) <= r_pl x the best last-token probability among them. 0 = off.", low=0.0, high=1.0,
-        high_open=True, noop=0.0, step=0.01)
+        high_open=True, noop=0.0, step=0.01, brief="Prune a beam continuation whose last-token probability ≤ r_pl × the best one's.")
     max_candidates_per_node: int = param(
         0, "Of the continuations that won a beam slot, prune c when this many better ones share its parent; "
         "its slot stays empty. 0 = off.", low=0, high=MAX_BEAMS, noop=0, step=1)

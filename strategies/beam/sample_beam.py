@@ -63,7 +63,7 @@ class SampleBeamParams(BeamParams, ChainParams):
     prefix_tokens: int = param(2, "Tokens sampled through the chain before beam search takes over. "
                                "0 = plain beam search.", low=0, high=64, noop=0, step=1, ui_max=16)
     num_prefixes: int = param(3, "Distinct prefixes drawn without replacement (Gumbel-top-k over prefixes), each "
-                              "beam-searched into a tree of its own. 1 = one tree.", low=1, high=8, noop=1, step=1)
+                              "beam-searched into a tree of its own. 1 = one tree.", low=1, high=8, noop=1, step=1, brief="Distinct prefixes drawn (Gumbel-top-k), each beam-searched on its own.")
 
     def validate(self) -> None:
         ChainParams.validate(self)

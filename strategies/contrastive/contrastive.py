@@ -47,22 +47,22 @@ class ContrastiveParams(LoopParams, ChainParams):
 
     amateur: str = param("early_exit", "The amateur: 'early_exit' (a premature layer of the expert, "
                          "DoLa), 'window' (the expert seeing only the last tokens), or another model's key "
-                         "with the same tokenizer (toy-small for toy; gpt2 for gpt2-large online).")
+                         "with the same tokenizer (toy-small for toy; gpt2 for gpt2-large online).", brief="The weaker model contrasted: a premature layer, a short window, or another model.")
     amateur_layer: int = param(-1, "Early-exit amateur: the expert's layer read through its final norm and "
                                "LM head (0 = embeddings). -1 = 5/6 of the way up (15 of 18 on Gemma 3 270M).",
-                               low=-1, high=1024, step=1, ui_max=48)
+                               low=-1, high=1024, step=1, ui_max=48, when={"amateur": ("early_exit",)})
     amateur_window: int = param(8, "Window amateur: how many of the last tokens it sees.", low=1, high=4096,
-                                step=1, ui_max=64)
+                                step=1, ui_max=64, when={"amateur": ("window",)})
     alpha: float = param(0.1, "Plausibility: keep only tokens whose expert probability is at least alpha x "
                          "the expert's top probability. 0 = no mask; 1 = only the expert's top token.",
-                         low=0.0, high=1.0, step=0.01)
+                         low=0.0, high=1.0, step=0.01, brief="Plausibility: keep tokens with expert probability ≥ alpha × the expert's top one.")
     strength: float = param(1.0, "lambda: score = expert logprob - lambda x amateur logprob. 0 = no contrast "
                             "(plain expert).", low=0.0, high=10.0, noop=0.0, step=0.05, ui_max=3.0)
     amateur_temperature: float = param(1.0, "tau: the amateur's logits are divided by tau before its "
                                        "log-softmax. 1 = off.", low=0.0, high=10.0, low_open=True, noop=1.0,
                                        step=0.05, ui_max=3.0)
     selector: str = param("greedy", "What picks from the (chained) scores: greedy (ties go to the expert's "
-                          "favourite), multinomial or gumbel sampling.", choices=SELECTORS)
+                          "favourite), multinomial or gumbel sampling.", choices=SELECTORS, brief="What picks from the contrastive scores: greedy, multinomial or gumbel.")
 
     def validate(self) -> None:
         super().validate()

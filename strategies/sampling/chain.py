@@ -40,7 +40,7 @@ class ChainParams(Params):
     repetition_penalty: float = param(1.0, "Divide positive / multiply negative logits of tokens already "
                                       "in the text. 1 = off.", low=0.0, high=10.0, low_open=True, noop=1.0,
                                       step=0.05, ui_max=3.0)
-    order: str = param(DEFAULT_ORDER, "Order of the chain's stages, comma-separated.")
+    order: str = param(DEFAULT_ORDER, "Order of the chain's stages, comma-separated.", brief="The stages' order: transformers, llama.cpp, or stage names comma-separated.")
 
     def validate(self) -> None:
         names = [n.strip() for n in self.order.split(",") if n.strip()]

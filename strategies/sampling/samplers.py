@@ -119,7 +119,7 @@ class SamplerParams(PhaseParams, LoopStopParams, WatchParams, ChainParams):
     dry_allowed_length: int = param(2, "DRY: repeats up to this many tokens go unpenalised.", low=1, high=1000,
                                     step=1, ui_max=20)
     dry_sequence_breakers: str = param(DEFAULT_BREAKERS, "DRY: quoted strings, comma-separated; a token "
-                                       "containing one ends a repeat.")
+                                       "containing one ends a repeat.", brief="DRY: the strings that break a repeat, quoted and comma-separated.")
     dynatemp_min: float = param(1.0, "Dynamic temperature: T at zero entropy (min = max = 1: off).",
                                 low=0.0, high=100.0, low_open=True, noop=1.0, step=0.05, ui_max=3.0)
     dynatemp_max: float = param(1.0, "Dynamic temperature: T at maximal entropy (min = max = 1: off).",
@@ -137,31 +137,31 @@ class SamplerParams(PhaseParams, LoopStopParams, WatchParams, ChainParams):
     presence_penalty: float = param(0.0, "Presence penalty (OpenAI, vLLM, llama.cpp): subtract this from the logit "
                                     "of every token the run has generated (within penalty_last_n); the prompt is "
                                     "not counted. Negative favours repeats. 0 = off.", low=-2.0, high=2.0, noop=0.0,
-                                    step=0.05)
+                                    step=0.05, brief="Presence penalty: subtract this from every token the run has generated.")
     frequency_penalty: float = param(0.0, "Frequency penalty: subtract this × the times a token was generated "
                                      "(within penalty_last_n). 0 = off.", low=-2.0, high=2.0, noop=0.0, step=0.05)
     penalty_last_n: int = param(-1, "Presence and frequency penalties count the run's last n tokens: -1 = all "
                                 "(vLLM, the OpenAI API), 64 = llama.cpp's default, 0 = none. The repetition "
-                                "penalty reads the whole text.", low=-1, high=1_000_000, step=1, ui_max=512)
+                                "penalty reads the whole text.", low=-1, high=1_000_000, step=1, ui_max=512, brief="How many of the run's last tokens the penalties count (-1: all; 0: none).")
     top_h: float = param(0.0, "Top-H: keep the top tokens while their cumulative entropy stays at most h × the "
                          "entropy (over the top 100, as transformers computes it). 0 = off.", low=0.0, high=1.0,
-                         noop=0.0, step=0.01)
+                         noop=0.0, step=0.01, brief="Top-H: keep top tokens while their entropy stays at most h × the whole entropy.")
     p_less: bool = param(False, "p-less: keep the tokens with p ≥ Σp², the chance two draws agree; no parameter, "
                          "the top token always passes. Off = off.", noop=False)
     adaptive_p_target: float = param(-1.0, "Adaptive-p: favour tokens near this probability, steering the average "
                                      "of the chosen tokens' probabilities to it; runs last. Negative = off.",
-                                     low=-1.0, high=1.0, noop=-1.0, step=0.01)
+                                     low=-1.0, high=1.0, noop=-1.0, step=0.01, brief="Adaptive-p: steer the chosen tokens' average probability to this target.")
     adaptive_p_decay: float = param(0.9, "Adaptive-p: decay of the running average (history about 1/(1 − decay) "
                                     "tokens). A forced token does not move it.", low=0.0, high=0.99, step=0.01)
     watermark_delta: float = param(0.0, "Watermark (Kirchenbauer et al. 2023): add delta to the logits of a green "
                                    "list drawn from the key and the previous token; a detector that knows the key "
                                    "counts the green tokens. 0 = off.", low=0.0, high=100.0, noop=0.0, step=0.1,
-                                   ui_max=10.0)
+                                   ui_max=10.0, brief="Watermark (Kirchenbauer et al. 2023): add delta to the green list's logits.")
     watermark_gamma: float = param(0.25, "Watermark: the green list's share of the vocabulary.", low=0.0, high=1.0,
                                    low_open=True, high_open=True, step=0.05)
     watermark_scheme: str = param("lefthash", "Watermark: lefthash (the previous token seeds the green list) or "
                                   "selfhash (each of the 40 top candidates seeds its own), as transformers names them.",
-                                  choices=SCHEMES)
+                                  choices=SCHEMES, brief="Watermark: which token seeds the green list, lefthash or selfhash.")
     watermark_key: int = param(DEFAULT_KEY, "Watermark: the secret key that seeds the green lists (transformers' "
                                "default key).", low=0, high=2**31 - 1, step=1)
     synthid_keys: str = param("", "SynthID Text (Dathathri et al. 2024): integer keys, comma-separated, one per "
@@ -170,7 +170,7 @@ class SamplerParams(PhaseParams, LoopStopParams, WatchParams, ChainParams):
                               "distribution stays the model's. Empty = off.", noop="")
     synthid_ngram_len: int = param(DEFAULT_NGRAM_LEN, "SynthID: the n-gram that seeds a token's g-values: the token "
                                    "and the ngram_len − 1 before it (5, as the paper and transformers).", low=2,
-                                   high=MAX_NGRAM_LEN, step=1, ui_max=10)
+                                   high=MAX_NGRAM_LEN, step=1, ui_max=10, brief="SynthID: the n-gram (this token and those before it) that seeds the g-values.")
     synthid_context_history_size: int = param(DEFAULT_HISTORY_SIZE, "SynthID: how many recent contexts are "
                                               "remembered; a step whose context is one of them is not "
                                               "watermarked (transformers' default 1024).", low=1, high=2**20,
@@ -181,7 +181,7 @@ class SamplerParams(PhaseParams, LoopStopParams, WatchParams, ChainParams):
     synthid_sampling_table_seed: int = param(DEFAULT_TABLE_SEED, "SynthID: seed of that table (transformers' "
                                              "default 0).", low=0, high=2**31 - 1, step=1)
     order: str = param("transformers", "Order of the stages: transformers, llama.cpp, or stage names "
-                       "comma-separated (stages left out follow in the transformers order).")
+                       "comma-separated (stages left out follow in the transformers order).", brief="The stages' order: transformers, llama.cpp, or stage names comma-separated.")
 
     def validate(self) -> None:
         object.__setattr__(self, "order", expand_order(self.order))

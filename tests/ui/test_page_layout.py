@@ -25,6 +25,7 @@ from playground.ui.examples import example_run_key, examples, note_after, prompt
 from playground.ui.handlers import DEFAULT_PROMPT, NUMERIC_PROMPT
 from playground.ui.page import LOADS_WITH_MODEL, SLIDE_CHARTS, SLIDE_HIDDEN, build_demo, model_sees
 from playground.whatif import branches
+from strategies.params import MAX_BRIEF
 from strategies.registry import get_strategy
 
 pytestmark = [pytest.mark.filterwarnings("ignore:.*no_silent_downcasting"),
@@ -72,6 +73,21 @@ def test_seed_and_max_new_tokens_come_before_the_strategy_settings_and_the_advan
     # one control per parameter: each name once per panel
     panel_ids = [e for e in order if e.startswith("pg-p-")]
     assert len(panel_ids) == len(set(panel_ids))
+
+
+def test_every_help_under_a_control_is_one_short_line_and_the_whole_help_is_one_click_away(demo):
+    """No control carries more than a line of MAX_BRIEF characters under its label; each panel ends
+    with a closed "About these settings" group that gives the chosen strategy's settings their whole help."""
+    long = {c["props"].get("elem_id"): c["props"]["info"] for c in demo.config["components"]
+            if isinstance(c["props"].get("info"), str) and len(c["props"]["info"]) > MAX_BRIEF}
+    assert not long, long
+    order = order_of_elements(demo)
+    for prefix in ("p", "b"):
+        about = component(demo, f"pg-{prefix}-about")
+        assert about["props"]["open"] is False and about["props"]["label"] == "About these settings"
+        assert order.index(f"pg-{prefix}-advanced") < order.index(f"pg-{prefix}-about")
+    shown = next(c for c in demo.config["components"] if c["props"].get("elem_id") == "pg-p-finishing")
+    assert "keep_slot" not in shown["props"]["info"]  # beam's 95 words are behind "About"
 
 
 def test_the_advanced_label_counts_the_stages_that_are_on_and_follows_the_values(demo):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 import pytest
+from page_events import call
 
 from playground.charts.distribution import BASIS_BUTTONS, distribution_figure
 from playground.charts.overview import most_uncertain_step, overview_figure
@@ -30,7 +31,7 @@ from playground.ui.export import export_pngs, png_export_available, write_trace_
 from playground.ui.handlers import compare, generate, select_step, status_html
 from playground.ui.page import build_demo
 from playground.ui.side import VIEW_PLOTS, ViewSlots
-from strategies.params import Params, describe, param
+from strategies.params import MAX_BRIEF, Params, brief_help, check_value, describe, field_kind, param
 from strategies.registry import REGISTRY, all_strategies, register
 from strategies.sampling.samplers import PRESETS
 
@@ -56,7 +57,14 @@ def test_every_strategy_gets_controls_from_its_params_metadata():
         assert [c.name for c in controls] == list(described), spec.name
         for c in controls:
             d = described[c.name]
-            assert c.default == d["default"] and c.info == d["help"]
+            assert c.default == d["default"] and c.info == brief_help(d) and c.more == d["help"]
+            # one line under the label: one sentence of at most MAX_BRIEF characters (the rest: "About")
+            assert len(c.info) <= MAX_BRIEF and brief_help({"help": c.info}) == c.info, (spec.name, c.name, c.info)
+            for name, allowed in c.when:  # read only at some values of another parameter of its own
+                other = next(f for f in dataclasses.fields(spec.params) if f.name == name)
+                assert c.name != name and allowed, (spec.name, c.name)
+                for value in allowed:
+                    check_value(name, value, other.metadata, field_kind(other))
             if d.get("choices"):
                 assert c.kind == "dropdown" and c.choices == tuple(d["choices"])
             elif d["type"] == "bool":
@@ -123,6 +131,41 @@ def test_one_control_per_parameter_read_by_the_selected_strategy():
     # a paired menu's hub id box shows with its menu: speculative's draft, not contrastive's amateur
     shown = panel.select("speculative")
     assert shown[panel.hubs["draft"]]["visible"] is True and shown[panel.hubs["amateur"]]["visible"] is False
+
+
+def test_a_strategy_shows_only_the_settings_its_current_values_read():
+    """Speculative with its default early-exit draft shows the draft's layer and none of EAGLE's settings;
+    an EAGLE draft shows EAGLE's (its tree's depth for a static tree, the auto choice for auto), and the
+    draft menu's change event does that on the page; beam's keep_slot hides length_penalty; every
+    strategy's settings are listed with their whole help under "About these settings"."""
+    with gr.Blocks() as demo:
+        strategy = gr.Dropdown(["speculative", "contrastive", "beam"], value="speculative")
+        panel = build_panel("t", "speculative")
+        panel.wire(strategy)
+    f = panel.fields
+
+    def visible(shown, *names):
+        return {n for n in names if shown[f[n]]["visible"]}
+    eagle = ("eagle_tree", "eagle_depth", "eagle_branching", "eagle_total_tokens", "eagle_auto_tree", "eagle_vocab")
+    others = ("draft_layer", "lookup_ngram", "verify_top_k", "gamma")
+    assert f["eagle_depth"].visible is False and f["draft_layer"].visible is True  # as built
+    assert visible(panel.select("speculative"), *eagle, *others) == {"draft_layer", "gamma"}
+    assert visible(panel.select("speculative", current={"draft": "eagle"}), *eagle, *others) \
+        == {"eagle_tree", "eagle_depth", "eagle_branching", "eagle_vocab", "gamma"}
+    link = panel.select("speculative", {"draft": "eagle", "eagle_tree": "auto", "verify": "topk"})
+    assert visible(link, *eagle, *others) == {"eagle_tree", "eagle_auto_tree", "eagle_vocab", "verify_top_k", "gamma"}
+    assert visible(panel.select("contrastive", current={"amateur": "window"}), "amateur_window", "amateur_layer") \
+        == {"amateur_window"}
+    assert visible(panel.select("beam", {"finishing": "keep_slot"}), "length_penalty", "early_stopping", "num_beams") \
+        == {"num_beams"}
+    # the page's event on the draft menu: its inputs by component, its outputs the conditional controls
+    show = next(fn for fn in demo.fns.values() if fn.fn.__name__ == "show")
+    assert f["draft"] in show.inputs and f["eagle_depth"] in show.outputs and f["gamma"] not in show.outputs
+    shown = call(show, lambda c: {f["draft"]: "prompt_lookup", strategy: "speculative"}.get(c, c.value))
+    assert {n for n in (*eagle, *others) if n in f and shown.get(f[n], {}).get("visible")} == {"lookup_ngram"}
+    about = panel.select("speculative")[panel.about]
+    assert "**eagle tree**: EAGLE draft tree: static (every node" in about and about.count("**") == 2 * len(
+        [p for p in panel.params_ if p.of("speculative")])
 
 
 # --- figures ----------------------------------------------------------------------------------------
