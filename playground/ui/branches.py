@@ -20,6 +20,7 @@ is not run: a warning names the value and the allowed range, and the parent stay
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
@@ -70,6 +71,7 @@ class BranchPanel:
     state: gr.State
     pending: gr.State  # a restored link's branch, until its parent run finishes: {"parent", "branch"} paths
     go: gr.State  # the link's branch to run now (its change starts the run)
+    parent: gr.State  # the run a branch continues, as the branch read it when it started
 
     def tree_updates(self, tree: branches.Tree) -> dict[Any, Any]:
         """The tree radio, the beside-the-parent view, the tree state and the forced-tokens box for ``tree``."""
@@ -84,6 +86,15 @@ class BranchPanel:
         if not trace or trace.get("finish_reason") in ("", "running", "stopped"):
             return keyed({})
         return keyed(self.tree_updates(branches.record(tree, trace)))
+
+    def on_branch(self, trace: dict[str, Any] | None, tree: branches.Tree | None,
+                  parent: dict[str, Any] | None) -> Any:
+        """After a finished branch: it joins the tree under ``parent``, the run it continued, which joins
+        first where the tree lacks it (a click the moment that run finished can start the branch before the
+        run's own record lands, and the run's record then reads the branch's trace)."""
+        if parent and parent.get("finish_reason") not in ("", "running", "stopped", None):
+            tree = branches.record(tree, parent)
+        return self.on_run(trace, tree)
 
     def after_stop(self, trace: dict[str, Any] | None, tree: branches.Tree | None,
                    trace_out: gr.State) -> dict[Any, Any]:
@@ -142,7 +153,7 @@ def layout() -> BranchPanel:
         view = gr.HTML(ROOT_NOTE, elem_id="pg-branch-view")
     hook = gr.HTML("", js_on_load=BRANCH_JS, elem_id="pg-branch-hook")
     return BranchPanel(hint, tree, undo, forced, token, run, view, hook, gr.State(None), gr.State(None),
-                       gr.State(None))
+                       gr.State(None), gr.State(None))
 
 
 def family_of(strategy: Any) -> str:
@@ -234,22 +245,36 @@ def wire(shared: Shared, explore: RunView, store: ModelStore, decode: Decoder) -
         yield from run_linked(values[shared.trace], values[panel.go], **run_of(values), progress=progress)
 
     running = dict(show_progress="full", show_progress_on=[main.text], **MODEL_EVENT)
-    bar = panel.hook.click(on_bar, {shared.trace, explore.step, *settings}, explore.outputs, api_visibility="private",
-                           **running)
-    typed = panel.run.click(handler(on_typed, 1, True, status=main.status),
-                            {shared.trace, explore.step, panel.token, *settings}, explore.outputs, api_name="branch",
+    outputs = [*explore.outputs, panel.parent]
+    bar = panel.hook.click(with_parent(on_bar, panel.parent, shared.trace), {shared.trace, explore.step, *settings},
+                           outputs, api_visibility="private", **running)
+    typed = panel.run.click(handler(with_parent(on_typed, panel.parent, shared.trace), 1, True, status=main.status),
+                            {shared.trace, explore.step, panel.token, *settings}, outputs, api_name="branch",
                             api_visibility="undocumented", **running)
-    linked = panel.go.change(handler(on_linked, 1, True, status=main.status), {shared.trace, panel.go, *settings},
-                             explore.outputs, api_visibility="private", **running)
+    linked = panel.go.change(handler(with_parent(on_linked, panel.parent, shared.trace), 1, True, status=main.status),
+                             {shared.trace, panel.go, *settings}, outputs, api_visibility="private", **running)
     tree_outputs = [panel.tree, panel.view, panel.state, panel.forced]
     for event in (bar, typed, linked):
-        event.success(panel.on_run, [shared.trace, panel.state], tree_outputs, **QUIET)
+        event.success(panel.on_branch, [shared.trace, panel.state, panel.parent], tree_outputs, **QUIET)
     view_inputs = {shared.model, shared.chat, shared.theme}
     redraw = [*explore.show_outputs, *tree_outputs]
     panel.tree.input(_showing(shared, panel, explore, branches.pick, panel.tree), {panel.state, panel.tree, *view_inputs},
                      redraw, **QUIET)
     panel.undo.click(_showing(shared, panel, explore, branches.undo), {panel.state, *view_inputs}, redraw, **QUIET)
     return [bar, typed, linked]
+
+
+def with_parent(run: Callable[..., Iterator[Any]], parent: gr.State, trace: gr.State) -> Callable[..., Iterator[Any]]:
+    """``run`` (a branch's handler, taking one dict of its inputs) whose first frame also writes the run it
+    continues (``trace``'s value as the branch read it) into ``parent``, where the branch's record reads it."""
+    @functools.wraps(run)
+    def wrapped(values: dict[Any, Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+        first = True
+        for frame in run(values, *args, **kwargs):
+            if first and isinstance(frame, dict):
+                frame, first = {**frame, parent: values[trace]}, False
+            yield frame
+    return wrapped
 
 
 def _runs(store: ModelStore, decode: Decoder, stream_frames: Callable[..., Iterator[Any]]) -> tuple[Callable[..., Any], ...]:

@@ -9,7 +9,8 @@ read by strategies.forcing's one parser (``parse_path``).
 
 A finished run joins the tree of the run before it when it has the same model, strategy,
 parameters, seed and prompt ids; its parent is the current node when the current node's path is
-part of the run's path, otherwise the node with the longest such path. Anything else starts a new
+part of the run's path, otherwise the node with the longest such path; a run whose path is part of the
+root's (a parent recorded after its branch) becomes the root above it. Anything else starts a new
 tree with the run as its root.
 """
 from __future__ import annotations
@@ -116,12 +117,21 @@ def record(tree: Tree | None, trace: dict[str, Any]) -> Tree:
         nodes[same]["trace"] = trace
         return {"nodes": nodes, "current": same}
     holders = [i for i, n in enumerate(nodes) if _within(n["path"], path)]
+    if not holders and _within(path, nodes[0]["path"]):
+        return _under(nodes, node, tree.get("current", 0))
     if not holders:
         return {"nodes": [dict(node, parent=None)], "current": 0}
     current = tree.get("current", 0)
     parent = current if current in holders else max(holders, key=lambda i: (len(nodes[i]["path"]), i))
     nodes.append(dict(node, parent=parent))
     return _trim({"nodes": nodes, "current": len(nodes) - 1})
+
+
+def _under(nodes: list[dict[str, Any]], node: dict[str, Any], current: int) -> Tree:
+    """The tree of ``nodes`` under a new root ``node`` whose path is part of the old root's: a run that
+    comes after the branch made from it (its record arrived late). The current node stays current."""
+    moved = [dict(n, parent=0 if n["parent"] is None else n["parent"] + 1) for n in nodes]
+    return _trim({"nodes": [dict(node, parent=None), *moved], "current": current + 1})
 
 
 def _trim(tree: Tree) -> Tree:

@@ -37,6 +37,21 @@ def _tree(pg) -> list[str]:
     return pg.evaluate(TREE_JS)
 
 
+def test_a_branch_clicked_the_moment_its_run_finishes_hangs_under_that_run(page, url, store):
+    """The bar click's event the instant the status says finished, before the tree shows the run: the
+    branch's record can land before the run's own, which then reads the branch's trace; the tree still
+    has the run as its root and the branch under it (3 of 4 such clicks lost the run before)."""
+    parent = run(store, Request("toy", "sampling", "1 2", seed=4, max_new_tokens=8)).to_dict()
+    page.goto(url.rstrip("/") + "/" + share_query("toy", "sampling", "1 2", "", False, 4, 8, {}, "greedy", {},
+                                                  run="generate"))
+    wait_done(page, polling=10)
+    page.evaluate(f"() => window.dispatchEvent(new CustomEvent('pg-branch', {{detail: {THE}}}))")
+    page.wait_for_function("() => document.querySelectorAll('#pg-branch-tree label').length === 2", timeout=60_000)
+    tree = _tree(page)
+    assert tree[0].startswith("run:") and "".join(t["text"] for t in parent["tokens"]).strip()[:20] in tree[0], tree
+    assert "→" in tree[1], tree
+
+
 def test_click_a_bar_to_branch_go_back_share_and_undo(page, url, store):
     parent = run(store, Request("toy", "greedy", "1 2", max_new_tokens=6)).to_dict()
     child = run(store, Request("toy", "greedy", "1 2", max_new_tokens=6, forced={0: THE})).to_dict()

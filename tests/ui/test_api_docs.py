@@ -11,6 +11,7 @@ import io
 import json
 import re
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, get_args
 
@@ -70,8 +71,9 @@ def test_every_endpoint_has_an_example():
 def test_the_example_runs_against_the_server(url, heading, code):
     assert DOC_URL in code, f"{heading}'s example names no server"
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code.replace(DOC_URL, url), f"docs/api.md {heading}", "exec"), {"__name__": "__example__"})
+    program = compile(code.replace(DOC_URL, url), f"docs/api.md {heading}", "exec")
+    with contextlib.redirect_stdout(out), ThreadPoolExecutor(1) as pool:  # a thread: MCP's asyncio.run (over_mcp)
+        pool.submit(exec, program, {"__name__": "__example__"}).result()
     assert out.getvalue().strip(), f"{heading}'s example printed nothing"
 
 
@@ -96,7 +98,10 @@ async def mcp_session(url: str, work: Any) -> Any:
 
 
 def over_mcp(url: str, work: Any) -> Any:
-    return asyncio.run(mcp_session(url, work))
+    """``work(session)`` over the server's MCP endpoint, on a thread of its own: a worker that ran a browser
+    test first holds Playwright's event loop in this thread, where asyncio.run refuses to start another."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, mcp_session(url, work)).result()
 
 
 def test_the_mcp_tools_are_the_api_with_its_descriptions(url):

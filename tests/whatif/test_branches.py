@@ -45,6 +45,19 @@ def test_a_branch_joins_its_parent_and_a_rerun_of_a_path_replaces_its_trace():
     assert tree["nodes"][3]["parent"] == 0
 
 
+def test_a_run_recorded_after_its_branch_becomes_the_root_above_it():
+    """A bar click the moment a run finishes can record the branch before the run itself: the run then
+    goes in as the root, above the branch, and the branch stays current (the tree a slower click makes)."""
+    root, child, grandchild = trace([1, 2, 3]), trace([1, 9, 4], forced={1}), trace([1, 9, 4, 7], forced={1, 3})
+    late = branches.record(branches.record(branches.record(None, child), grandchild), root)
+    in_order = branches.record(branches.record(branches.pick(branches.record(branches.record(None, root), child), 1),
+                                               grandchild), root)
+    assert [n["path"] for n in late["nodes"]] == [{}, {1: 9}, {1: 9, 3: 7}]
+    assert [n["parent"] for n in late["nodes"]] == [None, 0, 1] and late["current"] == 2
+    assert [n["path"] for n in in_order["nodes"]] == [n["path"] for n in late["nodes"]]
+    assert [n["parent"] for n in in_order["nodes"]] == [n["parent"] for n in late["nodes"]]
+
+
 def test_a_run_with_other_settings_starts_a_new_tree():
     tree = branches.record(branches.record(None, trace([1, 2])), trace([1, 9], forced={1}))
     other = branches.record(tree, trace([1, 2], seed=1))
