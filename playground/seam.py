@@ -74,8 +74,9 @@ class LanguageModel(Protocol):
 
     def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                ) -> ModelOutput:
-        """Feed ``input_ids`` [batch, n] after what ``cache`` holds (None: a fresh one)."""
+                last: bool = False) -> ModelOutput:
+        """Feed ``input_ids`` [batch, n] after what ``cache`` holds (None: a fresh one); ``last``: the last
+        row's logits alone (a prefill)."""
         ...
 
     def new_cache(self) -> Any: ...

@@ -64,10 +64,12 @@ class FakeLM:
                 self.table[:, 0] = self.eos_logit
         self.vocab_size = self.table.shape[-1]
 
-    def forward(self, ids: torch.Tensor, cache: FakeCache | None = None, hidden: bool = False) -> Forward:
+    def forward(self, ids: torch.Tensor, cache: FakeCache | None = None, hidden: bool = False,
+                last: bool = False) -> Forward:
         cache = cache or FakeCache(ids[:, :0])
         cache.rows = torch.cat([cache.rows, ids], dim=1)
-        return Forward(self.table[ids], cache)
+        logits = self.table[ids]
+        return Forward(logits[:, -1:] if last else logits, cache)
 
     def piece(self, i: int) -> str:
         return f"<t{i}>"

@@ -295,8 +295,12 @@ class LM:
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, cache: Any = None, hidden: bool = False,
-                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None) -> "Forward":
-        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab].
+                attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                last: bool = False) -> "Forward":
+        """Feed ``input_ids`` [batch, n] after what ``cache`` holds; float32 logits [batch, n, vocab], or
+        with ``last`` the last row's alone [batch, 1, vocab] (a prompt's prefill: a lean forward then
+        runs the LM head on that row only, the numbers it gives that row in the whole pass; transformers
+        computes every row and keeps the last, so its numbers do not change either).
 
         With a lean forward, a fresh or lean cache goes through it; a transformers cache (made
         elsewhere) still goes through transformers, on the same weights.
@@ -306,7 +310,8 @@ class LM:
         """
         if self.fast is not None and (cache is None or isinstance(cache, LeanCache)):
             cache = self.fast.new_cache() if cache is None else cache
-            logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden, attention_mask, position_ids)
+            logits, states = self.fast.forward(input_ids.to(self.device), cache, hidden, attention_mask, position_ids,
+                                               last)
             return Forward(logits.float(), cache, states)
         extra = {}
         if attention_mask is not None and position_ids is not None:
@@ -314,7 +319,8 @@ class LM:
                          position_ids=position_ids.to(self.device))
         out = self.model(input_ids=input_ids.to(self.device), past_key_values=cache, use_cache=True,
                          output_hidden_states=hidden, **extra)
-        return Forward(out.logits.float(), out.past_key_values, out.hidden_states if hidden else None)
+        logits = out.logits[:, -1:] if last else out.logits
+        return Forward(logits.float(), out.past_key_values, out.hidden_states if hidden else None)
 
     def new_cache(self) -> Any:
         if self.fast is not None:

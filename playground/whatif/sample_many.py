@@ -143,7 +143,7 @@ def draw_rows(lm: Any, chain: list, make_selector: Callable[[torch.Generator], A
     stage = None if grammar is None else Grammar(grammar, 1)
     chain = with_grammar(chain, stage, order)
     selectors = [make_selector(_generator(lm, s)) for s in seeds]
-    out = lm.forward(torch.tensor([prompt_ids], device=lm.device))
+    out = lm.forward(torch.tensor([prompt_ids], device=lm.device), last=True)
     logits, cache = out.logits[:, -1], out.cache  # one row: every sample starts from the prompt
     context = torch.tensor([prompt_ids], device=lm.device)
     row_of = [0] * len(seeds)  # sample -> its row in the current batch
@@ -283,7 +283,7 @@ def expand(lm: Any, prompt_ids: list[int], chain: list, max_new_tokens: int, tau
     stage = None if grammar is None else Grammar(grammar, 1)
     chain = with_grammar(chain, stage, order)
     prompt = torch.tensor([prompt_ids], device=lm.device)
-    out = lm.forward(prompt)
+    out = lm.forward(prompt, last=True)
     cache, logits = out.cache, out.logits[:, -1]
     frontier: list[tuple[Outcome, float]] = [((), 0.0)]
     done: dict[Outcome, float] = {}

@@ -198,7 +198,7 @@ class BeamRun:
     def __iter__(self) -> Iterator[int | None]:
         s, start, p = self.search, self.start, self.search.params
         lm, c = s.lm, s.counters
-        out = lm.forward(torch.tensor([start.ids], device=lm.device))
+        out = lm.forward(torch.tensor([start.ids], device=lm.device), last=True)
         c.forward_passes += 1
         c.expanded += 1
         c.expanded_without_pruning += 1

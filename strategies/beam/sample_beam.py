@@ -117,7 +117,7 @@ def sample_prefixes(ctx: DecodeContext, chain: list[TransformBase], length: int,
     grammar = grammar_of(chain)
     lm, names = ctx.lm, [t.name for t in chain]
     generator = cpu_generator(ctx.seed)
-    out = lm.forward(torch.tensor([ctx.prompt_ids], device=lm.device))
+    out = lm.forward(torch.tensor([ctx.prompt_ids], device=lm.device), last=True)
     search.counters.forward_passes += 1
     logits, cache = out.logits[:, -1], out.cache  # [b, vocab]
     running: list[Prefix] = [Prefix()]

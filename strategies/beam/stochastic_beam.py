@@ -185,7 +185,7 @@ class _Search:
     @torch.inference_mode()
     def __iter__(self) -> Iterator[int | None]:
         lm = self.ctx.lm
-        out = lm.forward(torch.tensor([self.ctx.prompt_ids], device=lm.device))
+        out = lm.forward(torch.tensor([self.ctx.prompt_ids], device=lm.device), last=True)
         self.passes, self.expanded = 1, 1
         logits, cache = out.logits[:, -1], out.cache
         running = [Item(-1, 0.0, 0.0, 0.0)]  # the root: phi = G = 0

@@ -100,7 +100,7 @@ def chain_loop(ctx: DecodeContext, trace: Trace, chain: list, selector, stop_at_
     grammar = grammar_of(chain)
     started = ctx.clock.now()
     context = torch.tensor([ctx.prompt_ids], device=lm.device)
-    out = lm.forward(context, hidden=0 in ctx.lens)
+    out = lm.forward(context, hidden=0 in ctx.lens, last=True)
     trace.timing.extra["prefill_seconds"] = round(ctx.clock.now() - started, 4)
     passes, reason = 1, "length"
     watch = watch or Watchers()

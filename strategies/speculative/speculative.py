@@ -105,7 +105,7 @@ class SpeculativeDecoder:
         """Run the prompt (but its last token) through target and draft."""
         self.cache = rollback_cache(self.target)
         if len(self.ids) > 1:
-            self.cache = self.target.forward(self._tensor(self.ids[:-1]), self.cache).cache
+            self.cache = self.target.forward(self._tensor(self.ids[:-1]), self.cache, last=True).cache
             self.target_passes += 1
         crop(self.cache, 0)
         self.draft.prefill(self.ids)

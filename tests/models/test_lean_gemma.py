@@ -73,7 +73,7 @@ def test_the_sliding_window_matches_transformers(gemma, dtype):
     tolerance = 1e-3 if dtype == torch.float32 else 0.6
     with torch.inference_mode():
         for feed in (ids, torch.tensor([[42]]), torch.tensor([[7]])):
-            a = lean.forward(feed, ours)[0].float()[0, -1]
+            a = lean.forward(feed, ours, last=True)[0].float()[0, -1]  # the head on the last row, as logits_to_keep
             b = model(input_ids=feed, past_key_values=theirs, use_cache=True, logits_to_keep=1).logits.float()[0, -1]
             assert (a - b).abs().max().item() <= tolerance
             assert b[a.argmax()] >= b.max() - 2 * tolerance  # our top token is theirs, or a near tie of theirs

@@ -34,10 +34,15 @@ def cut_logits(lm, ids: list[int], cuts: list[int]) -> torch.Tensor:
                                           ("gemma3-270m", "int4")])
 def test_one_pass_equals_steps_bit_for_bit(store, key, weights):
     """The same text cut into passes four ways (one pass; one token a pass; a prompt then drafts of 5;
-    random cuts) gives the same logits at every position, to the bit."""
+    random cuts) gives the same logits at every position, to the bit; a prefill's last row alone
+    (``last=True``, the LM head on that row only) is the whole pass's last row, hidden states and all."""
     lm = store.get(key).with_weights(weights)
     ids = lm.encode(TEXT, chat=False)[:40]
     whole = cut_logits(lm, ids, [])
+    prefill = lm.forward(torch.tensor([ids]), hidden=True, last=True)
+    assert prefill.logits.shape[1] == 1 and torch.equal(prefill.logits[0, -1], whole[-1])
+    full = lm.forward(torch.tensor([ids]), hidden=True)
+    assert all(torch.equal(a, b) for a, b in zip(prefill.hidden_states, full.hidden_states))
     rng = random.Random(0)
     for cuts in (list(range(1, len(ids))), list(range(23, len(ids), 5)),
                  sorted(rng.sample(range(1, len(ids)), 6))):

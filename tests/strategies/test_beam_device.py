@@ -63,8 +63,8 @@ class NoFloat64OnDevice(TorchFunctionMode):
 class DeviceLM(FakeLM):
     """FakeLM whose logits live on the fake accelerator."""
 
-    def forward(self, ids, cache=None, hidden=False) -> Forward:
-        out = super().forward(ids.as_subclass(torch.Tensor), cache, hidden)
+    def forward(self, ids, cache=None, hidden=False, last=False) -> Forward:
+        out = super().forward(ids.as_subclass(torch.Tensor), cache, hidden, last)
         return Forward(out.logits.as_subclass(OnDevice), out.cache)
 
 

@@ -125,7 +125,7 @@ class LeanGemma:
 
     def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+                last: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         batch, n = ids.shape
         start, end, position_ids = cache.begin(ids, position_ids)
         keys, values = cache.tensors()  # allocated by begin
@@ -177,8 +177,8 @@ class LeanGemma:
         cache.length = end
         if states is not None:
             states[-1] = self.rms_norm(x, self.norm)  # as transformers: the last entry is normed
-            return linear(states[-1], self.head), tuple(states)
-        return self.logits(x), None
+            return linear(states[-1][:, -1:] if last else states[-1], self.head), tuple(states)
+        return self.logits(x[:, -1:] if last else x), None
 
 
 def _norm_weight(norm: Any) -> torch.Tensor:

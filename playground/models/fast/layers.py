@@ -127,9 +127,11 @@ class LeanForward(Protocol):
 
     def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+                last: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """Float logits [batch, n, vocab] of ``ids`` [batch, n] after what ``cache`` holds (which it
-        extends), and with ``hidden`` the hidden states (embeddings + one per layer)."""
+        extends), and with ``hidden`` the hidden states (embeddings + one per layer); with ``last``,
+        the last row's logits alone [batch, 1, vocab] (each row's are a one-row product's, so they are
+        the numbers the whole pass gives that row)."""
         ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -119,7 +119,7 @@ class LeanLlama:
 
     def forward(self, ids: torch.Tensor, cache: LeanCache, hidden: bool = False,
                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+                last: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """``attention_mask`` (additive, [batch, 1, n, cached + n]) with ``position_ids`` [batch, n]
         runs a draft tree in one pass, as transformers does with a 4D mask (``strategies.speculative.eagle.tree``)."""
         batch, n = ids.shape
@@ -163,8 +163,8 @@ class LeanLlama:
         cache.length = end
         if states is not None:
             states[-1] = self.rms_norm(x, self.norm)  # as transformers: the last entry is normed
-            return linear(states[-1], self.head), tuple(states)
-        return self.logits(x), None
+            return linear(states[-1][:, -1:] if last else states[-1], self.head), tuple(states)
+        return self.logits(x[:, -1:] if last else x), None
 
 
 def _stack(layer: Any) -> LeanLayer:

@@ -101,7 +101,7 @@ def measure(decoder: Any, report: Report | None = None) -> PassCosts:
     sizes = tuple(k for k in SIZES if span + k <= target.max_context)
     context = torch.arange(span, device=target.device).unsqueeze(0) % max(2, target.vocab_size)
     cache = rollback_cache(target)
-    cache = target.forward(context, cache).cache
+    cache = target.forward(context, cache, last=True).cache
     d = int(target.model.config.hidden_size)
     feats = torch.zeros(1, span, d, device=target.device, dtype=target.model.dtype)
     emb = target.model.get_input_embeddings()(context)

@@ -137,7 +137,7 @@ class EagleDecoder:
         d = int(self.target.model.config.hidden_size)
         self.features = torch.zeros(0, d, device=self.target.device, dtype=self.target.model.dtype)
         if len(self.ids) > 1:
-            out = self.target.forward(self._tensor(self.ids[:-1]), self.cache, hidden=True)
+            out = self.target.forward(self._tensor(self.ids[:-1]), self.cache, hidden=True, last=True)
             self.cache, self.target_passes = out.cache, self.target_passes + 1
             assert out.hidden_states is not None  # asked for: hidden=True
             self.features = out.hidden_states[-1][0]
