@@ -38,6 +38,9 @@ def test_a_tiny_sweep_draws_its_chart_and_a_bad_grid_is_refused(page, url):
     page.locator("#pg-sweep-run").click()
     page.wait_for_function(STATUS_JS, arg="done", timeout=120_000)
     assert "3 of 3 values" in page.locator("#pg-sweep-status").inner_text()
+    # the status line and the figure come in one update, and plotly draws the figure after it: under load
+    # the status read "done" while the plot still held no trace
+    page.wait_for_function(f"() => ({CHART_JS})().some(([name]) => name === 'loop rate')", timeout=30_000)
     drawn = dict(page.evaluate(CHART_JS))
     assert drawn["loop rate"] == 3 and drawn["mean surprisal"] == 3 and drawn["mean length"] == 3
     assert "temperature sweep: sampling on toy" in page.locator("#pg-sweep-plot .gtitle").text_content()
