@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, TypeGuard
 
 import gradio as gr
 
@@ -58,6 +58,11 @@ ROOT_NOTE = ('<p class="pg-summary">This is the run itself. Click a bar of the d
              "a branch is shown here beside its parent.</p>")
 
 
+def finished(trace: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """Whether ``trace`` is a run that ended by itself (its length, EOS, a loop...): one the tree records."""
+    return bool(trace) and (trace or {}).get("finish_reason") not in ("", "running", "stopped")
+
+
 @dataclass
 class BranchPanel:
     hint: gr.Markdown
@@ -83,7 +88,7 @@ class BranchPanel:
 
     def on_run(self, trace: dict[str, Any] | None, tree: branches.Tree | None) -> Any:
         """After a finished run (Generate or a branch): it joins the tree of branches."""
-        if not trace or trace.get("finish_reason") in ("", "running", "stopped"):
+        if not finished(trace):
             return keyed({})
         return keyed(self.tree_updates(branches.record(tree, trace)))
 
@@ -92,7 +97,7 @@ class BranchPanel:
         """After a finished branch: it joins the tree under ``parent``, the run it continued, which joins
         first where the tree lacks it (a click the moment that run finished can start the branch before the
         run's own record lands, and the run's record then reads the branch's trace)."""
-        if parent and parent.get("finish_reason") not in ("", "running", "stopped", None):
+        if finished(parent):
             tree = branches.record(tree, parent)
         return self.on_run(trace, tree)
 
@@ -111,7 +116,7 @@ class BranchPanel:
         when the run finished with its parent's forced path, and is dropped otherwise."""
         if not pending:
             return keyed({})
-        if (trace and trace.get("finish_reason") not in ("", "running", "stopped")
+        if (finished(trace)
                 and _same_path(branches.forced_path(trace), pending.get("parent", ""))):
             return keyed({self.go: dict(pending, at=time.monotonic_ns()), self.pending: None})
         return keyed({self.pending: None})
